@@ -1,0 +1,37 @@
+# One command per job on a fresh machine:
+#   make test    create .venv (Python 3.12) if missing, install pinned deps, run the test suite
+#   make train   create .venv if missing, run the default (offline, CPU) training config
+#   make bench   create .venv if missing, run the benchmarks in bench/
+#   make figures regenerate docs/figures/*.png
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+# python3.12 may be a pyenv shim that is not activated; scripts/find_python.sh finds a real 3.12+.
+PYTHON ?= $(shell scripts/find_python.sh)
+
+.PHONY: venv test train bench figures clean
+
+$(VENV)/.installed: requirements.txt
+	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found; install python3.12 or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(PY) -m pytest -q -n 2 tests
+
+train: venv
+	$(PY) train.py --config configs/default.py --workdir workdirs/default
+
+bench: venv
+	$(PY) bench/rope.py --write-docs
+
+figures: venv
+	$(PY) scripts/plot_long_term_decay.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
