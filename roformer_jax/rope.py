@@ -126,6 +126,8 @@ def _normalise_scaling(scaling: Any, theta: float) -> dict[str, Any] | None:
   """Validates an HF-style rope_parameters dict; returns a copy with 'rope_type' set."""
   if scaling is None:
     return None
+  if isinstance(scaling, Mapping) and not scaling:
+    return None  # {} = no scaling, as an empty HF rope_parameters dict.
   if not isinstance(scaling, Mapping):
     raise TypeError(
         f"scaling must be None or a dict like {{'rope_type': 'yarn', 'factor': 4.0, ...}}, "

@@ -1,0 +1,57 @@
+"""Length-dependent scalings in apply_rotary: static seq_len vs one derived from positions."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from roformer_jax import rope
+from tests import reference as ref
+
+LONGROPE = {"rope_type": "longrope", "original_max_position_embeddings": 64, "max_position_embeddings": 1024,
+            "short_factor": list(np.linspace(1.0, 1.1, 8)), "long_factor": list(np.linspace(1.0, 8.0, 8))}
+DYNAMIC = {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 64}
+
+
+def _x(t):
+  return np.random.default_rng(t).uniform(-1, 1, (2, t, 2, 16)).astype(np.float32)
+
+
+@pytest.mark.parametrize("t, long", [(40, False), (64, False), (65, True), (300, True)])
+def test_longrope_picks_factors_from_traced_positions(t, long):
+  x, pos = _x(t), jnp.arange(t)
+  derived = jax.jit(lambda x, p: rope.apply_rotary(x, p, scaling=LONGROPE))(x, pos)
+  static = rope.apply_rotary(x, pos, scaling=LONGROPE, seq_len=t)
+  np.testing.assert_allclose(derived, static, atol=1e-6)
+  inv, factor = rope.rope_frequencies(16, scaling=LONGROPE, seq_len=65 if long else 64)
+  expected = ref.rotate_interleaved64(x, np.arange(t), inv_freq=np.asarray(inv, np.float64),
+                                      attention_factor=factor)
+  np.testing.assert_allclose(derived, expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("t", [30, 64, 100, 500])
+def test_dynamic_traced_length_matches_static(t):
+  x, pos = _x(t), jnp.arange(t)
+  derived = jax.jit(lambda x, p: rope.apply_rotary(x, p, scaling=DYNAMIC))(x, pos)
+  static = rope.apply_rotary(x, pos, scaling=DYNAMIC, seq_len=t)  # exact phases
+  np.testing.assert_allclose(derived, static, atol=1e-4)  # traced base: float32 phases
+
+
+def test_dynamic_grows_base_only_beyond_max_len():
+  base, _ = rope.rope_frequencies(16)
+  short, _ = rope.rope_frequencies(16, scaling=DYNAMIC, seq_len=64)
+  long, _ = rope.rope_frequencies(16, scaling=DYNAMIC, seq_len=128)
+  np.testing.assert_array_equal(short, base)
+  assert np.all(np.asarray(long)[1:] < np.asarray(base)[1:])
+  # closed form: base' = theta * (factor * L / max - (factor - 1)) ** (d / (d - 2))
+  theta2 = 10000.0 * (2.0 * 128 / 64 - 1.0) ** (16 / 14)
+  np.testing.assert_allclose(long, theta2 ** (-np.arange(0, 16, 2) / 16), rtol=1e-6)
+
+
+def test_attention_factor_scales_cos_and_sin():
+  yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+  x = _x(5)
+  _, factor = rope.rope_frequencies(16, scaling=yarn)
+  assert factor == pytest.approx(0.1 * np.log(4.0) + 1.0)
+  out = rope.apply_rotary(x, jnp.arange(5), scaling=yarn)
+  np.testing.assert_allclose(np.linalg.norm(out, axis=-1), factor * np.linalg.norm(x, axis=-1), rtol=1e-5)
