@@ -1,7 +1,7 @@
 # One command per job on a fresh machine:
 #   make test    create .venv (Python 3.12) if missing, install pinned deps, run the test suite
 #   make train   create .venv if missing, run the default (offline, CPU) training config
-#   make bench   create .venv if missing, run the benchmarks in bench/
+#   make bench   create .venv if missing, run the benchmarks in bench/ (figures go in docs/benchmarks.md)
 #   make figures regenerate docs/figures/*.png
 SHELL := /bin/bash
 VENV := .venv
@@ -28,7 +28,8 @@ train: venv
 	$(PY) train.py --config configs/default.py --workdir workdirs/default
 
 bench: venv
-	$(PY) bench/rope.py --write-docs
+	$(PY) bench/rope.py
+	$(PY) bench/rope_precision.py
 
 figures: venv
 	$(PY) scripts/plot_long_term_decay.py
