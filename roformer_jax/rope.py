@@ -357,6 +357,11 @@ def _exact_angles(positions: jax.Array, a, c, f32, dtype) -> jax.Array:
   return (turns + frac[..., None] * jnp.asarray(f32, dtype)) * jnp.asarray(_TWO_PI, dtype)
 
 
+def _plain_angles(positions: jax.Array, inv_freq) -> jax.Array:
+  """The common float32 product positions * inv_freq (HF, MaxText): not phase-exact."""
+  return positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq, jnp.float32)
+
+
 def _compute_dtype(dtype) -> jnp.dtype:
   return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
 
@@ -398,8 +403,7 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
     # Traced length: HF semantics (float32 product with a traced base), not phase-exact.
     traced_len = jnp.max(positions).astype(jnp.float32) + 1
     base = _dynamic_base(dim, theta, params, traced_len)
-    inv_freq = 1.0 / base ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim)
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq
+    angles = _plain_angles(positions, 1.0 / base ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
     attention_factor = 1.0
   elif rope_type == "longrope" and seq_len is None:
     short, attention_factor = _inv_freq_f64(dim, theta, params, None, long=False)
@@ -410,14 +414,13 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
                for lw, sw in zip(_turn_words(long), _turn_words(short))]
       angles = _exact_angles(positions, *words, dtype)
     else:
-      inv_freq = jnp.where(use_long, long.astype(np.float32), short.astype(np.float32))
-      angles = positions.astype(jnp.float32)[..., None] * inv_freq
+      angles = _plain_angles(positions, jnp.where(use_long, long.astype(np.float32), short.astype(np.float32)))
   else:
     inv_freq, attention_factor = _inv_freq_f64(dim, theta, params, seq_len)
     if exact:
       angles = _exact_angles(positions, *_turn_words(inv_freq), dtype)
     else:
-      angles = positions.astype(jnp.float32)[..., None] * inv_freq.astype(np.float32)
+      angles = _plain_angles(positions, inv_freq)
 
   angles = angles.astype(dtype)
   cos, sin = jnp.cos(angles), jnp.sin(angles)
@@ -529,10 +532,7 @@ def apply_rotary(x, positions, theta: float = 10000.0, *, layout: str = "interle
   """
   x = jnp.asarray(x)
   positions = jnp.asarray(positions)
-  if not jnp.issubdtype(x.dtype, jnp.floating):
-    raise TypeError(f"x must be a floating-point array [..., T, N, H], got dtype {x.dtype}; cast it first.")
-  layout = _check_layout(layout)
-  _check_x_positions(x, positions)
+  _check_x_positions(x, positions)  # x's dtype and the layout are checked by `rotate`.
   head_dim = x.shape[-1]
   rd = head_dim if rotary_dim is None else rotary_dim
   rd = _check_dim(rd, "rotary_dim")

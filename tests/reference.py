@@ -52,3 +52,10 @@ def long_term_decay_loop(m, dim, theta=10000.0):
   for j in range(dim // 2):
     total += abs(sum(np.exp(1j * m * t[i]) for i in range(j + 1)))
   return total / (dim / 2)
+
+
+def from_half_layout(v, rotary_dim=None):
+  """Inverse of to_half_layout: (i, i + R/2) pairs back to interleaved (2i, 2i+1)."""
+  rd = v.shape[-1] if rotary_dim is None else rotary_dim
+  pairs = np.stack([v[..., :rd // 2], v[..., rd // 2:rd]], axis=-1).reshape(v[..., :rd].shape)
+  return np.concatenate([pairs, v[..., rd:]], axis=-1)

@@ -42,8 +42,7 @@ def test_rotary_matches_hf(case):
   rd = case["rotary_dim"] or x.shape[-1]
   inv_freq, factor = rope.rope_frequencies(rd, case["theta"], scaling=case["scaling"])
   inv64 = np.asarray(inv_freq, np.float64) if case["scaling"] else None  # float64 formula when unscaled
-  interleaved_x = x if case["layout"] == "interleaved" else np.concatenate(
-      [np.stack([x[..., :rd // 2], x[..., rd // 2:rd]], -1).reshape(x[..., :rd].shape), x[..., rd:]], -1)
+  interleaved_x = x if case["layout"] == "interleaved" else ref.from_half_layout(x, rd)
   expected = ref.rotate_interleaved64(interleaved_x, positions, case["theta"], rotary_dim=rd,
                                       inv_freq=inv64, attention_factor=factor)
   if case["layout"] == "half":
