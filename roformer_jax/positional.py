@@ -1,0 +1,130 @@
+"""The position-encoding choice: one enum, and the settings of each kind.
+
+The paper's baselines differ only in how position enters the model:
+
+- ``"rope"``: rotate queries and keys in every self-attention (eq. 34); nothing is added to
+  the token embeddings.
+- ``"sinusoidal"``: Vaswani et al.'s fixed absolute table added to the embeddings (eq. 3).
+- ``"learned"``: BERT's trained absolute table added to the embeddings.
+- ``"none"``: no position information (causal models can still infer some).
+
+Models read ``ModelConfig.position`` and nothing else decides this.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from roformer_jax import rope
+
+POSITION_ENCODINGS = ("rope", "sinusoidal", "learned", "none")
+ABSOLUTE_ENCODINGS = ("sinusoidal", "learned")
+
+
+def check_position_encoding(name: Any) -> str:
+  if name not in POSITION_ENCODINGS:
+    raise ValueError(f"position={name!r} is not a position encoding; expected one of "
+                     f"{POSITION_ENCODINGS} ('rope' is the paper's, the others its baselines).")
+  return name
+
+
+def freeze_scaling(scaling: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
+  """An HF-style rope_parameters dict as a sorted tuple of items (hashable, for static config)."""
+  if scaling is None:
+    return None
+  if isinstance(scaling, tuple):
+    return scaling
+  if not isinstance(scaling, Mapping):
+    raise TypeError(f"rope scaling must be None or a dict like {{'rope_type': 'yarn', 'factor': 4.0}}, "
+                    f"got {type(scaling).__name__}.")
+  return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling.items()))
+
+
+@dataclasses.dataclass(frozen=True)
+class RotaryConfig:
+  """Static RoPE settings shared by every rotated attention in a model.
+
+  Attributes:
+    theta: base of theta_i = theta ** (-2i / R) (Sec. 3.2.2: 10000).
+    layout: "interleaved" (eq. 34, HF RoFormer) or "half" (GPT-NeoX / LLaMA).
+    rotary_dim: rotate only the first R features of each head; None = all.
+    scaling: None or an HF rope_parameters dict (stored frozen so the config stays hashable).
+    exact: exact phase reduction (rope module docstring); False = plain float32 product.
+  """
+
+  theta: float = 10000.0
+  layout: str = "interleaved"
+  rotary_dim: int | None = None
+  scaling: Any = None
+  exact: bool = True
+
+  def __post_init__(self):
+    object.__setattr__(self, "scaling", freeze_scaling(self.scaling))
+    rope.rope_frequencies(2 if self.rotary_dim is None else self.rotary_dim, self.theta,
+                          scaling=self.scaling_dict, seq_len=1)  # validates theta and scaling early
+    if self.layout not in rope.LAYOUTS:
+      raise ValueError(f"rope layout={self.layout!r}; expected one of {rope.LAYOUTS}.")
+
+  @property
+  def scaling_dict(self) -> dict[str, Any] | None:
+    return None if self.scaling is None else {k: (list(v) if isinstance(v, tuple) else v)
+                                              for k, v in self.scaling}
+
+  def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len: int | None = None):
+    """cos/sin float32[..., T, R/2] for `rope.rotate`; compute once, use for q and k."""
+    rd = head_dim if self.rotary_dim is None else self.rotary_dim
+    if rd > head_dim:
+      raise ValueError(f"rotary_dim={rd} exceeds the head dim {head_dim}.")
+    return rope.rotary_cos_sin(positions, rd, self.theta, scaling=self.scaling_dict,
+                               seq_len=seq_len, exact=self.exact)
+
+  def rotate(self, x: jax.Array, cos_sin) -> jax.Array:
+    cos, sin = cos_sin
+    return rope.rotate(x, cos, sin, layout=self.layout)
+
+  def apply(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    """`rope.apply_rotary` with these settings; x [..., T, N, H], positions [..., T]."""
+    return rope.apply_rotary(x, positions, self.theta, layout=self.layout,
+                             rotary_dim=self.rotary_dim, scaling=self.scaling_dict, exact=self.exact)
+
+
+def sinusoidal_embedding(positions: jax.Array, dim: int, *, base: float = 10000.0,
+                         dtype=jnp.float32) -> jax.Array:
+  """Vaswani et al.'s absolute encoding (eq. 3 of the paper): [sin(m w_i), cos(m w_i)] pairs.
+
+  Computed from the positions rather than read from a table, so packed segments and left
+  padding get the same per-token positions as RoPE does. Uses the exact phase reduction of
+  `rope.rotary_cos_sin`, so large positions keep full precision.
+
+  Args:
+    positions: int[..., T].
+    dim: D, even.
+    base: the 10000 of w_i = base ** (-2i / D).
+
+  Returns:
+    dtype[..., T, D] with p[2i] = sin(m w_i), p[2i+1] = cos(m w_i), as in eq. (3).
+  """
+  if dim % 2:
+    raise ValueError(f"sinusoidal position embedding needs an even model dim, got {dim}.")
+  cos, sin = rope.rotary_cos_sin(positions, dim, base)
+  return jnp.stack([sin, cos], axis=-1).reshape(*sin.shape[:-1], dim).astype(dtype)
+
+
+def default_positions(shape: tuple[int, ...], *, attention_mask=None, segment_ids=None,
+                      offset: jax.Array | int = 0) -> jax.Array:
+  """Positions for a batch: per segment if packed, over the real tokens if masked, else 0..T-1.
+
+  Counting over real tokens means left-padded rows get the same positions as right-padded
+  ones, which matters for the absolute encodings (RoPE is relative and does not care).
+  """
+  if segment_ids is not None:
+    return rope.positions_from_segments(segment_ids)
+  if attention_mask is not None:
+    return rope.positions_from_mask(attention_mask) + offset
+  return jnp.broadcast_to(jnp.arange(shape[-1], dtype=jnp.int32), shape) + offset
+
