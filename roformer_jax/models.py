@@ -1,0 +1,616 @@
+"""The RoFormer model family in Flax NNX: encoder (BERT layout), encoder-decoder, causal LM.
+
+Shapes: B batch, T length, S source length, D model width, E embedding width, V vocabulary.
+
+- `RoFormerModel`: the BERT-style encoder of Sec. 4.2-4.3 with HF RoFormer's parameter
+  layout (post-LN; pre-LN as an option). Heads: `RoFormerForMaskedLM` (tied embeddings),
+  `RoFormerForSequenceClassification` (num_labels=1 is regression, for STS-B).
+- `TransformerSeq2Seq`: Transformer-base of Sec. 4.1, RoPE in both self-attentions, none in
+  cross-attention, shared source/target vocabulary and tied embeddings.
+- `CausalLM`: decoder-only LM with softmax or linear (eq. 19) attention, Sec. 4.4.
+
+Every model takes a `ModelConfig`; `ModelConfig.position` is the one switch between RoPE
+and the paper's baselines (positional.POSITION_ENCODINGS). Parameters carry logical axis
+names (partitioning.py). Decoding caches are plain pytrees (`init_cache` / `decode_step`),
+so beam search can reorder them with a gather.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from roformer_jax import positional
+from roformer_jax.attention import (ATTENTION_KINDS, FEATURE_MAPS, MultiHeadAttention, cross_attend,
+                                    cross_kv, make_attention_mask)
+from roformer_jax.partitioning import partitioned
+from roformer_jax.positional import RotaryConfig
+
+ACTIVATIONS = {
+    "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # HF "gelu" is the exact erf form
+    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
+    "relu": jax.nn.relu,
+    "silu": jax.nn.silu,
+}
+NORM_PLACEMENTS = ("post", "pre")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Architecture of every model here. Defaults are RoFormer-base (HF `RoFormerConfig`)."""
+
+  vocab_size: int = 50000
+  d_model: int = 768  # D
+  num_layers: int = 12  # per stack (encoder and decoder each, for seq2seq)
+  num_heads: int = 12
+  head_dim: int | None = None  # None = d_model // num_heads
+  d_ff: int = 3072  # feed-forward hidden width
+  activation: str = "gelu"
+  embedding_size: int | None = None  # E; != D adds HF's embeddings_project (E -> D)
+  type_vocab_size: int = 2  # token types (segment A/B); 0 = none
+  max_position: int = 1536  # rows of the learned table ("learned" only)
+  position: str = "rope"  # rope | sinusoidal | learned | none
+  rope_theta: float = 10000.0  # Sec. 3.2.2
+  rope_layout: str = "interleaved"  # eq. (34), as in HF RoFormer
+  rotary_dim: int | None = None
+  rope_scaling: Any = None  # HF rope_parameters dict (linear, dynamic, yarn, longrope, llama3)
+  rope_exact: bool = True
+  rotary_value: bool = False  # also rotate v (HF config.rotary_value), off in the paper
+  norm: str = "post"  # post-LN (BERT, HF RoFormer) or pre-LN
+  layer_norm_eps: float = 1e-12
+  dropout: float = 0.1  # hidden dropout
+  attention_dropout: float = 0.1  # on attention probabilities (softmax only)
+  attention: str = "softmax"  # softmax | linear (eq. 19)
+  feature_map: str = "elu"  # linear attention: elu | favor
+  num_features: int = 256  # FAVOR+ random features
+  tie_embeddings: bool = True  # output projection = embedding table
+  scale_embeddings: bool = False  # multiply embeddings by sqrt(D) (Vaswani et al.)
+  init_std: float = 0.02
+  embed_init_std: float | None = None  # None = init_std
+  use_bias: bool = True
+  pad_id: int = 0
+  dtype: str = "float32"  # compute dtype (bfloat16 for mixed precision)
+  param_dtype: str = "float32"
+
+  def __post_init__(self):
+    object.__setattr__(self, "rope_scaling", positional.freeze_scaling(self.rope_scaling))
+    positional.check_position_encoding(self.position)
+    for name in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or value <= 0:
+        raise ValueError(f"model {name}={value!r} must be a positive integer.")
+    if self.head_dim is None and self.d_model % self.num_heads:
+      raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
+                       "set head_dim or change one of them.")
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f"activation={self.activation!r}; expected one of {tuple(ACTIVATIONS)}.")
+    if self.norm not in NORM_PLACEMENTS:
+      raise ValueError(f"norm={self.norm!r}; expected 'post' (BERT, HF RoFormer) or 'pre'.")
+    if self.attention not in ATTENTION_KINDS:
+      raise ValueError(f"attention={self.attention!r}; expected one of {ATTENTION_KINDS}.")
+    if self.feature_map not in FEATURE_MAPS:
+      raise ValueError(f"feature_map={self.feature_map!r}; expected one of {FEATURE_MAPS}.")
+    if self.position == "rope" and self.head_size % 2:
+      raise ValueError(f"RoPE rotates feature pairs, so the head dim must be even; got {self.head_size}.")
+    for name in ("dropout", "attention_dropout"):
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1).")
+    for name in ("dtype", "param_dtype"):
+      try:
+        jnp.dtype(getattr(self, name))
+      except TypeError as e:
+        raise ValueError(f"{name}={getattr(self, name)!r} is not a dtype name (use 'float32' or 'bfloat16').") from e
+    if self.position == "rope":
+      self.rotary  # validates theta, layout and scaling now, not at trace time
+
+  @classmethod
+  def from_dict(cls, values: Mapping[str, Any]) -> "ModelConfig":
+    """Builds a config from a dict (e.g. an ml_collections `config.model`), naming unknown keys."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+      raise ValueError(f"unknown model config keys {unknown}; known keys: {sorted(known)}.")
+    return cls(**dict(values))
+
+  def replace(self, **changes) -> "ModelConfig":
+    return dataclasses.replace(self, **changes)
+
+  @property
+  def head_size(self) -> int:
+    return self.head_dim or self.d_model // self.num_heads
+
+  @property
+  def embed_size(self) -> int:
+    return self.embedding_size or self.d_model
+
+  @property
+  def rotary(self) -> RotaryConfig:
+    return RotaryConfig(self.rope_theta, self.rope_layout, self.rotary_dim, self.rope_scaling, self.rope_exact)
+
+  @property
+  def compute_dtype(self):
+    return jnp.dtype(self.dtype)
+
+
+# Sizes from the paper (reference/roformer-paper-summary.md).
+PRESETS: dict[str, dict[str, Any]] = {
+    # Sec. 4.2/4.3: BERT-base sized RoFormer (HF junnyu/roformer_chinese_base layout).
+    "roformer-base": dict(d_model=768, num_layers=12, num_heads=12, d_ff=3072),
+    # Sec. 4.1: Transformer-base, d=512, 6+6 layers, 8 heads, FFN 2048, shared 37k BPE vocabulary.
+    "transformer-base": dict(vocab_size=37000, d_model=512, num_layers=6, num_heads=8, d_ff=2048,
+                             activation="relu", type_vocab_size=0, scale_embeddings=True,
+                             embed_init_std=512 ** -0.5, layer_norm_eps=1e-5),
+    # Sec. 4.4: 12-layer char-level Performer LM on enwik8, 768 wide, 12 heads.
+    "performer-enwik8": dict(vocab_size=256, d_model=768, num_layers=12, num_heads=12, d_ff=3072,
+                             attention="linear", feature_map="favor", type_vocab_size=0,
+                             norm="pre", layer_norm_eps=1e-5),
+}
+
+
+def preset(name: str, **overrides) -> ModelConfig:
+  if name not in PRESETS:
+    raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}.")
+  return ModelConfig(**{**PRESETS[name], **overrides})
+
+
+# --------------------------------------------------------------------------------------
+# Layers.
+# --------------------------------------------------------------------------------------
+
+
+def _linear(cfg: ModelConfig, din: int, dout: int, axes, *, rngs, std=None):
+  return nnx.Linear(din, dout, use_bias=cfg.use_bias, dtype=cfg.compute_dtype,
+                    param_dtype=cfg.param_dtype, rngs=rngs,
+                    kernel_init=partitioned(nnx.initializers.normal(std or cfg.init_std), axes),
+                    bias_init=partitioned(nnx.initializers.zeros_init(), (axes[1],)))
+
+
+def _layer_norm(cfg: ModelConfig, dim: int, *, rngs):
+  # Normalisation statistics stay in float32 whatever the compute dtype.
+  return nnx.LayerNorm(dim, epsilon=cfg.layer_norm_eps, dtype=jnp.float32, param_dtype=cfg.param_dtype,
+                       scale_init=partitioned(nnx.initializers.ones_init(), ("norm",)),
+                       bias_init=partitioned(nnx.initializers.zeros_init(), ("norm",)), rngs=rngs)
+
+
+def _embed(cfg: ModelConfig, rows: int, dim: int, axes, *, rngs):
+  init = nnx.initializers.normal(cfg.embed_init_std or cfg.init_std)
+  return nnx.Embed(rows, dim, dtype=cfg.compute_dtype, param_dtype=cfg.param_dtype,
+                   embedding_init=partitioned(init, axes), rngs=rngs)
+
+
+class Embedder(nnx.Module):
+  """Token (+ token-type, + absolute position) embeddings, as in HF RoFormerEmbeddings.
+
+  word + type [+ position] -> LayerNorm (post-LN models) -> dropout -> E->D projection.
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    e = cfg.embed_size
+    self.cfg = cfg
+    self.word = _embed(cfg, cfg.vocab_size, e, ("vocab", "embed"), rngs=rngs)
+    self.token_type = _embed(cfg, cfg.type_vocab_size, e, ("types", "embed"), rngs=rngs) if cfg.type_vocab_size else None
+    self.position = _embed(cfg, cfg.max_position, e, ("position", "embed"), rngs=rngs) if cfg.position == "learned" else None
+    self.norm = _layer_norm(cfg, e, rngs=rngs) if cfg.norm == "post" else None
+    self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+    self.project = _linear(cfg, e, cfg.d_model, ("embed", None), rngs=rngs) if e != cfg.d_model else None
+
+  def __call__(self, ids, *, positions, token_type_ids=None, deterministic: bool = True) -> jax.Array:
+    cfg = self.cfg
+    x = self.word(ids)
+    if cfg.scale_embeddings:
+      x = x * math.sqrt(cfg.d_model)
+    if self.token_type is not None:
+      x = x + self.token_type(jnp.zeros_like(ids) if token_type_ids is None else token_type_ids)
+    if cfg.position == "learned":
+      x = x + self.position(positions)
+    elif cfg.position == "sinusoidal":
+      x = x + positional.sinusoidal_embedding(positions, x.shape[-1], dtype=x.dtype)
+    if self.norm is not None:
+      x = self.norm(x).astype(cfg.compute_dtype)
+    x = self.dropout(x, deterministic=deterministic)
+    return x if self.project is None else self.project(x)
+
+  def attend(self, h: jax.Array) -> jax.Array:
+    """Tied output projection h [..., E] -> float32 logits [..., V]."""
+    return self.word.attend(h).astype(jnp.float32)
+
+
+class Block(nnx.Module):
+  """One transformer layer: self-attention (+ cross-attention) + feed-forward.
+
+  post-LN (BERT/HF RoFormer): x = LN(x + f(x)); pre-LN: x = x + f(LN(x)).
+  Parameter names follow HF's BertLayer roles: attention, attention_norm, [cross_attention,
+  cross_norm], mlp_in, mlp_out, mlp_norm.
+  """
+
+  def __init__(self, cfg: ModelConfig, *, causal: bool, cross: bool, rngs: nnx.Rngs):
+    self.cfg, self.causal = cfg, causal
+    mha = dict(head_dim=cfg.head_size, rotary=cfg.rotary, init_std=cfg.init_std, use_bias=cfg.use_bias,
+               dtype=cfg.compute_dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+    self.attention = MultiHeadAttention(
+        cfg.d_model, cfg.num_heads, kind=cfg.attention, use_rope=cfg.position == "rope",
+        rotary_value=cfg.rotary_value, causal=causal, feature_map=cfg.feature_map,
+        num_features=cfg.num_features, dropout_rate=cfg.attention_dropout, **mha)
+    self.attention_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs)
+    if cross:
+      self.cross_attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, kind="softmax", use_rope=False,
+                                                dropout_rate=cfg.attention_dropout, **mha)
+      self.cross_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs)
+    else:
+      self.cross_attention = self.cross_norm = None
+    self.mlp_in = _linear(cfg, cfg.d_model, cfg.d_ff, ("embed", "mlp"), rngs=rngs)
+    self.mlp_out = _linear(cfg, cfg.d_ff, cfg.d_model, ("mlp", "embed"), rngs=rngs)
+    self.mlp_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs)
+    self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+
+  def _residual(self, x, norm, fn, deterministic):
+    dt = self.cfg.compute_dtype
+    if self.cfg.norm == "pre":
+      return x + self.dropout(fn(norm(x).astype(dt)), deterministic=deterministic)
+    return norm(x + self.dropout(fn(x), deterministic=deterministic)).astype(dt)
+
+  def _mlp(self, x):
+    return self.mlp_out(ACTIVATIONS[self.cfg.activation](self.mlp_in(x)))
+
+  def __call__(self, x, *, positions, mask=None, kv_valid=None, segment_ids=None, context=None,
+               context_mask=None, deterministic: bool = True) -> jax.Array:
+    attn = lambda h: self.attention(h, positions=positions, mask=mask, kv_valid=kv_valid,
+                                    segment_ids=segment_ids, deterministic=deterministic)
+    x = self._residual(x, self.attention_norm, attn, deterministic)
+    if self.cross_attention is not None:
+      cross = lambda h: self.cross_attention(h, context=context, mask=context_mask, deterministic=deterministic)
+      x = self._residual(x, self.cross_norm, cross, deterministic)
+    return self._residual(x, self.mlp_norm, self._mlp, deterministic)
+
+  def decode(self, x, cache, *, positions, index, kv_valid, cross_mask=None):
+    """Incremental forward of new tokens x [B, L, D]; returns (y, new layer cache)."""
+    new = {}
+
+    def attn(h):
+      y, new["self"] = self.attention.decode(h, cache["self"], positions=positions, index=index,
+                                             kv_valid=kv_valid)
+      return y
+
+    x = self._residual(x, self.attention_norm, attn, True)
+    if self.cross_attention is not None:
+      new["cross"] = cache["cross"]
+      x = self._residual(x, self.cross_norm,
+                         lambda h: cross_attend(self.cross_attention, h, cache["cross"], mask=cross_mask), True)
+    return self._residual(x, self.mlp_norm, self._mlp, True), new
+
+
+def _stack(cfg: ModelConfig, *, causal: bool, cross: bool, rngs: nnx.Rngs) -> nnx.List:
+  return nnx.List([Block(cfg, causal=causal, cross=cross, rngs=rngs) for _ in range(cfg.num_layers)])
+
+
+def _self_attention_mask(cfg: ModelConfig, *, valid, segment_ids, causal: bool, length: int):
+  if cfg.attention == "linear":
+    return None  # linear attention takes kv_valid / segment_ids directly
+  idx = jnp.arange(length, dtype=jnp.int32)
+  return make_attention_mask(kv_valid=valid, q_segment_ids=segment_ids, causal=causal, q_index=idx, kv_index=idx)
+
+
+def _valid_tokens(ids, attention_mask, segment_ids):
+  """Real-token mask: attention_mask if given, else segment id != 0 if packed, else None."""
+  if attention_mask is not None:
+    return jnp.asarray(attention_mask).astype(bool)
+  if segment_ids is not None:
+    return jnp.asarray(segment_ids) != 0
+  return None
+
+
+def _check_ids(ids, what="input_ids"):
+  ids = jnp.asarray(ids)
+  if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
+    raise ValueError(f"{what} must be an integer array [B, T], got dtype {ids.dtype} shape {ids.shape}.")
+  return ids
+
+
+# --------------------------------------------------------------------------------------
+# Encoder (BERT layout) and its heads.
+# --------------------------------------------------------------------------------------
+
+
+class RoFormerModel(nnx.Module):
+  """The RoFormer encoder: embeddings and a stack of bidirectional blocks (Sec. 4.2)."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = cfg
+    self.embeddings = Embedder(cfg, rngs=rngs)
+    self.layers = _stack(cfg, causal=False, cross=False, rngs=rngs)
+    self.final_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else None
+
+  def encode(self, input_ids, *, attention_mask=None, token_type_ids=None, positions=None,
+             segment_ids=None, deterministic: bool = True) -> jax.Array:
+    """Last hidden states [B, T, D] (float32 for float32 compute).
+
+    Args:
+      input_ids: int[B, T].
+      attention_mask: 1/True for real tokens, 0 for padding ([B, T]).
+      token_type_ids: int[B, T] segment A/B ids (HF token_type_ids).
+      positions: int[B, T]; default counts real tokens (or restarts per packed segment), so
+        left padding and packing work for absolute encodings too.
+      segment_ids: int[B, T] packed documents (0 = padding); tokens attend within their own.
+    """
+    input_ids = _check_ids(input_ids)
+    cfg = self.config
+    if segment_ids is not None and cfg.attention == "linear":
+      raise ValueError("packed segment_ids with bidirectional linear attention are not supported; "
+                       "unpack the batch or use attention='softmax'.")
+    valid = _valid_tokens(input_ids, attention_mask, segment_ids)
+    if positions is None:
+      positions = positional.default_positions(input_ids.shape, attention_mask=valid, segment_ids=segment_ids)
+    x = self.embeddings(input_ids, positions=positions, token_type_ids=token_type_ids, deterministic=deterministic)
+    mask = _self_attention_mask(cfg, valid=valid, segment_ids=segment_ids, causal=False, length=input_ids.shape[1])
+    for layer in self.layers:
+      x = layer(x, positions=positions, mask=mask, kv_valid=valid, deterministic=deterministic)
+    return x if self.final_norm is None else self.final_norm(x)
+
+  __call__ = encode
+
+
+class MLMHead(nnx.Module):
+  """HF RoFormerLMPredictionHead: dense D->E, activation, LayerNorm, tied decoder + bias."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.cfg = cfg
+    e = cfg.embed_size
+    self.transform = _linear(cfg, cfg.d_model, e, ("embed", None), rngs=rngs)
+    self.norm = nnx.LayerNorm(e, epsilon=cfg.layer_norm_eps, dtype=jnp.float32, param_dtype=cfg.param_dtype,
+                              scale_init=partitioned(nnx.initializers.ones_init(), ("norm",)),
+                              bias_init=partitioned(nnx.initializers.zeros_init(), ("norm",)), rngs=rngs)
+    self.bias = nnx.Param(partitioned(nnx.initializers.zeros_init(), ("vocab",))(rngs.params(), (cfg.vocab_size,), cfg.param_dtype))
+    self.decoder = None if cfg.tie_embeddings else nnx.Linear(
+        e, cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype, param_dtype=cfg.param_dtype, rngs=rngs,
+        kernel_init=partitioned(nnx.initializers.normal(cfg.init_std), ("embed", "vocab")))
+
+  def __call__(self, h, embedder: Embedder) -> jax.Array:
+    h = self.norm(ACTIVATIONS[self.cfg.activation](self.transform(h))).astype(self.cfg.compute_dtype)
+    logits = embedder.attend(h) if self.decoder is None else self.decoder(h).astype(jnp.float32)
+    return logits + self.bias.value.astype(jnp.float32)
+
+
+class RoFormerForMaskedLM(nnx.Module):
+  """Encoder + MLM head with tied embeddings (Sec. 4.2 pre-training)."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = cfg
+    self.roformer = RoFormerModel(cfg, rngs=rngs)
+    self.mlm = MLMHead(cfg, rngs=rngs)
+
+  def encode(self, input_ids, **kw) -> jax.Array:
+    return self.roformer.encode(input_ids, **kw)
+
+  def __call__(self, input_ids, *, masked_positions=None, deterministic: bool = True, **kw) -> jax.Array:
+    """float32 logits [B, T, V], or [B, M, V] at `masked_positions` int[B, M] only.
+
+    Scoring only the masked positions gives the same loss and gradients as full logits and
+    skips most of the vocabulary projection.
+    """
+    h = self.roformer.encode(input_ids, deterministic=deterministic, **kw)
+    if masked_positions is not None:
+      h = jnp.take_along_axis(h, jnp.asarray(masked_positions)[..., None], axis=1)
+    return self.mlm(h, self.roformer.embeddings)
+
+
+class RoFormerForSequenceClassification(nnx.Module):
+  """Encoder + HF RoFormerClassificationHead on the first token (Sec. 4.3 GLUE).
+
+  num_labels=1 makes it a regressor (STS-B); the loss is the trainer's choice.
+  """
+
+  def __init__(self, cfg: ModelConfig, num_labels: int, *, rngs: nnx.Rngs):
+    if num_labels < 1:
+      raise ValueError(f"num_labels={num_labels} must be >= 1 (1 = regression).")
+    self.config, self.num_labels = cfg, num_labels
+    self.roformer = RoFormerModel(cfg, rngs=rngs)
+    self.dense = _linear(cfg, cfg.d_model, cfg.d_model, ("embed", None), rngs=rngs)
+    self.out_proj = _linear(cfg, cfg.d_model, num_labels, (None, "labels"), rngs=rngs)
+    self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
+
+  def encode(self, input_ids, **kw) -> jax.Array:
+    return self.roformer.encode(input_ids, **kw)
+
+  def __call__(self, input_ids, *, deterministic: bool = True, **kw) -> jax.Array:
+    """float32 logits [B, num_labels] (scores [B, 1] for regression)."""
+    h = self.roformer.encode(input_ids, deterministic=deterministic, **kw)[:, 0]
+    h = self.dropout(h, deterministic=deterministic)
+    h = ACTIVATIONS[self.config.activation](self.dense(h))
+    h = self.dropout(h, deterministic=deterministic)
+    return self.out_proj(h).astype(jnp.float32)
+
+
+# --------------------------------------------------------------------------------------
+# Decoding caches (shared by the causal LM and the seq2seq decoder).
+# --------------------------------------------------------------------------------------
+
+
+def _new_cache(layers, batch: int, max_len: int, dtype) -> dict[str, Any]:
+  """{"layers": [...], "index": next slot, "valid": real slots [B, max_len], "position": next
+  position per row [B]}. Every leaf but "index" has the batch as its leading axis."""
+  return {"layers": [{"self": layer.attention.init_cache(batch, max_len, dtype)} for layer in layers],
+          "index": jnp.zeros((), jnp.int32),
+          "valid": jnp.zeros((batch, max_len), bool),
+          "position": jnp.zeros((batch,), jnp.int32)}
+
+
+def _advance(cache, token_mask, length: int):
+  """Slots, positions and validity for `length` new tokens (token_mask False = left padding)."""
+  b = cache["position"].shape[0]
+  token_mask = jnp.ones((b, length), bool) if token_mask is None else jnp.asarray(token_mask, bool)
+  counts = jnp.cumsum(token_mask.astype(jnp.int32), axis=1)
+  positions = jnp.where(token_mask, cache["position"][:, None] + counts - 1, 0)
+  valid = jax.lax.dynamic_update_slice_in_dim(cache["valid"], token_mask, cache["index"], axis=1)
+  return positions, valid, counts[:, -1]
+
+
+def _decode_stack(layers, x, cache, advanced, *, cross_mask=None):
+  positions, valid, count = advanced
+  index = cache["index"]
+  new_layers = []
+  for layer, layer_cache in zip(layers, cache["layers"]):
+    x, new = layer.decode(x, layer_cache, positions=positions, index=index, kv_valid=valid, cross_mask=cross_mask)
+    new_layers.append(new)
+  new_cache = {"layers": new_layers, "index": index + x.shape[1], "valid": valid,
+               "position": cache["position"] + count}
+  return x, new_cache
+
+
+# --------------------------------------------------------------------------------------
+# Causal LM.
+# --------------------------------------------------------------------------------------
+
+
+class CausalLM(nnx.Module):
+  """Decoder-only language model, softmax or linear attention (Sec. 4.4's Performer LM)."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    self.config = cfg
+    self.embeddings = Embedder(cfg, rngs=rngs)
+    self.layers = _stack(cfg, causal=True, cross=False, rngs=rngs)
+    self.final_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else None
+    self.lm_head = None if cfg.tie_embeddings else nnx.Linear(
+        cfg.d_model, cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype, param_dtype=cfg.param_dtype,
+        rngs=rngs, kernel_init=partitioned(nnx.initializers.normal(cfg.init_std), ("embed", "vocab")))
+    if cfg.tie_embeddings and cfg.embed_size != cfg.d_model:
+      raise ValueError("tied output embeddings need embedding_size == d_model for the causal LM.")
+
+  def _logits(self, h):
+    if self.final_norm is not None:
+      h = self.final_norm(h).astype(self.config.compute_dtype)
+    return self.embeddings.attend(h) if self.lm_head is None else self.lm_head(h).astype(jnp.float32)
+
+  def __call__(self, tokens, *, attention_mask=None, positions=None, segment_ids=None,
+               deterministic: bool = True) -> jax.Array:
+    """float32 next-token logits [B, T, V] for tokens int[B, T].
+
+    attention_mask marks real tokens (left or right padding); segment_ids packs documents
+    (0 = padding) with positions restarting in each.
+    """
+    tokens = _check_ids(tokens, "tokens")
+    valid = _valid_tokens(tokens, attention_mask, segment_ids)
+    if positions is None:
+      positions = positional.default_positions(tokens.shape, attention_mask=valid, segment_ids=segment_ids)
+    x = self.embeddings(tokens, positions=positions, deterministic=deterministic)
+    mask = _self_attention_mask(self.config, valid=valid, segment_ids=segment_ids, causal=True,
+                                length=tokens.shape[1])
+    for layer in self.layers:
+      x = layer(x, positions=positions, mask=mask, kv_valid=valid, segment_ids=segment_ids,
+                deterministic=deterministic)
+    return self._logits(x)
+
+  def init_cache(self, batch: int, max_len: int, dtype=None) -> dict[str, Any]:
+    """An empty decode cache for `max_len` tokens (prompt + generated)."""
+    return _new_cache(self.layers, batch, max_len, dtype or self.config.compute_dtype)
+
+  def decode_step(self, tokens, cache, *, token_mask=None) -> tuple[jax.Array, dict]:
+    """Feeds tokens int[B, L] (a prompt, or L=1 while generating) and returns their logits.
+
+    token_mask: bool[B, L], False at left padding of a prompt. Linear attention advances its
+    recurrent (s, z) state: O(1) work per generated token.
+
+    Returns:
+      (float32 logits [B, L, V], the updated cache).
+    """
+    tokens = _check_ids(tokens, "tokens")
+    advanced = _advance(cache, token_mask, tokens.shape[1])
+    x = self.embeddings(tokens, positions=advanced[0])
+    x, cache = _decode_stack(self.layers, x, cache, advanced)
+    return self._logits(x), cache
+
+
+# --------------------------------------------------------------------------------------
+# Encoder-decoder (Sec. 4.1).
+# --------------------------------------------------------------------------------------
+
+
+class TransformerSeq2Seq(nnx.Module):
+  """Transformer-base encoder-decoder with RoPE in both self-attentions (Sec. 4.1).
+
+  Source and target share one vocabulary and one embedding table, which is also the output
+  projection. Cross-attention has no RoPE (source and target positions are unrelated).
+  """
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    if cfg.attention != "softmax":
+      raise ValueError("the encoder-decoder uses softmax attention; set attention='softmax'.")
+    if cfg.embed_size != cfg.d_model:
+      raise ValueError("the encoder-decoder ties embeddings and needs embedding_size == d_model.")
+    self.config = cfg
+    self.embeddings = Embedder(cfg, rngs=rngs)
+    self.encoder = _stack(cfg, causal=False, cross=False, rngs=rngs)
+    self.decoder = _stack(cfg, causal=True, cross=True, rngs=rngs)
+    pre = cfg.norm == "pre"
+    self.encoder_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if pre else None
+    self.decoder_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if pre else None
+
+  def encode(self, src_ids, *, src_mask=None, deterministic: bool = True) -> jax.Array:
+    """Encoder states [B, S, D]; src_mask marks real source tokens (default: ids != pad_id)."""
+    src_ids = _check_ids(src_ids, "src_ids")
+    valid = (src_ids != self.config.pad_id) if src_mask is None else jnp.asarray(src_mask, bool)
+    positions = positional.default_positions(src_ids.shape, attention_mask=valid)
+    x = self.embeddings(src_ids, positions=positions, deterministic=deterministic)
+    mask = make_attention_mask(kv_valid=valid)
+    for layer in self.encoder:
+      x = layer(x, positions=positions, mask=mask, deterministic=deterministic)
+    return x if self.encoder_norm is None else self.encoder_norm(x).astype(self.config.compute_dtype)
+
+  def _logits(self, h):
+    if self.decoder_norm is not None:
+      h = self.decoder_norm(h).astype(self.config.compute_dtype)
+    return self.embeddings.attend(h)
+
+  def decode(self, tgt_ids, encoded, *, src_mask, tgt_mask=None, deterministic: bool = True) -> jax.Array:
+    """Teacher-forced decoder logits float32 [B, T, V] for target inputs int[B, T]."""
+    tgt_ids = _check_ids(tgt_ids, "tgt_ids")
+    valid = None if tgt_mask is None else jnp.asarray(tgt_mask, bool)
+    positions = positional.default_positions(tgt_ids.shape, attention_mask=valid)
+    x = self.embeddings(tgt_ids, positions=positions, deterministic=deterministic)
+    t = tgt_ids.shape[1]
+    idx = jnp.arange(t, dtype=jnp.int32)
+    mask = make_attention_mask(kv_valid=valid, causal=True, q_index=idx, kv_index=idx)
+    cross_mask = make_attention_mask(kv_valid=jnp.asarray(src_mask, bool))
+    for layer in self.decoder:
+      x = layer(x, positions=positions, mask=mask, context=encoded, context_mask=cross_mask,
+                deterministic=deterministic)
+    return self._logits(x)
+
+  def __call__(self, src_ids, tgt_ids, *, src_mask=None, tgt_mask=None, deterministic: bool = True):
+    src_ids = _check_ids(src_ids, "src_ids")
+    src_mask = (src_ids != self.config.pad_id) if src_mask is None else src_mask
+    encoded = self.encode(src_ids, src_mask=src_mask, deterministic=deterministic)
+    return self.decode(tgt_ids, encoded, src_mask=src_mask, tgt_mask=tgt_mask, deterministic=deterministic)
+
+  def init_cache(self, encoded, src_mask, max_len: int, dtype=None) -> dict[str, Any]:
+    """A decode cache holding each layer's cross-attention keys/values of `encoded`."""
+    b = encoded.shape[0]
+    cache = _new_cache(self.decoder, b, max_len, dtype or self.config.compute_dtype)
+    for layer, layer_cache in zip(self.decoder, cache["layers"]):
+      layer_cache["cross"] = cross_kv(layer.cross_attention, encoded)
+    cache["src_valid"] = jnp.asarray(src_mask, bool)
+    return cache
+
+  def decode_step(self, tgt_ids, cache, *, token_mask=None) -> tuple[jax.Array, dict]:
+    """Incremental decoder step: (float32 logits [B, L, V], updated cache)."""
+    tgt_ids = _check_ids(tgt_ids, "tgt_ids")
+    advanced = _advance(cache, token_mask, tgt_ids.shape[1])
+    x = self.embeddings(tgt_ids, positions=advanced[0])
+    cross_mask = make_attention_mask(kv_valid=cache["src_valid"])
+    x, new_cache = _decode_stack(self.decoder, x, cache, advanced, cross_mask=cross_mask)
+    new_cache["src_valid"] = cache["src_valid"]
+    return self._logits(x), new_cache
+
+
+MODEL_CLASSES = {
+    "encoder": RoFormerModel,
+    "mlm": RoFormerForMaskedLM,
+    "classifier": RoFormerForSequenceClassification,
+    "seq2seq": TransformerSeq2Seq,
+    "causal_lm": CausalLM,
+}
