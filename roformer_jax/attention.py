@@ -414,11 +414,11 @@ class MultiHeadAttention(nnx.Module):
     """Draws a fresh FAVOR+ projection (Performer redraws every ~1000 steps; the trainer's
     `feature_redraw_every` decides). Eval and decoding keep the projection fixed."""
     if self.kind == "linear" and self.feature_map == "favor":
-      f, h = self.projection.value.shape
-      self.projection.value = favor_projection(key, f, h)
+      f, h = self.projection[...].shape
+      self.projection[...] = favor_projection(key, f, h)
 
   def _projection(self):
-    return self.projection.value if (self.kind == "linear" and self.feature_map == "favor") else None
+    return self.projection[...] if (self.kind == "linear" and self.feature_map == "favor") else None
 
   def __call__(self, x, *, context=None, positions=None, kv_positions=None, mask=None,
                kv_valid=None, segment_ids=None, deterministic: bool = True) -> jax.Array:

@@ -373,7 +373,7 @@ class MLMHead(nnx.Module):
   def __call__(self, h, embedder: Embedder) -> jax.Array:
     h = self.norm(ACTIVATIONS[self.cfg.activation](self.transform(h))).astype(self.cfg.compute_dtype)
     logits = embedder.attend(h) if self.decoder is None else self.decoder(h).astype(jnp.float32)
-    return logits + self.bias.value.astype(jnp.float32)
+    return logits + self.bias[...].astype(jnp.float32)
 
 
 class RoFormerForMaskedLM(nnx.Module):

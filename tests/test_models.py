@@ -1,0 +1,323 @@
+"""The RoFormer model family: shapes, invariances, caching, sharding, config errors.
+
+References are independent of the code under test: a float64 NumPy Vaswani table, the
+model run on each packed document alone, the unpadded batch, the full (uncached) forward,
+and the single-device forward for the sharded one.
+"""
+
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from roformer_jax import models as M
+from roformer_jax import positional
+
+V, D, L, N, F = 64, 32, 2, 4, 64
+TINY = dict(vocab_size=V, d_model=D, num_layers=L, num_heads=N, d_ff=F, dropout=0.0,
+            attention_dropout=0.0, max_position=64)
+
+
+def tiny(**kw) -> M.ModelConfig:
+  return M.ModelConfig(**{**TINY, **kw})
+
+
+def ids(key, b, t):
+  return jax.random.randint(jax.random.key(key), (b, t), 1, V)
+
+
+# --------------------------------------------------------------------------------------
+# Shapes and heads.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("position", positional.POSITION_ENCODINGS)
+def test_encoder_heads_shapes(position):
+  cfg = tiny(position=position)
+  x = ids(0, 3, 10)
+  enc = M.RoFormerModel(cfg, rngs=nnx.Rngs(0))
+  chex.assert_shape(enc.encode(x), (3, 10, D))
+  mlm = M.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0))
+  logits = mlm(x)
+  chex.assert_shape(logits, (3, 10, V))
+  chex.assert_type(logits, jnp.float32)
+  cls = M.RoFormerForSequenceClassification(cfg, 3, rngs=nnx.Rngs(0))
+  chex.assert_shape(cls(x), (3, 3))
+  reg = M.RoFormerForSequenceClassification(cfg, 1, rngs=nnx.Rngs(0))
+  chex.assert_shape(reg(x), (3, 1))
+
+
+def test_mlm_masked_positions_equal_full_logits_gathered():
+  mlm = M.RoFormerForMaskedLM(tiny(), rngs=nnx.Rngs(1))
+  x = ids(1, 2, 16)
+  where = jnp.array([[0, 3, 7], [15, 2, 2]])
+  full = mlm(x)
+  np.testing.assert_allclose(mlm(x, masked_positions=where),
+                             jnp.take_along_axis(full, where[..., None], axis=1), atol=1e-6)
+
+
+def test_mlm_output_is_tied_to_word_embeddings():
+  mlm = M.RoFormerForMaskedLM(tiny(), rngs=nnx.Rngs(2))
+  x = jnp.array([[1, 2, 3, 4, 5]])
+  before = mlm(x)
+  table = mlm.roformer.embeddings.word.embedding
+  table[...] = table[...].at[7].add(jax.random.normal(jax.random.key(0), (D,)))  # 7 is not in x
+  after = mlm(x)
+  assert float(jnp.abs(after[..., 7] - before[..., 7]).max()) > 1e-3  # the output row moved too
+
+
+def test_factorised_embeddings_project_to_model_width():
+  cfg = tiny(embedding_size=24)
+  mlm = M.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0))
+  assert mlm.roformer.embeddings.word.embedding.shape == (V, 24)
+  chex.assert_shape(mlm.encode(ids(0, 2, 6)), (2, 6, D))
+  chex.assert_shape(mlm(ids(0, 2, 6)), (2, 6, V))
+
+
+def test_seq2seq_and_lm_shapes():
+  cfg = M.preset("transformer-base", **{**TINY, "vocab_size": V})
+  s2s = M.TransformerSeq2Seq(cfg, rngs=nnx.Rngs(0))
+  chex.assert_shape(s2s(ids(0, 2, 9), ids(1, 2, 7)), (2, 7, V))
+  for attention, fmap in [("softmax", "elu"), ("linear", "elu"), ("linear", "favor")]:
+    lm = M.CausalLM(tiny(attention=attention, feature_map=fmap, num_features=16, norm="pre"), rngs=nnx.Rngs(0))
+    chex.assert_shape(lm(ids(0, 2, 9)), (2, 9, V))
+
+
+def test_transformer_base_preset_is_the_paper_size():
+  cfg = M.preset("transformer-base")
+  assert (cfg.d_model, cfg.num_layers, cfg.num_heads, cfg.d_ff) == (512, 6, 8, 2048)  # Sec. 4.1
+  lm = M.preset("performer-enwik8")
+  assert (lm.d_model, lm.num_layers, lm.num_heads, lm.attention) == (768, 12, 12, "linear")  # Sec. 4.4
+
+
+def test_parameters_carry_logical_axes():
+  mlm = M.RoFormerForMaskedLM(tiny(), rngs=nnx.Rngs(0))
+  params = nnx.state(mlm, nnx.Param)
+  names = jax.tree.leaves(jax.tree.map(lambda p: p.get_metadata().get("out_sharding"), params,
+                                       is_leaf=lambda x: isinstance(x, nnx.Variable)),
+                          is_leaf=lambda x: isinstance(x, tuple))
+  flat = nnx.to_flat_state(params)
+  missing = [path for path, var in flat if var.get_metadata().get("out_sharding") is None]
+  assert not missing, f"parameters without logical axes: {missing}"
+  assert ("vocab", "embed") in names and ("embed", "heads", "kv") in names and ("embed", "mlp") in names
+
+
+# --------------------------------------------------------------------------------------
+# Absolute sinusoidal table against Vaswani et al. in float64.
+# --------------------------------------------------------------------------------------
+
+
+def test_sinusoidal_embedding_matches_vaswani_float64():
+  pos = np.array([0, 1, 5, 100, 511, 4097])
+  d = 16
+  ref = np.zeros((len(pos), d))
+  for r, p in enumerate(pos):
+    for i in range(d // 2):
+      w = 10000.0 ** (-2 * i / d)
+      ref[r, 2 * i], ref[r, 2 * i + 1] = np.sin(p * w), np.cos(p * w)
+  np.testing.assert_allclose(positional.sinusoidal_embedding(jnp.asarray(pos), d), ref, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# Invariances: packing, padding.
+# --------------------------------------------------------------------------------------
+
+ENCODERS = [dict(position=p) for p in ("rope", "learned", "sinusoidal")] + [dict(norm="pre")]
+
+
+@pytest.mark.parametrize("kw", ENCODERS)
+def test_encoder_packing_equals_each_document_alone(kw):
+  model = M.RoFormerModel(tiny(**kw), rngs=nnx.Rngs(3))
+  a, b = ids(3, 1, 7), ids(4, 1, 5)
+  packed = jnp.concatenate([a, b, jnp.zeros((1, 4), jnp.int32)], axis=1)
+  seg = jnp.array([[1] * 7 + [2] * 5 + [0] * 4])
+  out = model.encode(packed, segment_ids=seg)
+  np.testing.assert_allclose(out[:, :7], model.encode(a), atol=2e-5)
+  np.testing.assert_allclose(out[:, 7:12], model.encode(b), atol=2e-5)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(position="learned"), dict(attention="linear", norm="pre"),
+                                dict(attention="linear", feature_map="favor", num_features=16)])
+def test_causal_lm_packing_equals_each_document_alone(kw):
+  model = M.CausalLM(tiny(**kw), rngs=nnx.Rngs(5))
+  a, b = ids(5, 1, 9), ids(6, 1, 6)
+  packed = jnp.concatenate([a, b, jnp.zeros((1, 3), jnp.int32)], axis=1)
+  seg = jnp.array([[1] * 9 + [2] * 6 + [0] * 3])
+  out = model(packed, segment_ids=seg)
+  np.testing.assert_allclose(out[:, :9], model(a), atol=2e-5)
+  np.testing.assert_allclose(out[:, 9:15], model(b), atol=2e-5)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(position="sinusoidal"), dict(rotary_value=True)])
+def test_encoder_left_padding_equals_right_padding(kw):
+  model = M.RoFormerModel(tiny(**kw), rngs=nnx.Rngs(7))
+  x = ids(7, 1, 8)
+  pad = jnp.zeros((1, 3), jnp.int32)
+  right = model.encode(jnp.concatenate([x, pad], 1), attention_mask=jnp.array([[1] * 8 + [0] * 3]))
+  left = model.encode(jnp.concatenate([pad, x], 1), attention_mask=jnp.array([[0] * 3 + [1] * 8]))
+  alone = model.encode(x)
+  np.testing.assert_allclose(right[:, :8], alone, atol=2e-5)
+  np.testing.assert_allclose(left[:, 3:], alone, atol=2e-5)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(position="learned"), dict(attention="linear")])
+def test_causal_lm_left_padding_equals_unpadded(kw):
+  model = M.CausalLM(tiny(**kw), rngs=nnx.Rngs(8))
+  x = ids(8, 1, 8)
+  left = model(jnp.concatenate([jnp.zeros((1, 4), jnp.int32), x], 1),
+               attention_mask=jnp.array([[0] * 4 + [1] * 8]))
+  np.testing.assert_allclose(left[:, 4:], model(x), atol=2e-5)
+
+
+def test_rope_encoder_is_shift_invariant_but_absolute_ones_are_not():
+  """RoPE sees only m - n, so shifting every position leaves the outputs unchanged (eq. 16)."""
+  x = ids(9, 2, 10)
+  pos = jnp.broadcast_to(jnp.arange(10), (2, 10))
+  for position, invariant in [("rope", True), ("learned", False), ("sinusoidal", False)]:
+    model = M.RoFormerModel(tiny(position=position), rngs=nnx.Rngs(9))
+    gap = float(jnp.abs(model.encode(x, positions=pos) - model.encode(x, positions=pos + 37)).max())
+    assert (gap < 1e-4) == invariant, (position, gap)
+
+
+# --------------------------------------------------------------------------------------
+# Cached decoding equals recompute.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(norm="pre", position="sinusoidal"), dict(rotary_value=True),
+                                dict(attention="linear"), dict(attention="linear", feature_map="favor", num_features=16)])
+def test_lm_cached_decode_equals_full_forward_left_padded(kw):
+  model = M.CausalLM(tiny(**kw), rngs=nnx.Rngs(10))
+  b, p, t = 2, 6, 14
+  tokens = ids(10, b, t)
+  mask = jnp.ones((b, t), bool).at[1, :3].set(False)  # row 1 is left-padded by 3
+  tokens = jnp.where(mask, tokens, 0)
+  full = model(tokens, attention_mask=mask)
+  cache = model.init_cache(b, 20)
+  logits, cache = model.decode_step(tokens[:, :p], cache, token_mask=mask[:, :p])
+  steps = [logits]
+  for i in range(p, t):
+    logits, cache = model.decode_step(tokens[:, i:i + 1], cache)
+    steps.append(logits)
+  inc = jnp.concatenate(steps, axis=1)
+  np.testing.assert_allclose(jnp.where(mask[..., None], inc, 0), jnp.where(mask[..., None], full, 0), atol=1e-5)
+
+
+def test_seq2seq_cached_decode_equals_teacher_forcing():
+  cfg = M.preset("transformer-base", **{**TINY, "vocab_size": V})
+  model = M.TransformerSeq2Seq(cfg, rngs=nnx.Rngs(11))
+  src = ids(11, 2, 9).at[1, 6:].set(0)
+  tgt = ids(12, 2, 7)
+  full = model(src, tgt)
+  enc = model.encode(src)
+  cache = model.init_cache(enc, src != 0, 10)
+  steps = []
+  for i in range(7):
+    logits, cache = model.decode_step(tgt[:, i:i + 1], cache)
+    steps.append(logits)
+  np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-5)
+
+
+def test_seq2seq_cross_attention_has_no_rope():
+  """Shifting the target positions must not change the cross-attention (RoPE-free)."""
+  cfg = M.preset("transformer-base", **{**TINY, "vocab_size": V, "num_layers": 1})
+  model = M.TransformerSeq2Seq(cfg, rngs=nnx.Rngs(12))
+  layer = model.decoder[0]
+  h = jax.random.normal(jax.random.key(0), (1, 3, D))
+  ctx = jax.random.normal(jax.random.key(1), (1, 5, D))
+  a = layer.cross_attention(h, context=ctx, positions=jnp.arange(3)[None])
+  b = layer.cross_attention(h, context=ctx, positions=jnp.arange(3)[None] + 100)
+  np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+# --------------------------------------------------------------------------------------
+# Dropout and dtype policy.
+# --------------------------------------------------------------------------------------
+
+
+def test_dropout_only_when_not_deterministic():
+  model = M.RoFormerForMaskedLM(tiny(dropout=0.3, attention_dropout=0.3), rngs=nnx.Rngs(0, dropout=1))
+  x = ids(0, 2, 8)
+  np.testing.assert_array_equal(model(x), model(x))
+  assert float(jnp.abs(model(x, deterministic=False) - model(x)).max()) > 1e-3
+
+
+def test_bf16_compute_keeps_fp32_params_and_logits():
+  cfg32, cfg16 = tiny(), tiny(dtype="bfloat16")
+  m32, m16 = M.CausalLM(cfg32, rngs=nnx.Rngs(0)), M.CausalLM(cfg16, rngs=nnx.Rngs(0))
+  assert all(p.dtype == jnp.float32 for p in jax.tree.leaves(nnx.state(m16, nnx.Param)))
+  x = ids(0, 2, 12)
+  out16 = m16(x)
+  chex.assert_type(out16, jnp.float32)
+  np.testing.assert_allclose(out16, m32(x), atol=0.1)
+
+
+# --------------------------------------------------------------------------------------
+# Sharding: every model under an 8-device (data, fsdp, tensor) mesh equals one device.
+# --------------------------------------------------------------------------------------
+
+RULES = (("batch", ("data", "fsdp")), ("vocab", "tensor"), ("embed", "fsdp"), ("heads", "tensor"),
+         ("kv", None), ("mlp", "tensor"), ("norm", None), ("types", None), ("position", None),
+         ("labels", None))
+
+BUILDERS = {
+    "encoder": (lambda r: M.RoFormerModel(tiny(), rngs=r), lambda m, x: m.encode(x)),
+    "mlm": (lambda r: M.RoFormerForMaskedLM(tiny(), rngs=r), lambda m, x: m(x)),
+    "classifier": (lambda r: M.RoFormerForSequenceClassification(tiny(), 2, rngs=r), lambda m, x: m(x)),
+    "seq2seq": (lambda r: M.TransformerSeq2Seq(M.preset("transformer-base", **TINY), rngs=r),
+                lambda m, x: m(x, x[:, ::-1])),
+    "causal_lm": (lambda r: M.CausalLM(tiny(norm="pre"), rngs=r), lambda m, x: m(x)),
+    "linear_lm": (lambda r: M.CausalLM(tiny(attention="linear", feature_map="favor", num_features=16), rngs=r),
+                  lambda m, x: m(x)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_model_sharded_on_8_devices_matches_single_device(name):
+  build, run = BUILDERS[name]
+  x = ids(13, 4, 16)
+  reference = run(build(nnx.Rngs(0)), x)
+  mesh = jax.make_mesh((2, 2, 2), ("data", "fsdp", "tensor"), axis_types=(jax.sharding.AxisType.Auto,) * 3)
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(RULES):
+    model = build(nnx.Rngs(0))
+    kernel = nnx.state(model, nnx.Param)
+    shardings = {str(leaf.sharding.spec) for leaf in jax.tree.leaves(kernel)}
+    assert any("tensor" in s for s in shardings) and any("fsdp" in s for s in shardings), shardings
+    xs = jax.device_put(x, jax.NamedSharding(mesh, jax.P(("data", "fsdp"))))
+    out = nnx.jit(run)(model, xs)
+  np.testing.assert_allclose(out, reference, atol=2e-5)
+
+
+# --------------------------------------------------------------------------------------
+# Config errors are raised at construction, naming the bad value.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(position="alibi"), "position='alibi'"),
+    (dict(d_model=30, num_heads=4), "not divisible"),
+    (dict(activation="swish2"), "activation='swish2'"),
+    (dict(norm="sandwich"), "norm='sandwich'"),
+    (dict(attention="flash"), "attention='flash'"),
+    (dict(feature_map="relu"), "feature_map='relu'"),
+    (dict(dropout=1.5), "dropout=1.5"),
+    (dict(dtype="float33"), "float33"),
+    (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "original_max_position_embeddings"),
+    (dict(num_heads=4, head_dim=7, d_model=28), "even"),
+])
+def test_bad_model_config_is_rejected_early(kw, match):
+  with pytest.raises(ValueError, match=match):
+    tiny(**kw)
+
+
+def test_from_dict_names_unknown_keys():
+  with pytest.raises(ValueError, match="hidden_size"):
+    M.ModelConfig.from_dict({"hidden_size": 3})
+
+
+def test_ids_must_be_integer_batches():
+  model = M.RoFormerModel(tiny(), rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="integer array"):
+    model.encode(jnp.ones((2, 3)))
