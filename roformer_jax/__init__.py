@@ -1,10 +1,23 @@
 """roformer-jax: RoFormer / Rotary Position Embedding in JAX and Flax NNX.
 
-Public modules: `roformer_jax.rope` (pure RoPE functions). Later modules (attention,
-models, training) build on it.
+Public modules:
+  rope        pure RoPE functions (eq. 34 and the dense eq. 15), scalings, layouts
+  attention   softmax attention with RoPE, linear attention (eq. 19), MultiHeadAttention
+  positional  the position-encoding enum (rope | sinusoidal | learned | none)
+  models      ModelConfig; RoFormer encoder and heads, Transformer-base seq2seq, causal LM
+  decoding    greedy / sampling / beam search over the models' decode caches
+  hf          HuggingFace RoFormer checkpoints in and out (safetensors, no torch)
 """
 
-from roformer_jax import rope
+import importlib
 
-__all__ = ["rope"]
+from roformer_jax import attention, models, positional, rope
+
+__all__ = ["attention", "decoding", "hf", "models", "positional", "rope"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name):  # decoding and hf load on first use
+  if name in ("decoding", "hf"):
+    return importlib.import_module(f"roformer_jax.{name}")
+  raise AttributeError(f"module 'roformer_jax' has no attribute {name!r}")

@@ -208,6 +208,9 @@ class Embedder(nnx.Module):
     if self.token_type is not None:
       x = x + self.token_type(jnp.zeros_like(ids) if token_type_ids is None else token_type_ids)
     if cfg.position == "learned":
+      if ids.shape[-1] > cfg.max_position:
+        raise ValueError(f"sequence length {ids.shape[-1]} exceeds max_position={cfg.max_position}, the rows "
+                         "of the learned position table; raise max_position or use position='rope'.")
       x = x + self.position(positions)
     elif cfg.position == "sinusoidal":
       x = x + positional.sinusoidal_embedding(positions, x.shape[-1], dtype=x.dtype)
@@ -434,6 +437,10 @@ class RoFormerForSequenceClassification(nnx.Module):
 def _new_cache(layers, batch: int, max_len: int, dtype) -> dict[str, Any]:
   """{"layers": [...], "index": next slot, "valid": real slots [B, max_len], "position": next
   position per row [B]}. Every leaf but "index" has the batch as its leading axis."""
+  cfg = layers[0].cfg
+  if cfg.position == "learned" and max_len > cfg.max_position:
+    raise ValueError(f"cache length {max_len} exceeds max_position={cfg.max_position} of the learned "
+                     "position table; decode fewer tokens or raise max_position.")
   return {"layers": [{"self": layer.attention.init_cache(batch, max_len, dtype)} for layer in layers],
           "index": jnp.zeros((), jnp.int32),
           "valid": jnp.zeros((batch, max_len), bool),

@@ -321,3 +321,11 @@ def test_ids_must_be_integer_batches():
   model = M.RoFormerModel(tiny(), rngs=nnx.Rngs(0))
   with pytest.raises(ValueError, match="integer array"):
     model.encode(jnp.ones((2, 3)))
+
+
+def test_learned_positions_beyond_the_table_are_rejected():
+  model = M.CausalLM(tiny(position="learned", max_position=8), rngs=nnx.Rngs(0))
+  with pytest.raises(ValueError, match="max_position=8"):
+    model(ids(0, 1, 9))
+  with pytest.raises(ValueError, match="max_position=8"):
+    model.init_cache(1, 9)
