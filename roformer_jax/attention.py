@@ -52,7 +52,12 @@ def make_attention_mask(*, q_valid=None, kv_valid=None, q_segment_ids=None, kv_s
     ks = kv_segment_ids if kv_segment_ids is not None else q_segment_ids
     masks.append(jnp.asarray(qs)[:, None, :, None] == jnp.asarray(ks)[:, None, None, :])
   if causal:
-    qi, ki = jnp.asarray(q_index), jnp.asarray(kv_index)
+    t = _length(q_index, q_valid, q_segment_ids, kv_valid, kv_segment_ids)
+    s = _length(kv_index, kv_valid, kv_segment_ids, q_valid, q_segment_ids)
+    if t is None or s is None:
+      raise ValueError("causal=True needs the lengths: pass q_index/kv_index or a padding/segment array.")
+    qi = jnp.asarray(q_index) if q_index is not None else jnp.arange(t, dtype=jnp.int32)
+    ki = jnp.asarray(kv_index) if kv_index is not None else jnp.arange(s, dtype=jnp.int32)
     qi = qi[..., None, :, None] if qi.ndim == 2 else qi[:, None]
     ki = ki[..., None, None, :] if ki.ndim == 2 else ki[None, :]
     masks.append(qi >= ki)
@@ -64,8 +69,14 @@ def make_attention_mask(*, q_valid=None, kv_valid=None, q_segment_ids=None, kv_s
   return out
 
 
-def _causal_index(n: int, index):
-  return jnp.arange(n, dtype=jnp.int32) if index is None else index
+def _length(index, *arrays):
+  """Length of an index axis: the index's own, else the last axis of the first array given."""
+  if index is not None:
+    return jnp.shape(index)[-1]
+  for a in arrays:
+    if a is not None:
+      return jnp.shape(a)[-1]
+  return None
 
 
 # --------------------------------------------------------------------------------------
@@ -163,7 +174,10 @@ def favor_projection(key: jax.Array, num_features: int, head_dim: int) -> jax.Ar
   keys = jax.random.split(key, num_features // head_dim + 2)
   for i in range(-(-num_features // head_dim)):
     g = jax.random.normal(keys[i], (head_dim, head_dim), jnp.float32)
-    qmat, _ = jnp.linalg.qr(g)
+    qmat, r = jnp.linalg.qr(g)
+    # Sign fix: Householder QR leaves diag(R) with a skewed sign, which biases Q's entries;
+    # Q * sign(diag(R)) is Haar-distributed, so each row is uniform on the sphere.
+    qmat = qmat * jnp.sign(jnp.diag(r))[None, :]
     blocks.append(qmat.T)
   w = jnp.concatenate(blocks, axis=0)[:num_features]
   norms = jnp.linalg.norm(jax.random.normal(keys[-1], (num_features, head_dim), jnp.float32), axis=-1)
@@ -444,6 +458,10 @@ class MultiHeadAttention(nnx.Module):
                            projection=self._projection(), kv_mask=kv_valid,
                            segment_ids=segment_ids if self.causal else None)
     else:
+      if self.causal and context is None:
+        t = x.shape[1]
+        causal = make_attention_mask(causal=True, q_index=jnp.arange(t), kv_index=jnp.arange(t))
+        mask = causal if mask is None else jnp.logical_and(mask, causal)
       use_dropout = self.dropout_rate > 0 and not deterministic
       y = dot_product_attention(q, k, v, mask=mask, q_positions=qp, k_positions=kp,
                                 rotary=self.rotary, rotary_value=self.rotary_value and rotate,

@@ -317,10 +317,6 @@ def test_favor_approaches_softmax_kernel_as_features_grow():
   assert kern[-1] < 0.1
 
 
-@pytest.mark.xfail(reason="favor_projection takes Q of jnp.linalg.qr without the sign correction "
-                          "Q * sign(diag(R)); Householder QR makes Q[i, i] skewed negative (Q[0, 0] is "
-                          "always < 0), so rows are not marginally N(0, I) and the FAVOR+ kernel "
-                          "estimate is biased", strict=True)
 def test_favor_projection_rows_are_marginally_isotropic():
   """Each entry of a projection row must be positive with probability 1/2 (rows ~ N(0, I))."""
   h = 8
@@ -559,9 +555,6 @@ def test_dot_product_attention_dropout_path():
   assert _max_err(np.mean(many, axis=0), no_drop) < 0.1
 
 
-@pytest.mark.xfail(reason="make_attention_mask(causal=True) without q_index/kv_index calls "
-                          "jnp.asarray(None); the documented default 0..T-1 / 0..S-1 is never applied",
-                   strict=True, raises=(ValueError, TypeError))
 def test_make_attention_mask_causal_default_index():
   valid = np.ones((1, 5), bool)
   mask = attn.make_attention_mask(q_valid=valid, kv_valid=valid, causal=True)
@@ -679,7 +672,8 @@ def test_mha_left_padded_decode_equals_unpadded(kind, feature_map):
   errs = (_max_err(full_pad[0, pads:], alone[0]), _max_err(decoded[0, pads:], alone[0]),
           _max_err(decoded[1], ref_rows[0]), _max_err(ref_rows[1, :t - pads], alone[0]))
   _report(f"MHA left-padded {kind}/{feature_map} (full, decode, other row, right-padded)", max(errs))
-  assert max(errs) < 1e-5, errs
+  scale = max(1.0, float(np.abs(alone).max()))  # init_std=0.3 gives outputs of order 10: relative bound
+  assert max(errs) < 1e-5 * scale, (errs, scale)
 
 
 def test_mha_redraw_features_changes_projection():
@@ -717,9 +711,6 @@ def test_mha_param_logical_axes():
   assert _axes(m.out.bias) == ("embed",)
 
 
-@pytest.mark.xfail(reason="MultiHeadAttention(kind='softmax', causal=True).__call__ ignores `causal`: "
-                          "without an explicit mask every query sees future tokens (only the linear "
-                          "kind and decode() honour causal=True)", strict=True)
 def test_mha_softmax_causal_flag_is_honoured():
   m = _mha("softmax", causal=True)
   x = _rand((1, 8, D), 39)
