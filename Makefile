@@ -30,6 +30,8 @@ train: venv
 bench: venv
 	$(PY) bench/rope.py
 	$(PY) bench/rope_precision.py
+	$(PY) bench/attention.py
+	$(PY) bench/decode.py
 
 figures: venv
 	$(PY) scripts/plot_long_term_decay.py
