@@ -451,6 +451,9 @@ class MultiHeadAttention(nnx.Module):
     qp = positions if rotate else None
     kp = (positions if kv_positions is None else kv_positions) if rotate else None
     if self.kind == "linear":
+      if mask is not None:
+        raise ValueError("linear attention has no dense [T, S] mask (that would cost O(T * S)); pass "
+                         "kv_valid for padding, segment_ids for packing, and causal=True at construction.")
       rc = self.rotary
       y = linear_attention(q, k, v, q_positions=qp, k_positions=kp, feature_map=self.feature_map,
                            causal=self.causal, theta=rc.theta, layout=rc.layout,

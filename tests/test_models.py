@@ -329,3 +329,11 @@ def test_learned_positions_beyond_the_table_are_rejected():
     model(ids(0, 1, 9))
   with pytest.raises(ValueError, match="max_position=8"):
     model.init_cache(1, 9)
+
+
+def test_linear_attention_module_rejects_a_dense_mask():
+  from roformer_jax import attention
+  m = attention.MultiHeadAttention(D, N, kind="linear", causal=True, rngs=nnx.Rngs(0))
+  x = jnp.ones((1, 4, D))
+  with pytest.raises(ValueError, match="kv_valid"):
+    m(x, positions=jnp.arange(4), mask=jnp.ones((1, 1, 4, 4), bool))
