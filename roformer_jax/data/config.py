@@ -1,0 +1,57 @@
+"""The data section of a training config: every key the input pipeline reads."""
+
+from __future__ import annotations
+
+import ml_collections
+
+TOKENIZERS = ("bytes", "sentencepiece")
+
+
+def default_data_config() -> ml_collections.ConfigDict:
+  """Defaults for ``config.data``: the offline Python-stdlib byte LM corpus.
+
+  Keys:
+    dataset: a registry name (``roformer_jax.data.datasets.REGISTRY``): python_stdlib_bytes,
+      enwik8, wikipedia, wmt14_translate/de-en, glue/{mrpc,sst2,qnli,stsb,qqp,mnli}.
+    data_dir: TFDS data directory; "" = $ROFORMER_JAX_DATA_DIR or ~/.cache/roformer_jax/tfds.
+    max_documents, max_bytes: cap on the stdlib corpus (0 = whole library); smoke tests use it.
+    max_length: T. lm/mlm: packed row length; seq2seq: source length; classification: the
+      [CLS] a [SEP] b [SEP] length.
+    max_target_length: seq2seq target length (tgt_in / tgt_out); 0 = max_length.
+    tokenizer: "bytes" (vocab 260) or "sentencepiece".
+    tokenizer_path: the SentencePiece ``.model``; "" = <data_dir>/tokenizers/<dataset>_<model
+      type><vocab_size>.model.
+    vocab_size: SentencePiece vocabulary when training one (Sec. 4.1: 37000 joint En-De).
+    tokenizer_model_type: "bpe" (Sec. 4.1) or "unigram".
+    tokenizer_max_sentences: sentences sampled to train SentencePiece.
+    train_tokenizer_if_missing: train the SentencePiece model on the train split on first use.
+      Meant for single-process smoke runs; prepare real vocabularies once, up front.
+    shuffle_window: lm/mlm training cuts documents into row-sized chunks and shuffles them in a
+      window of this many chunks, so that a long document does not fill many consecutive
+      batches (0 = off: whole documents in shuffled order).
+    mlm_probability, mlm_mask_ratio, mlm_random_ratio: BERT masking, 15% with 80/10/10.
+    drop_long_pairs: seq2seq training drops pairs longer than the lengths (evaluation always
+      truncates instead, so that no test sentence is lost).
+    num_threads, prefetch: Grain read threads and read-ahead buffer (records).
+  """
+  c = ml_collections.ConfigDict()
+  c.dataset = "python_stdlib_bytes"
+  c.data_dir = ""
+  c.max_documents = 0
+  c.max_bytes = 0
+  c.max_length = 256
+  c.max_target_length = 0
+  c.tokenizer = "bytes"
+  c.tokenizer_path = ""
+  c.vocab_size = 37000
+  c.tokenizer_model_type = "bpe"
+  c.tokenizer_max_sentences = 2_000_000
+  c.train_tokenizer_if_missing = False
+  c.shuffle_window = 4096
+  c.mlm_probability = 0.15
+  c.mlm_mask_ratio = 0.8
+  c.mlm_random_ratio = 0.1
+  c.drop_long_pairs = True
+  c.num_threads = 2
+  c.prefetch = 64
+  return c

@@ -1,0 +1,189 @@
+"""The dataset registry: what each supported dataset holds and how to open it.
+
+=========================  ===============  ==========================================
+name                       kind             source
+=========================  ===============  ==========================================
+python_stdlib_bytes        text             built here on first use (offline default)
+enwik8                     text             built here from a user-supplied enwik8.zip
+wikipedia                  text             TFDS ``wikipedia/20230601.en`` (Sec. 4.2)
+wmt14_translate/de-en      translation      TFDS; English source, German target (4.1)
+glue/{mrpc,sst2,qnli,      classification   TFDS (Sec. 4.3); stsb is a regression,
+stsb,qqp,mnli}                              mnli validates on validation_matched
+=========================  ===============  ==========================================
+
+BookCorpus, the other half of BERT's pre-training data (Sec. 4.2), is not in TFDS (its
+redistribution was withdrawn), so only Wikipedia is offered for MLM.
+
+Catalogue datasets are never downloaded at run time: ``open_source`` reads a copy prepared in
+ArrayRecord format and otherwise raises ``DatasetNotPreparedError`` naming the command that
+prepares it (``python -m roformer_jax.data.prepare dataset NAME``, which needs network, and for
+``wikipedia`` Apache Beam). Splits: ``train``, ``validation``, ``test`` map to each dataset's
+own names; any other TFDS split string (``validation_mismatched``, ``train[:1%]``) is passed
+through.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import tensorflow_datasets as tfds
+
+from roformer_jax.data import corpus, enwik8
+
+KINDS = ("text", "translation", "classification")
+NOT_IN_TFDS = {
+    "bookcorpus": "BookCorpus is not in TFDS (its redistribution was withdrawn); pre-train MLM on "
+                  "'wikipedia' alone, or add your own TFDS builder for a local copy.",
+}
+
+
+class DatasetNotPreparedError(FileNotFoundError):
+  """A catalogue dataset is not in the data directory in ArrayRecord format."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetSpec:
+  """One dataset of the registry.
+
+  Attributes:
+    name: registry key (what ``data.dataset`` names).
+    tfds_name: TFDS ``name/config``.
+    kind: "text" (one document per record), "translation" (source/target pair) or
+      "classification" (one or two sentences and a label).
+    fields: text fields: (text,) | (source, target) | (sentence,) or (sentence1, sentence2).
+    label: label field (classification only).
+    num_classes: number of labels; 1 means regression (float32 label).
+    splits: our split names -> TFDS split names.
+    builder_module: module to import so that TFDS knows the builder.
+    add_bos_eos: wrap each document in BOS ... EOS when packing (False for a byte stream cut
+      into chunks, such as enwik8, whose chunks are not documents).
+    manual: needs a manually downloaded file (enwik8.zip).
+  """
+
+  name: str
+  tfds_name: str
+  kind: str
+  fields: tuple[str, ...]
+  label: str | None = None
+  num_classes: int = 0
+  splits: Mapping[str, str] = dataclasses.field(
+      default_factory=lambda: {"train": "train", "validation": "validation", "test": "test"})
+  builder_module: str | None = None
+  add_bos_eos: bool = True
+  manual: bool = False
+
+  def tfds_split(self, split: str) -> str:
+    return self.splits.get(split, split)
+
+
+def _glue(task: str, fields: tuple[str, ...], num_classes: int, **kwargs) -> DatasetSpec:
+  return DatasetSpec(name=f"glue/{task}", tfds_name=f"glue/{task}", kind="classification",
+                     fields=fields, label="label", num_classes=num_classes,
+                     builder_module="tensorflow_datasets.text.glue", **kwargs)
+
+
+_MNLI_SPLITS = {"train": "train", "validation": "validation_matched", "test": "test_matched"}
+_WIKIPEDIA = "wikipedia/20230601.en"  # the newest English dump in TFDS 4.9.
+
+REGISTRY: dict[str, DatasetSpec] = {s.name: s for s in [
+    DatasetSpec(name=corpus.NAME, tfds_name=corpus.NAME, kind="text", fields=("text",),
+                splits={"train": "train", "validation": "validation", "test": "validation"}),
+    DatasetSpec(name=enwik8.NAME, tfds_name=f"{enwik8.NAME}/{enwik8.STANDARD.name}", kind="text",
+                fields=("text",), builder_module="roformer_jax.data.enwik8", add_bos_eos=False,
+                manual=True),
+    DatasetSpec(name="wikipedia", tfds_name=_WIKIPEDIA, kind="text", fields=("text",),
+                splits={"train": "train[:99%]", "validation": "train[99%:]", "test": "train[99%:]"},
+                builder_module="tensorflow_datasets.text.wikipedia"),
+    DatasetSpec(name="wmt14_translate/de-en", tfds_name="wmt14_translate/de-en", kind="translation",
+                fields=("en", "de"), builder_module="tensorflow_datasets.translate.wmt14"),
+    _glue("mrpc", ("sentence1", "sentence2"), 2),
+    _glue("sst2", ("sentence",), 2),
+    _glue("qnli", ("question", "sentence"), 2),
+    _glue("stsb", ("sentence1", "sentence2"), 1),
+    _glue("qqp", ("question1", "question2"), 2),
+    _glue("mnli", ("premise", "hypothesis"), 3, splits=_MNLI_SPLITS),
+]}
+
+
+def get_spec(name: str) -> DatasetSpec:
+  """The registry entry for ``name``; a clear ``ValueError`` for anything else."""
+  if name in REGISTRY:
+    return REGISTRY[name]
+  if name.split("/")[0] in NOT_IN_TFDS:
+    raise ValueError(NOT_IN_TFDS[name.split("/")[0]])
+  raise ValueError(f"Unknown dataset {name!r}; expected one of {sorted(REGISTRY)}.")
+
+
+def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
+  """``data_dir`` if given, else ``$ROFORMER_JAX_DATA_DIR`` or ``~/.cache/roformer_jax/tfds``."""
+  return Path(data_dir).expanduser() if data_dir else corpus.default_data_dir()
+
+
+def prepare_command(spec: DatasetSpec, data_dir: str | os.PathLike | None) -> str:
+  cmd = f"python -m roformer_jax.data.prepare dataset {spec.name} --data_dir {resolve_data_dir(data_dir)}"
+  if spec.manual:
+    return cmd + f" --manual_dir <directory with {enwik8.ZIP_NAME}>  (offline; {enwik8.MANUAL_INSTRUCTIONS})"
+  extra = " plus `pip install apache-beam mwparserfromhell mwxml` (a Beam build; hours)" if (
+      spec.name == "wikipedia") else ""
+  return cmd + f"  (on a machine with network{extra})"
+
+
+def _import_builder(spec: DatasetSpec) -> None:
+  if spec.builder_module:
+    importlib.import_module(spec.builder_module)  # registers the builder with TFDS.
+
+
+def open_source(spec: DatasetSpec, split: str, *, data_dir: str | os.PathLike | None = None,
+                max_documents: int = 0, max_bytes: int = 0) -> Sequence[Mapping[str, Any]]:
+  """A random-access TFDS data source for one split (``len`` and ``[i]`` -> feature dict).
+
+  The stdlib corpus is built first if needed (``max_documents`` / ``max_bytes`` cap it). Text
+  features come back as ``bytes`` (``str`` under ``tfds.testing.mock_data``).
+
+  Raises:
+    DatasetNotPreparedError: the dataset is not prepared in ``data_dir`` as ArrayRecord.
+  """
+  data_dir = resolve_data_dir(data_dir)
+  tfds_split = spec.tfds_split(split)
+  if spec.name == corpus.NAME:
+    builder = corpus.build_stdlib_corpus(data_dir, max_documents=max_documents, max_bytes=max_bytes)
+    return tfds.data_source(f"{corpus.NAME}/{builder.builder_config.name}", split=tfds_split,
+                            data_dir=str(data_dir), download=False)
+  _import_builder(spec)
+  try:
+    return tfds.data_source(spec.tfds_name, split=tfds_split, data_dir=str(data_dir), download=False)
+  except Exception as e:  # TFDS raises several types here; all mean "not usable as prepared".
+    raise _not_prepared(spec, tfds_split, data_dir, e) from e
+
+
+def _not_prepared(spec: DatasetSpec, tfds_split: str, data_dir: Path, cause: Exception) -> Exception:
+  try:
+    prepared = tfds.builder(spec.tfds_name, data_dir=str(data_dir)).is_prepared()
+  except Exception:  # pylint: disable=broad-except
+    prepared = False
+  if not prepared:
+    why = f"Dataset {spec.tfds_name!r} is not prepared in {data_dir}."
+  elif isinstance(cause, NotImplementedError):
+    why = (f"Dataset {spec.tfds_name!r} in {data_dir} was prepared as TFRecord, which Grain cannot "
+           "read without TensorFlow; rebuild it as ArrayRecord.")
+  else:
+    why = f"Dataset {spec.tfds_name!r} in {data_dir} could not be opened (split {tfds_split!r}): {cause}"
+  return DatasetNotPreparedError(f"{why} Prepare it with\n  {prepare_command(spec, data_dir)}")
+
+
+def prepare(spec: DatasetSpec, *, data_dir: str | os.PathLike | None = None,
+            manual_dir: str | os.PathLike | None = None) -> Path:
+  """Downloads (or reads from ``manual_dir``) and prepares a dataset as ArrayRecord; returns its dir."""
+  data_dir = resolve_data_dir(data_dir)
+  if spec.name == corpus.NAME:
+    return Path(corpus.build_stdlib_corpus(data_dir).data_dir)
+  _import_builder(spec)
+  builder = tfds.builder(spec.tfds_name, data_dir=str(data_dir), file_format="array_record")
+  config = tfds.download.DownloadConfig(manual_dir=str(manual_dir) if manual_dir else None)
+  builder.download_and_prepare(download_config=config)
+  return Path(builder.data_dir)

@@ -1,0 +1,338 @@
+"""Grain input pipelines: TFDS data source -> tokens -> packed, batched NumPy dicts.
+
+Letters: B the local (per-process) batch, T ``data.max_length``, S source and U target length.
+
+    make_iterator(data_cfg, *, task, split, batch_size, seed, process_index=0, process_count=1)
+
+returns a ``grain.DatasetIterator``; ``next(it)`` is a dict of NumPy arrays:
+
+- ``"lm"`` (causal LM): ``inputs``, ``targets`` (the next token), ``segment_ids`` (1, 2, ... per
+  packed document, 0 = padding), ``positions`` (restart at 0 per segment, =
+  ``rope.positions_from_segments(segment_ids)``), all int32[B, T]; ``weights`` float32[B, T], 0
+  at padding and where the target belongs to another segment (a document boundary).
+- ``"mlm"``: ``inputs`` (15% selected, 80/10/10 mask/random/keep), ``targets`` (original
+  ids), ``segment_ids``, ``positions``, ``token_type_ids`` (zeros), int32[B, T];
+  ``weights`` float32[B, T], 1.0 exactly at the selected tokens.
+- ``"seq2seq"``: ``src`` (source + EOS), ``src_segment_ids``, ``src_positions`` int32[B, S];
+  ``tgt_in`` (BOS + target), ``tgt_out`` (target + EOS), ``tgt_segment_ids``,
+  ``tgt_positions`` int32[B, U]; ``weights`` float32[B, U]. Not packed: one pair per row,
+  padded (segment id 1 on real tokens).
+- ``"classification"``: ``input_ids`` ([CLS] a [SEP] b [SEP], with BOS as [CLS] and EOS as
+  [SEP]), ``token_type_ids`` (0 up to the first [SEP], 1 after), ``attention_mask``
+  int32[B, T]; ``label`` int32[B] (float32[B] for a regression such as stsb); ``weights``
+  float32[B] (0 for the rows that pad the last evaluation batch).
+
+Order of the work (the "train" split shuffles and repeats by default, the others make one
+ordered pass whose last batch is padded with zero-weight rows):
+
+  records[process_index::process_count]        disjoint shard per process
+  -> shuffle(seed) -> repeat                   a new order every epoch
+  -> tokenize (+ MLM masking)                  RNG seeded by (seed, record index): resumable
+  -> [lm/mlm] cut into row-sized chunks -> window shuffle -> pack into rows of T (+1 for lm)
+  -> batch(B)
+
+Every stage is a deterministic Grain transformation whose iterator state is a few integers,
+so ``it.get_state()`` / ``it.set_state(state)`` (and Orbax's
+``grain.checkpoint.CheckpointSave(it)``) resume exactly where the run stopped.
+
+The lm rows are packed to T + 1 tokens; inputs are the first T, targets the last T. A
+document that does not fit continues in a later row as a new segment (positions from 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import grain
+import ml_collections
+import numpy as np
+
+from roformer_jax.data import datasets, packing
+from roformer_jax.data.config import TOKENIZERS
+from roformer_jax.data.masking import mask_tokens
+from roformer_jax.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, train_sentencepiece
+
+TASKS = {"lm": "text", "mlm": "text", "seq2seq": "translation", "classification": "classification"}
+Tokenizer = ByteTokenizer | SentencePieceTokenizer
+Batch = dict[str, np.ndarray]
+
+
+# --------------------------------------------------------------------------------------
+# Tokenizer from the config.
+# --------------------------------------------------------------------------------------
+
+
+def tokenizer_path(data_cfg: ml_collections.ConfigDict) -> Path:
+  """Where the SentencePiece model of this config lives (``data.tokenizer_path`` or the default)."""
+  if data_cfg.tokenizer_path:
+    return Path(data_cfg.tokenizer_path).expanduser()
+  name = data_cfg.dataset.replace("/", "_")
+  return (datasets.resolve_data_dir(data_cfg.data_dir) / "tokenizers"
+          / f"{name}_{data_cfg.tokenizer_model_type}{data_cfg.vocab_size}.model")
+
+
+def training_sentences(data_cfg: ml_collections.ConfigDict, *, split: str = "train",
+                       limit: int | None = None) -> Iterator[bytes | str]:
+  """Text of a split to train a vocabulary on: every text field (both sides of a translation
+  pair, for the joint vocabulary of Sec. 4.1), documents cut into lines."""
+  spec = datasets.get_spec(data_cfg.dataset)
+  source = _open(data_cfg, spec, split)
+  limit = limit or data_cfg.tokenizer_max_sentences
+  count = 0
+  for i in range(len(source)):
+    for field in spec.fields:
+      text = source[i][field]
+      for line in (text.splitlines() if spec.kind == "text" else [text]):
+        yield line
+        count += 1
+        if count >= limit:
+          return
+
+
+def make_tokenizer(data_cfg: ml_collections.ConfigDict) -> Tokenizer:
+  """The tokenizer that ``data.tokenizer`` names.
+
+  Raises:
+    TokenizerNotFoundError: a SentencePiece model is missing (the message says how to train
+      it) and ``data.train_tokenizer_if_missing`` is off.
+  """
+  if data_cfg.tokenizer not in TOKENIZERS:
+    raise ValueError(f"data.tokenizer={data_cfg.tokenizer!r}; expected one of {TOKENIZERS}.")
+  if data_cfg.tokenizer == "bytes":
+    return ByteTokenizer()
+  path = tokenizer_path(data_cfg)
+  if not path.is_file() and data_cfg.train_tokenizer_if_missing:
+    train_sentencepiece(training_sentences(data_cfg), path, vocab_size=data_cfg.vocab_size,
+                        model_type=data_cfg.tokenizer_model_type)
+  return SentencePieceTokenizer(path)
+
+
+# --------------------------------------------------------------------------------------
+# Per-example transformations (run in Grain's read threads).
+# --------------------------------------------------------------------------------------
+
+
+def _document(spec: datasets.DatasetSpec, tok: Tokenizer) -> Callable[[Mapping[str, Any]], np.ndarray]:
+  def fn(record):
+    ids = tok.encode_array(record[spec.fields[0]])
+    if spec.add_bos_eos:
+      ids = np.concatenate([[tok.bos_id], ids, [tok.eos_id]]).astype(np.int32)
+    return ids
+  return fn
+
+
+def _pad(ids: np.ndarray, length: int) -> np.ndarray:
+  out = np.zeros(length, np.int32)
+  out[:len(ids)] = ids
+  return out
+
+
+def _translation(spec, tok: Tokenizer, src_len: int, tgt_len: int, drop_long: bool):
+  def fn(record):
+    src = tok.encode_array(record[spec.fields[0]])
+    tgt = tok.encode_array(record[spec.fields[1]])
+    if drop_long and (len(src) + 1 > src_len or len(tgt) + 1 > tgt_len):
+      return None  # training: skip over-long pairs instead of teaching truncated translations.
+    src = np.append(src[:src_len - 1], tok.eos_id)
+    tgt = tgt[:tgt_len - 1]
+    return {"src": _pad(src, src_len), "src_segment_ids": _pad(np.ones_like(src), src_len),
+            "tgt_in": _pad(np.append(tok.bos_id, tgt), tgt_len),
+            "tgt_out": _pad(np.append(tgt, tok.eos_id), tgt_len),
+            "tgt_segment_ids": _pad(np.ones(len(tgt) + 1, np.int32), tgt_len)}
+  return fn
+
+
+def _truncate_pair(a: np.ndarray, b: np.ndarray | None, budget: int):
+  """BERT's longest-first truncation of a sentence pair to ``budget`` tokens in all."""
+  la, lb = len(a), 0 if b is None else len(b)
+  while la + lb > budget:
+    if la >= lb:
+      la -= 1
+    else:
+      lb -= 1
+  return a[:la], None if b is None else b[:lb]
+
+
+def _classification(spec, tok: Tokenizer, length: int):
+  regression = spec.num_classes == 1
+
+  def fn(record):
+    a = tok.encode_array(record[spec.fields[0]])
+    b = tok.encode_array(record[spec.fields[1]]) if len(spec.fields) > 1 else None
+    a, b = _truncate_pair(a, b, length - (2 if b is None else 3))
+    first = np.concatenate([[tok.bos_id], a, [tok.eos_id]])
+    second = np.zeros(0, np.int32) if b is None else np.append(b, tok.eos_id)
+    ids = np.concatenate([first, second]).astype(np.int32)
+    types = np.concatenate([np.zeros(len(first), np.int32), np.ones(len(second), np.int32)])
+    label = np.float32(record[spec.label]) if regression else np.int32(record[spec.label])
+    return {"input_ids": _pad(ids, length), "token_type_ids": _pad(types, length),
+            "attention_mask": _pad(np.ones(len(ids), np.int32), length), "label": label,
+            "weights": np.float32(1.0)}
+  return fn
+
+
+# --------------------------------------------------------------------------------------
+# Per-batch formatting (runs after batching, vectorised over B).
+# --------------------------------------------------------------------------------------
+
+
+def _pad_rows(batch: Batch, batch_size: int) -> Batch:
+  """Zero rows up to ``batch_size`` (the last batch of a finite pass); zero means padding."""
+  n = len(next(iter(batch.values())))
+  if n == batch_size:
+    return batch
+  return {k: np.concatenate([v, np.zeros((batch_size - n,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+
+
+def _format_lm(rows: Batch) -> Batch:
+  tokens, seg = rows["tokens"], rows["segment_ids"]
+  inputs_seg = seg[:, :-1]
+  return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "segment_ids": inputs_seg,
+          "positions": packing.positions_from_segments(inputs_seg),
+          "weights": ((inputs_seg == seg[:, 1:]) & (inputs_seg != 0)).astype(np.float32)}
+
+
+def _format_mlm(rows: Batch) -> Batch:
+  seg = rows["segment_ids"]
+  return {"inputs": rows["inputs"], "targets": rows["targets"], "weights": rows["weights"],
+          "segment_ids": seg, "positions": packing.positions_from_segments(seg),
+          "token_type_ids": np.zeros_like(seg)}
+
+
+def _format_seq2seq(rows: Batch) -> Batch:
+  out = dict(rows)
+  out["src_positions"] = packing.positions_from_segments(rows["src_segment_ids"])
+  out["tgt_positions"] = packing.positions_from_segments(rows["tgt_segment_ids"])
+  out["weights"] = (rows["tgt_segment_ids"] != 0).astype(np.float32)
+  return out
+
+
+# --------------------------------------------------------------------------------------
+# The pipeline.
+# --------------------------------------------------------------------------------------
+
+
+def _seed(seed: int, *stream: int) -> int:
+  """An independent 32-bit seed per (seed, stream...) for Grain's shuffles and RNGs."""
+  return int(np.random.SeedSequence([seed & 0xFFFFFFFF, *stream]).generate_state(1)[0])
+
+
+def _open(data_cfg, spec, split):
+  return datasets.open_source(spec, split, data_dir=data_cfg.data_dir,
+                              max_documents=data_cfg.max_documents, max_bytes=data_cfg.max_bytes)
+
+
+def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, batch_size: int,
+                 seed: int, process_index: int = 0, process_count: int = 1,
+                 repeat: bool | None = None, shuffle: bool | None = None,
+                 tokenizer: Tokenizer | None = None) -> grain.IterDataset:
+  """The ``grain.IterDataset`` behind ``make_iterator`` (same arguments)."""
+  if task not in TASKS:
+    raise ValueError(f"task={task!r}; expected one of {sorted(TASKS)}.")
+  spec = datasets.get_spec(data_cfg.dataset)
+  if spec.kind != TASKS[task]:
+    fits = sorted(n for n, s in datasets.REGISTRY.items() if s.kind == TASKS[task])
+    raise ValueError(f"Dataset {spec.name!r} holds {spec.kind} records; task {task!r} needs "
+                     f"{TASKS[task]} records, e.g. one of {fits}.")
+  if not 0 <= process_index < process_count:
+    raise ValueError(f"process_index={process_index} must be in [0, process_count={process_count}).")
+  if batch_size < 1:
+    raise ValueError(f"batch_size={batch_size} must be >= 1 (it is the per-process batch).")
+  length = data_cfg.max_length
+  if length < 4:
+    raise ValueError(f"data.max_length={length} is too short; need >= 4.")
+  training = split == "train"
+  repeat = training if repeat is None else repeat
+  shuffle = training if shuffle is None else shuffle
+
+  source = _open(data_cfg, spec, split)
+  if len(source) < process_count:
+    raise ValueError(f"{spec.name} split {split!r} has {len(source)} records, fewer than the "
+                     f"{process_count} processes that must each read a disjoint shard.")
+  tok = tokenizer or make_tokenizer(data_cfg)
+
+  ds = grain.MapDataset.source(source)[process_index::process_count]
+  if shuffle:
+    ds = ds.shuffle(_seed(seed, 0))
+  if repeat:
+    ds = ds.repeat(None)
+
+  if task in ("lm", "mlm"):
+    ds = ds.map(_document(spec, tok)).filter(lambda ids: len(ids) > 0)
+    row = length + 1 if task == "lm" else length
+    if task == "lm":
+      ds = ds.map(lambda ids: {"tokens": ids})
+    else:
+      mlm = dict(vocab_size=tok.vocab_size, num_special=tok.num_special, mask_id=tok.mask_id,
+                 probability=data_cfg.mlm_probability, mask_ratio=data_cfg.mlm_mask_ratio,
+                 random_ratio=data_cfg.mlm_random_ratio)
+      ds = ds.random_map(lambda ids, rng: mask_tokens(ids, rng, **mlm), seed=_seed(seed, 1, process_index))
+    it_ds = _to_iter(ds, data_cfg)
+    window = data_cfg.shuffle_window if shuffle else 0
+    it_ds = packing.chunk_and_shuffle(it_ds, chunk_length=row, window=window, seed=_seed(seed, 2))
+    features = ("tokens",) if task == "lm" else ("inputs", "targets", "weights")
+    it_ds = packing.pack(it_ds, {f: row for f in features})
+    fmt = _format_lm if task == "lm" else _format_mlm
+  elif task == "seq2seq":
+    tgt_len = data_cfg.max_target_length or length
+    ds = ds.map(_translation(spec, tok, length, tgt_len, drop_long=training and data_cfg.drop_long_pairs))
+    it_ds, fmt = _to_iter(ds, data_cfg), _format_seq2seq
+  else:
+    it_ds, fmt = _to_iter(ds.map(_classification(spec, tok, length)), data_cfg), dict
+
+  it_ds = it_ds.batch(batch_size, drop_remainder=False)
+  return it_ds.map(lambda b: fmt(_pad_rows(b, batch_size)))
+
+
+def _to_iter(ds: grain.MapDataset, data_cfg) -> grain.IterDataset:
+  # Records that a transformation turned into None (empty documents, long pairs) are skipped.
+  return ds.to_iter_dataset(grain.ReadOptions(num_threads=data_cfg.num_threads,
+                                              prefetch_buffer_size=data_cfg.prefetch))
+
+
+def make_iterator(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, batch_size: int,
+                  seed: int, process_index: int = 0, process_count: int = 1,
+                  repeat: bool | None = None, shuffle: bool | None = None,
+                  tokenizer: Tokenizer | None = None) -> grain.DatasetIterator:
+  """A deterministic, checkpointable iterator of local batches (see the module docstring).
+
+  Args:
+    data_cfg: ``config.data`` (keys in ``default_data_config``).
+    task: "lm", "mlm", "seq2seq" or "classification".
+    split: "train", "validation", "test" or a TFDS split string.
+    batch_size: rows per batch on this process (the global batch / process_count).
+    seed: seeds the shuffles and the MLM masks.
+    process_index, process_count: this process reads records
+      ``process_index::process_count`` of the split (``jax.process_index()`` /
+      ``jax.process_count()``).
+    repeat: loop forever (default: only the train split).
+    shuffle: shuffle records and chunks (default: only the train split).
+    tokenizer: use this tokenizer instead of building the configured one.
+
+  Returns:
+    A ``grain.DatasetIterator``: ``next(it)`` gives a dict of NumPy arrays; ``get_state()`` /
+    ``set_state()`` save and restore its position exactly.
+
+  Raises:
+    ValueError: unknown task/dataset, a task the dataset cannot feed, bad process ids.
+    DatasetNotPreparedError: the dataset is not prepared (the message names the command).
+    TokenizerNotFoundError: a SentencePiece model file is missing.
+  """
+  ds = make_dataset(data_cfg, task=task, split=split, batch_size=batch_size, seed=seed,
+                    process_index=process_index, process_count=process_count, repeat=repeat,
+                    shuffle=shuffle, tokenizer=tokenizer)
+  return iter(ds)
+
+
+def check_data(data_cfg: ml_collections.ConfigDict, *, splits: tuple[str, ...] = ("train",)) -> None:
+  """Fails fast, before any training, if a dataset split or the tokenizer is missing."""
+  spec = datasets.get_spec(data_cfg.dataset)
+  for split in splits:
+    _open(data_cfg, spec, split)
+  make_tokenizer(data_cfg)
+
+
+__all__ = ["TASKS", "check_data", "make_dataset", "make_iterator", "make_tokenizer",
+           "tokenizer_path", "training_sentences"]
