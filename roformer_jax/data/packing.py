@@ -10,10 +10,12 @@ segment_ids[k] != 0``.
 
 We use Grain's ``ConcatThenSplitIterDataset``: it fills every row completely (padding only in
 the very last row of a finite stream), splits a document that does not fit across rows, and its
-iterator state is small (parent state + the remainder's slice) and restores exactly. Grain's
-first-fit/best-fit packers never split a document and pad instead, which wastes most of a row
-on long documents. Long documents are first cut into chunks (``ChunkFeatures``) so that a window
-shuffle can mix chunks of different documents before packing.
+iterator state is small (parent state + the remainder's slice) and restores exactly (after the
+JSON fix below). Grain's first-fit/best-fit packers never split a document and pad instead,
+which wastes most of a row on long documents. For training, long documents are first cut into
+row-sized chunks (``ChunkFeatures``) so that a window shuffle can mix chunks of different
+documents; a chunk that fills a row exactly is emitted as that row, so chunks keep their full
+context and only the shorter tails of documents share rows.
 """
 
 from __future__ import annotations
@@ -122,7 +124,10 @@ def pack(ds: grain.IterDataset, lengths: Mapping[str, int]) -> grain.IterDataset
     from the first feature.
   """
   first = next(iter(lengths))
-  packed = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=dict(lengths))
+  # split_full_length_features=False: a chunk that fills a row exactly becomes that row, so
+  # row-sized chunks stay whole (one segment, full context) and only document tails share rows.
+  packed = grain.experimental.ConcatThenSplitIterDataset(ds, length_struct=dict(lengths),
+                                                         split_full_length_features=False)
 
   def tidy(row: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     out = {k: row[k] for k in lengths}
