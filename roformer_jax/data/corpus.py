@@ -131,7 +131,8 @@ class PythonStdlibBytes(tfds.core.GeneratorBasedBuilder):
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path):
+def file_lock(path: Path):
+  """An exclusive advisory lock (``flock``) on ``path``, created if missing."""
   path.parent.mkdir(parents=True, exist_ok=True)
   with open(path, "a") as f:
     fcntl.flock(f, fcntl.LOCK_EX)
@@ -156,7 +157,7 @@ def build_stdlib_corpus(data_dir: str | os.PathLike | None = None, *, max_docume
   """
   data_dir = Path(data_dir) if data_dir else default_data_dir()
   config = stdlib_config(max_documents, max_bytes)
-  with _file_lock(data_dir / f".{NAME}_{config.name}.lock"):
+  with file_lock(data_dir / f".{NAME}_{config.name}.lock"):
     registered = {c.name for c in PythonStdlibBytes.BUILDER_CONFIGS}  # TFDS wants those by name.
     builder = PythonStdlibBytes(data_dir=str(data_dir), file_format="array_record",
                                 config=config.name if config.name in registered else config)

@@ -49,7 +49,7 @@ import grain
 import ml_collections
 import numpy as np
 
-from roformer_jax.data import datasets, packing
+from roformer_jax.data import corpus, datasets, packing
 from roformer_jax.data.config import TOKENIZERS
 from roformer_jax.data.masking import mask_tokens
 from roformer_jax.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, train_sentencepiece
@@ -104,8 +104,10 @@ def make_tokenizer(data_cfg: ml_collections.ConfigDict) -> Tokenizer:
     return ByteTokenizer()
   path = tokenizer_path(data_cfg)
   if not path.is_file() and data_cfg.train_tokenizer_if_missing:
-    train_sentencepiece(training_sentences(data_cfg), path, vocab_size=data_cfg.vocab_size,
-                        model_type=data_cfg.tokenizer_model_type)
+    with corpus.file_lock(path.parent / f".{path.name}.lock"):  # one trainer per machine.
+      if not path.is_file():
+        train_sentencepiece(training_sentences(data_cfg), path, vocab_size=data_cfg.vocab_size,
+                            model_type=data_cfg.tokenizer_model_type)
   return SentencePieceTokenizer(path)
 
 
