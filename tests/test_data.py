@@ -374,7 +374,8 @@ def test_mnli_validation_means_matched():
   assert datasets.get_spec("glue/mnli").tfds_split("validation") == "validation_matched"
   cfg = mock_cfg("glue/mnli")
   with tfds.testing.mock_data(num_examples=3, policy=tfds.testing.MockPolicy.USE_CODE):
-    b = next(data.make_iterator(cfg, task="classification", split="validation_mismatched", batch_size=2, seed=0))
+    b = next(data.make_iterator(cfg, task="classification", split="validation_mismatched",
+                                batch_size=2, seed=0))
   assert b["label"].dtype == np.int32
 
 

@@ -35,8 +35,11 @@ Every stage is a deterministic Grain transformation whose iterator state is a fe
 so ``it.get_state()`` / ``it.set_state(state)`` (and Orbax's
 ``grain.checkpoint.CheckpointSave(it)``) resume exactly where the run stopped.
 
-The lm rows are packed to T + 1 tokens; inputs are the first T, targets the last T. A
-document that does not fit continues in a later row as a new segment (positions from 0).
+The lm rows are packed to T + 1 tokens; inputs are the first T, targets the last T (so the
+last token of a row is only a target). A document that does not fit a row continues in a later
+row as a new segment (positions from 0). Evaluation passes read the split in its fixed on-disk
+order; with several processes each gets its own shard and may yield a different number of
+batches.
 """
 
 from __future__ import annotations
@@ -185,7 +188,8 @@ def _pad_rows(batch: Batch, batch_size: int) -> Batch:
   n = len(next(iter(batch.values())))
   if n == batch_size:
     return batch
-  return {k: np.concatenate([v, np.zeros((batch_size - n,) + v.shape[1:], v.dtype)]) for k, v in batch.items()}
+  return {k: np.concatenate([v, np.zeros((batch_size - n,) + v.shape[1:], v.dtype)])
+          for k, v in batch.items()}
 
 
 def _format_lm(rows: Batch) -> Batch:
@@ -262,20 +266,8 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
     ds = ds.repeat(None)
 
   if task in ("lm", "mlm"):
-    ds = ds.map(_document(spec, tok)).filter(lambda ids: len(ids) > 0)
-    row = length + 1 if task == "lm" else length
-    if task == "lm":
-      ds = ds.map(lambda ids: {"tokens": ids})
-    else:
-      mlm = dict(vocab_size=tok.vocab_size, num_special=tok.num_special, mask_id=tok.mask_id,
-                 probability=data_cfg.mlm_probability, mask_ratio=data_cfg.mlm_mask_ratio,
-                 random_ratio=data_cfg.mlm_random_ratio)
-      ds = ds.random_map(lambda ids, rng: mask_tokens(ids, rng, **mlm), seed=_seed(seed, 1, process_index))
-    it_ds = _to_iter(ds, data_cfg)
-    window = data_cfg.shuffle_window if shuffle else 0
-    it_ds = packing.chunk_and_shuffle(it_ds, chunk_length=row, window=window, seed=_seed(seed, 2))
-    features = ("tokens",) if task == "lm" else ("inputs", "targets", "weights")
-    it_ds = packing.pack(it_ds, {f: row for f in features})
+    it_ds = _packed_documents(ds, data_cfg, task=task, spec=spec, tok=tok, seed=seed,
+                              process_index=process_index, shuffle=shuffle)
     fmt = _format_lm if task == "lm" else _format_mlm
   elif task == "seq2seq":
     tgt_len = data_cfg.max_target_length or length
@@ -286,6 +278,26 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
 
   it_ds = it_ds.batch(batch_size, drop_remainder=False)
   return it_ds.map(lambda b: fmt(_pad_rows(b, batch_size)))
+
+
+def _packed_documents(ds: grain.MapDataset, data_cfg, *, task: str, spec: datasets.DatasetSpec,
+                      tok: Tokenizer, seed: int, process_index: int, shuffle: bool) -> grain.IterDataset:
+  """Records -> token documents (masked for mlm) -> [chunk + window shuffle] -> packed rows."""
+  ds = ds.map(_document(spec, tok)).filter(lambda ids: len(ids) > 0)
+  row = data_cfg.max_length + 1 if task == "lm" else data_cfg.max_length
+  if task == "lm":
+    ds, features = ds.map(lambda ids: {"tokens": ids}), ("tokens",)
+  else:
+    mlm = dict(vocab_size=tok.vocab_size, num_special=tok.num_special, mask_id=tok.mask_id,
+               probability=data_cfg.mlm_probability, mask_ratio=data_cfg.mlm_mask_ratio,
+               random_ratio=data_cfg.mlm_random_ratio)
+    # random_map seeds each record's generator from (seed, record index): resumable masks.
+    ds = ds.random_map(lambda ids, rng: mask_tokens(ids, rng, **mlm), seed=_seed(seed, 1, process_index))
+    features = ("inputs", "targets", "weights")
+  it_ds = _to_iter(ds, data_cfg)
+  window = data_cfg.shuffle_window if shuffle else 0
+  it_ds = packing.chunk_and_shuffle(it_ds, chunk_length=row, window=window, seed=_seed(seed, 2))
+  return packing.pack(it_ds, {f: row for f in features})
 
 
 def _to_iter(ds: grain.MapDataset, data_cfg) -> grain.IterDataset:
