@@ -7,6 +7,10 @@ Public modules:
   models      ModelConfig; RoFormer encoder and heads, Transformer-base seq2seq, causal LM
   decoding    greedy / sampling / beam search over the models' decode caches
   hf          HuggingFace RoFormer checkpoints in and out (safetensors, no torch)
+  optim, losses       optax schedules/optimisers of the paper, and the losses (pure)
+  data                Grain/TFDS input pipelines, tokenizers, the offline corpus
+  trainer             train_and_evaluate(config, workdir): the sharded training loop
+  mesh, checkpoints, metrics, tasks   the trainer's parts
 """
 
 import importlib

@@ -1,0 +1,212 @@
+"""`train_and_evaluate(config, workdir)`: the one training loop, for every task and mesh.
+
+Read top to bottom: setup and checks, data, model and optimiser (created already sharded),
+restore, the jitted step, the loop (metrics, eval, checkpoints, preemption), the end.
+
+Re-running the same command resumes from the newest checkpoint in `<workdir>/checkpoints`,
+data position included, so an interrupted run ends with the same parameters as one that
+was never interrupted.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import signal
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import optax
+from flax import nnx
+
+from roformer_jax import data, mesh as mesh_lib, metrics as metrics_lib, optim, tasks
+from roformer_jax.checkpoints import Checkpointer
+
+REQUIRED_KEYS = ("seed", "total_steps", "batch_size", "checkpoint_every_steps", "eval_every_steps", "mesh")
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Fails fast, before any data or compile work, naming the bad key."""
+  missing = [k for k in REQUIRED_KEYS if k not in config]
+  if missing:
+    raise ValueError(f"config is missing {missing}; every training config has {REQUIRED_KEYS} (DESIGN.md).")
+  for key in ("total_steps", "batch_size", "checkpoint_every_steps", "eval_every_steps", "log_every_steps"):
+    value = config.get(key, 1)
+    if not isinstance(value, int) or value < 1:
+      raise ValueError(f"config.{key}={value!r} must be a positive integer.")
+  tasks.check_task(config.task)
+  tasks.model_config(config)  # validates every model field now
+  mesh_lib.rules_from_config(config.logical_axis_rules)
+
+
+# ======================================================================================
+# The step functions (pure; jitted with explicit shardings below).
+# ======================================================================================
+
+
+def _train_step(graphdef, state, batch, *, task: str, label_smoothing: float):
+  model, optimizer = nnx.merge(graphdef, state)
+
+  def loss_fn(model):
+    sums = tasks.loss_sums(model, batch, task=task, label_smoothing=label_smoothing, deterministic=False)
+    return sums["loss"] / jnp.maximum(sums["weight"], 1.0), sums
+
+  (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+  optimizer.update(model, grads)
+  out = {"loss": loss, "accuracy": sums["correct"] / jnp.maximum(sums["weight"], 1.0),
+         "grad_norm": optax.global_norm(grads), "scored": sums["weight"]}
+  return nnx.state((model, optimizer)), out
+
+
+def _eval_step(graphdef, state, batch, *, task: str):
+  model, _ = nnx.merge(graphdef, state)
+  return tasks.loss_sums(model, batch, task=task, deterministic=True)
+
+
+def _redraw_features(graphdef, state, key):
+  """FAVOR+ projections redrawn (Performer's feature_redraw_interval)."""
+  model, optimizer = nnx.merge(graphdef, state)
+  for path, module in nnx.iter_graph(model):
+    if hasattr(module, "redraw_features"):
+      key, sub = jax.random.split(key)
+      module.redraw_features(sub)
+  return nnx.state((model, optimizer))
+
+
+# ======================================================================================
+# train_and_evaluate
+# ======================================================================================
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """Trains `config` in `workdir`, resuming if it holds checkpoints. Returns final metrics."""
+  # ------------------------------------------------------------------ setup and checks
+  check_config(config)
+  workdir = os.path.abspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  mesh = mesh_lib.make_mesh(config.mesh)
+  mesh_lib.check_batch_size(config.batch_size, mesh)
+  rules = mesh_lib.rules_from_config(config.logical_axis_rules)
+  writer = metrics_lib.MetricsWriter(workdir)
+  process, processes = jax.process_index(), jax.process_count()
+  local_batch = config.batch_size // processes
+
+  # ------------------------------------------------------------------ load dataset
+  def iterator(split: str):
+    return data.make_iterator(config.data, task=config.task, split=split, batch_size=local_batch,
+                              seed=config.seed, process_index=process, process_count=processes)
+
+  train_iter = iterator("train")
+
+  # ------------------------------------------------------------------ build model and optimiser
+  # Each loop step is one batch; with optim.grad_accum_steps = k the optimiser updates every
+  # k batches, so its schedule runs over total_steps // k updates.
+  accum = int(config.optim.get("grad_accum_steps", 1) or 1)
+  tx, schedule = optim.make_optimizer(config.optim, max(config.total_steps // accum, 1))
+
+  @nnx.jit
+  def create():
+    model = tasks.build_model(config, nnx.Rngs(params=config.seed, dropout=config.seed + 1))
+    return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+    model, optimizer = create()  # parameters are created sharded, never whole on one device
+  graphdef, state = nnx.split((model, optimizer))
+  del model, optimizer
+  num_params = sum(x.size for x in jax.tree.leaves(nnx.state(nnx.merge(graphdef, state)[0], nnx.Param)))
+
+  # ------------------------------------------------------------------ restore
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.get("keep_checkpoints", 3),
+                      save_every=config.checkpoint_every_steps, async_save=config.get("async_checkpoints", True))
+  start = ckpt.latest_step() or 0
+  if start:
+    state = ckpt.restore(start, state, train_iter)
+    metrics_lib.truncate_after(workdir, start)
+  state_sharding = jax.tree.map(lambda x: x.sharding, state)
+  batch_sharding = mesh_lib.batch_sharding(mesh)
+
+  train_step = jax.jit(
+      functools.partial(_train_step, graphdef, task=config.task,
+                        label_smoothing=float(config.get("label_smoothing", 0.0))),
+      in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, None), donate_argnums=(0,))
+  eval_step = jax.jit(functools.partial(_eval_step, graphdef, task=config.task),
+                      in_shardings=(state_sharding, batch_sharding))
+  redraw_every = int(config.get("feature_redraw_every", 0) or 0)
+  redraw = jax.jit(functools.partial(_redraw_features, graphdef), in_shardings=(state_sharding, None),
+                   out_shardings=state_sharding, donate_argnums=(0,))
+
+  def evaluate(step: int) -> dict[str, float]:
+    sums = {"loss": 0.0, "weight": 0.0, "correct": 0.0}
+    it = iterator("validation")
+    for _ in range(config.get("eval_batches", 8)):
+      try:
+        local = next(it)
+      except StopIteration:
+        break
+      out = eval_step(state, mesh_lib.global_batch(local, mesh))
+      sums = {k: sums[k] + float(out[k]) for k in sums}
+    w = max(sums["weight"], 1.0)
+    result = {"eval_loss": sums["loss"] / w, "eval_accuracy": sums["correct"] / w}
+    writer.write(step, result)
+    return result
+
+  # ------------------------------------------------------------------ main train loop
+  preempted = []
+  previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
+  peak = metrics_lib.device_peak_flops()
+  cfg = tasks.model_config(config)
+  flops_per_token = metrics_lib.train_flops_per_token(
+      num_params, num_layers=cfg.num_layers, seq_len=config.data.max_length, d_model=cfg.d_model,
+      causal=config.task == "lm")
+  progress = metrics_lib.Progress(config.total_steps, start)
+  progress.write(f"{config.task}: {num_params / 1e6:.2f}M parameters, mesh {dict(mesh.shape)}, "
+                 f"global batch {config.batch_size}, steps {start}..{config.total_steps}, workdir {workdir}")
+  log_every = config.get("log_every_steps", 10)
+  window_tokens, window_start, window_losses = 0, time.perf_counter(), []
+  last = {}
+  step = start
+  try:
+    for step in range(start + 1, config.total_steps + 1):
+      local = next(train_iter)
+      window_tokens += tasks.tokens_in(local, config.task) * processes
+      state, out = train_step(state, mesh_lib.global_batch(local, mesh))
+      loss = float(out["loss"])
+      if not math.isfinite(loss):
+        raise FloatingPointError(
+            f"loss is {loss} at step {step}; stopping without saving. The last good checkpoint is step "
+            f"{ckpt.latest_step()} in {ckpt.directory}. Lower optim.learning_rate or enable "
+            "optim.grad_clip_norm, then re-run the same command to resume from it.")
+      window_losses.append(loss)
+      if redraw_every and step % redraw_every == 0:
+        state = redraw(state, jax.random.fold_in(jax.random.key(config.seed), step))
+      if step % log_every == 0 or step == config.total_steps:
+        elapsed = time.perf_counter() - window_start
+        tps = window_tokens / max(elapsed, 1e-9)
+        last = {"loss": float(np.mean(window_losses)), "accuracy": float(out["accuracy"]),
+                "learning_rate": float(schedule((step - 1) // accum)), "grad_norm": float(out["grad_norm"]),
+                "tokens_per_sec": tps, "step_time": elapsed / len(window_losses)}
+        if peak:
+          last["mfu"] = tps * flops_per_token / (peak * jax.device_count())
+        writer.write(step, last)
+        progress.update(step, loss=last["loss"], tok_s=f"{tps:,.0f}", lr=last["learning_rate"])
+        window_tokens, window_start, window_losses = 0, time.perf_counter(), []
+      if step % config.eval_every_steps == 0 or step == config.total_steps:
+        result = evaluate(step)
+        progress.write(f"step {step}: eval loss {result['eval_loss']:.4f}, accuracy {result['eval_accuracy']:.4f}")
+        window_start = time.perf_counter()  # eval time is not training throughput
+      ckpt.save(step, state, train_iter, force=bool(preempted) or step == config.total_steps)
+      if preempted:
+        progress.write(f"SIGTERM: saved step {step}; re-run the same command to resume.")
+        break
+  finally:
+    ckpt.close()
+    progress.close()
+    signal.signal(signal.SIGTERM, previous_handler)
+    writer.close()
+  metrics_lib.plot_loss(workdir)
+  return {"step": step, **last}
