@@ -58,8 +58,11 @@ def _train_step(graphdef, state, batch, *, task: str, label_smoothing: float):
 
   (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
   optimizer.update(model, grads)
+  # The updated parameters' norm: a finite loss can still be followed by an update to inf,
+  # and such a state must never be checkpointed.
+  param_norm = optax.tree.norm(nnx.state(model, nnx.Param))
   out = {"loss": loss, "accuracy": sums["correct"] / jnp.maximum(sums["weight"], 1.0),
-         "grad_norm": optax.global_norm(grads), "scored": sums["weight"]}
+         "grad_norm": optax.tree.norm(grads), "param_norm": param_norm, "scored": sums["weight"]}
   return nnx.state((model, optimizer)), out
 
 
@@ -89,17 +92,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   check_config(config)
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
-  mesh = mesh_lib.make_mesh(config.mesh)
+  num_devices = config.get("num_devices", 0) or jax.device_count()  # 0 = all devices
+  mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
   mesh_lib.check_batch_size(config.batch_size, mesh)
+  data.check_data(config.data, splits=("train", "validation"))  # missing dataset/tokenizer: fail now
+  tokenizer = data.make_tokenizer(config.data)
+  if tokenizer.vocab_size > config.model.vocab_size:
+    raise ValueError(f"the {config.data.tokenizer} tokenizer has {tokenizer.vocab_size} ids but "
+                     f"config.model.vocab_size={config.model.vocab_size}; set it to {tokenizer.vocab_size}.")
   rules = mesh_lib.rules_from_config(config.logical_axis_rules)
-  writer = metrics_lib.MetricsWriter(workdir)
   process, processes = jax.process_index(), jax.process_count()
   local_batch = config.batch_size // processes
 
   # ------------------------------------------------------------------ load dataset
-  def iterator(split: str):
+  def iterator(split: str, **kw):
     return data.make_iterator(config.data, task=config.task, split=split, batch_size=local_batch,
-                              seed=config.seed, process_index=process, process_count=processes)
+                              seed=config.seed, process_index=process, process_count=processes, **kw)
 
   train_iter = iterator("train")
 
@@ -126,7 +134,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   start = ckpt.latest_step() or 0
   if start:
     state = ckpt.restore(start, state, train_iter)
-    metrics_lib.truncate_after(workdir, start)
+    metrics_lib.truncate_after(workdir, start)  # rows past the checkpoint will be logged again
+  writer = metrics_lib.MetricsWriter(workdir)
   state_sharding = jax.tree.map(lambda x: x.sharding, state)
   batch_sharding = mesh_lib.batch_sharding(mesh)
 
@@ -142,12 +151,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
   def evaluate(step: int) -> dict[str, float]:
     sums = {"loss": 0.0, "weight": 0.0, "correct": 0.0}
-    it = iterator("validation")
+    # The same first eval_batches batches every time, repeating a small split, so that every
+    # process runs the same number of collective eval steps (eval.py does full passes).
+    it = iterator("validation", repeat=True, shuffle=False)
     for _ in range(config.get("eval_batches", 8)):
-      try:
-        local = next(it)
-      except StopIteration:
-        break
+      local = next(it)
       out = eval_step(state, mesh_lib.global_batch(local, mesh))
       sums = {k: sums[k] + float(out[k]) for k in sums}
     w = max(sums["weight"], 1.0)
@@ -175,10 +183,10 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       local = next(train_iter)
       window_tokens += tasks.tokens_in(local, config.task) * processes
       state, out = train_step(state, mesh_lib.global_batch(local, mesh))
-      loss = float(out["loss"])
-      if not math.isfinite(loss):
+      loss, param_norm = float(out["loss"]), float(out["param_norm"])
+      if not (math.isfinite(loss) and math.isfinite(param_norm)):
         raise FloatingPointError(
-            f"loss is {loss} at step {step}; stopping without saving. The last good checkpoint is step "
+            f"loss is {loss} and the parameter norm {param_norm} after step {step}; stopping without saving. The last good checkpoint is step "
             f"{ckpt.latest_step()} in {ckpt.directory}. Lower optim.learning_rate or enable "
             "optim.grad_clip_norm, then re-run the same command to resume from it.")
       window_losses.append(loss)

@@ -1,0 +1,176 @@
+"""The training system end to end: smoke runs, resume exactness, sharding, signals, errors.
+
+These use the smoke variant of configs/default.py (a tiny model on a 40-file slice of the
+offline stdlib corpus), so each run takes seconds. Runs that must be killed or signalled
+start `train.py` in a subprocess.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from configs import default
+from roformer_jax import trainer
+
+ROOT = pathlib.Path(__file__).parents[1]
+
+
+def smoke(**overrides):
+  config = default.get_config("smoke")
+  config.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
+  for key, value in overrides.items():
+    target = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      target = target[p]
+    target[leaf] = value
+  return config
+
+
+def rows(workdir):
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def train_cli(workdir, *flags, wait=True, **kw):
+  cmd = [sys.executable, str(ROOT / "train.py"), "--config", f"{ROOT / 'configs/default.py'}:smoke",
+         "--workdir", str(workdir), *flags]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+  if wait:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, **kw)
+  return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def final_params(workdir):
+  """The newest checkpoint's state as numpy arrays, read with orbax directly."""
+  ckdir = os.path.join(workdir, "checkpoints")
+  with ocp.CheckpointManager(ckdir, options=ocp.CheckpointManagerOptions(read_only=True)) as mgr:
+    step = mgr.latest_step()
+    state = mgr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+  as_numpy = lambda x: np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+  return step, jax.tree.map(as_numpy, state)
+
+
+def test_smoke_run_writes_metrics_checkpoints_plot_and_resumes(tmp_path):
+  result = trainer.train_and_evaluate(smoke(), str(tmp_path))
+  assert result["step"] == 2 and np.isfinite(result["loss"])
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+  assert (tmp_path / "loss.png").stat().st_size > 1000
+  assert any(f.startswith("events") for f in os.listdir(tmp_path / "tensorboard"))
+  train_rows = [r for r in rows(tmp_path) if "loss" in r]
+  assert [r["step"] for r in train_rows] == [1, 2]
+  assert all({"learning_rate", "grad_norm", "tokens_per_sec", "step_time"} <= set(r) for r in train_rows)
+  assert any("eval_loss" in r for r in rows(tmp_path))
+  # The same command with more steps continues from step 2.
+  result = trainer.train_and_evaluate(smoke(total_steps=4, eval_every_steps=4), str(tmp_path))
+  assert result["step"] == 4
+  assert [r["step"] for r in rows(tmp_path) if "loss" in r] == [1, 2, 3, 4]
+
+
+def test_loss_falls_on_the_offline_corpus(tmp_path):
+  config = smoke(total_steps=40, log_every_steps=10, eval_every_steps=40, checkpoint_every_steps=40)
+  trainer.train_and_evaluate(config, str(tmp_path))
+  losses = [r["loss"] for r in rows(tmp_path) if "loss" in r]
+  assert losses[-1] < losses[0] - 1.0, losses  # bytes: ~5.6 nats at init
+
+
+def test_one_device_and_eight_devices_give_the_same_loss(tmp_path):
+  one = smoke(num_devices=1, mesh={"data": 1, "fsdp": 1, "tensor": 1}, total_steps=3)
+  eight = smoke(mesh={"data": 2, "fsdp": 2, "tensor": 2}, total_steps=3)
+  trainer.train_and_evaluate(one, str(tmp_path / "one"))
+  trainer.train_and_evaluate(eight, str(tmp_path / "eight"))
+  a = [r["loss"] for r in rows(tmp_path / "one") if "loss" in r]
+  b = [r["loss"] for r in rows(tmp_path / "eight") if "loss" in r]
+  assert len(a) == len(b) == 3
+  np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_sigkill_then_resume_ends_with_the_same_parameters(tmp_path):
+  flags = ["--config.total_steps=30", "--config.checkpoint_every_steps=4", "--config.eval_every_steps=30",
+           "--config.async_checkpoints=False"]
+  reference = train_cli(tmp_path / "ref", *flags)
+  assert reference.returncode == 0, reference.stdout + reference.stderr
+  proc = train_cli(tmp_path / "run", *flags, wait=False)
+  deadline = time.time() + 240
+  while not (tmp_path / "run/checkpoints/8").exists():
+    assert proc.poll() is None, proc.stdout.read()
+    assert time.time() < deadline
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  killed_at = max(int(p) for p in os.listdir(tmp_path / "run/checkpoints") if p.isdigit())
+  assert killed_at < 30, "the run finished before it was killed; the test proves nothing"
+  resumed = train_cli(tmp_path / "run", *flags)
+  assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+  (s1, p1), (s2, p2) = final_params(tmp_path / "ref"), final_params(tmp_path / "run")
+  assert s1 == s2 == 30
+  jax.tree.map(np.testing.assert_array_equal, p1, p2)
+
+
+def test_sigterm_saves_and_exits_cleanly(tmp_path):
+  proc = train_cli(tmp_path, "--config.total_steps=100000", "--config.checkpoint_every_steps=1000",
+                   wait=False)
+  deadline = time.time() + 240
+  while not (tmp_path / "metrics.jsonl").exists() or not rows(tmp_path):
+    assert proc.poll() is None, proc.stdout.read()
+    assert time.time() < deadline
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGTERM)
+  out, _ = proc.communicate(timeout=120)
+  assert proc.returncode == 0, out
+  assert "SIGTERM: saved step" in out
+  saved = [int(p) for p in os.listdir(tmp_path / "checkpoints") if p.isdigit()]
+  assert saved and max(saved) < 100000
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+  config = smoke(total_steps=6, checkpoint_every_steps=1, async_checkpoints=False)
+  config.optim.learning_rate = 1e30  # the first update sends the parameters to inf
+  config.optim.grad_clip_norm = 0.0
+  with pytest.raises(FloatingPointError, match="last good checkpoint is step 1"):
+    trainer.train_and_evaluate(config, str(tmp_path))
+  assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(mesh={"data": 3, "fsdp": 1, "tensor": 1}), "needs 3 devices"),
+    (dict(batch_size=6), "batch_size=6 must be divisible"),
+    (dict(**{"data.dataset": "imagenet"}), "imagenet"),
+    (dict(**{"data.tokenizer": "sentencepiece", "data.tokenizer_path": "/nonexistent/sp.model"}), "sp.model"),
+    (dict(task="qa"), "config.task='qa'"),
+    (dict(total_steps=0), "total_steps=0"),
+    (dict(**{"model.position": "alibi"}), "alibi"),
+])
+def test_bad_configs_fail_before_training(tmp_path, overrides, match):
+  with pytest.raises(Exception, match=match):
+    trainer.train_and_evaluate(smoke(**overrides), str(tmp_path))
+  assert not (tmp_path / "checkpoints").exists()
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def test_two_processes_train_together_with_jax_distributed(tmp_path):
+  """Two CPU processes on localhost (gloo collectives), 2 fake devices each: one 4-device mesh."""
+  port = _free_port()
+  common = ["--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2", "--cpu_devices", "2",
+            "--config.total_steps=3", "--config.mesh.fsdp=2", "--config.data.max_documents=300"]
+  procs = [train_cli(tmp_path, *common, "--process_id", str(i), wait=False) for i in range(2)]
+  outs = [p.communicate(timeout=300)[0] for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outs)
+  assert "mesh {'data': 2, 'fsdp': 2, 'tensor': 1}" in outs[0]
+  assert [r["step"] for r in rows(tmp_path) if "loss" in r] == [1, 2, 3]  # process 0 writes once
+  assert "3" in os.listdir(tmp_path / "checkpoints")
