@@ -10,6 +10,7 @@ was never interrupted.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -42,6 +43,41 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   tasks.check_task(config.task)
   tasks.model_config(config)  # validates every model field now
   mesh_lib.rules_from_config(config.logical_axis_rules)
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  """A span of steps with its own max length and global batch (Table 4's staged schedule)."""
+  index: int
+  first: int  # first step (1-based, inclusive)
+  last: int  # last step (inclusive)
+  max_length: int
+  batch_size: int
+
+
+def stages_from_config(config: ml_collections.ConfigDict) -> list[Stage]:
+  """`config.stages` (a list of {steps, max_length, batch_size}) or one stage for the run."""
+  spec = config.get("stages") or []
+  if not spec:
+    return [Stage(0, 1, config.total_steps, config.data.max_length, config.batch_size)]
+  out, first = [], 1
+  for i, st in enumerate(spec):
+    st = dict(st)
+    unknown = sorted(set(st) - {"steps", "max_length", "batch_size"})
+    if unknown or any(not isinstance(st.get(k), int) or st[k] < 1 for k in ("steps", "max_length", "batch_size")):
+      raise ValueError(f"config.stages[{i}]={st} must have positive integer steps, max_length and "
+                       f"batch_size (and nothing else{'; unknown ' + str(unknown) if unknown else ''}).")
+    out.append(Stage(i, first, first + st["steps"] - 1, st["max_length"], st["batch_size"]))
+    first += st["steps"]
+  if out[-1].last != config.total_steps:
+    raise ValueError(f"config.stages add up to {out[-1].last} steps but config.total_steps="
+                     f"{config.total_steps}; make them equal.")
+  return out
+
+
+def stage_at(stages: list[Stage], step: int) -> Stage:
+  """The stage that step `step` belongs to (step 0, before training, is in the first)."""
+  return next(st for st in stages if max(step, 1) <= st.last)
 
 
 # ======================================================================================
@@ -94,7 +130,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   os.makedirs(workdir, exist_ok=True)
   num_devices = config.get("num_devices", 0) or jax.device_count()  # 0 = all devices
   mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
-  mesh_lib.check_batch_size(config.batch_size, mesh)
+  stages = stages_from_config(config)
+  for st in stages:
+    mesh_lib.check_batch_size(st.batch_size, mesh)
   data.check_data(config.data, splits=("train", "validation"))  # missing dataset/tokenizer: fail now
   tokenizer = data.make_tokenizer(config.data)
   if tokenizer.vocab_size > config.model.vocab_size:
@@ -102,14 +140,19 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                      f"config.model.vocab_size={config.model.vocab_size}; set it to {tokenizer.vocab_size}.")
   rules = mesh_lib.rules_from_config(config.logical_axis_rules)
   process, processes = jax.process_index(), jax.process_count()
-  local_batch = config.batch_size // processes
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.get("keep_checkpoints", 3),
+                      save_every=config.checkpoint_every_steps, async_save=config.get("async_checkpoints", True))
+  start = ckpt.latest_step() or 0
 
   # ------------------------------------------------------------------ load dataset
-  def iterator(split: str, **kw):
-    return data.make_iterator(config.data, task=config.task, split=split, batch_size=local_batch,
-                              seed=config.seed, process_index=process, process_count=processes, **kw)
+  def iterator(split: str, stage: Stage, **kw):
+    data_cfg = config.data.copy_and_resolve_references()
+    data_cfg.max_length = stage.max_length
+    return data.make_iterator(data_cfg, task=config.task, split=split, batch_size=stage.batch_size // processes,
+                              seed=config.seed + stage.index, process_index=process, process_count=processes, **kw)
 
-  train_iter = iterator("train")
+  stage = stage_at(stages, start)
+  train_iter = iterator("train", stage)  # the stage a resumed run is in: its checkpoint holds this one
 
   # ------------------------------------------------------------------ build model and optimiser
   # Each loop step is one batch; with optim.grad_accum_steps = k the optimiser updates every
@@ -129,9 +172,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   num_params = sum(x.size for x in jax.tree.leaves(nnx.state(nnx.merge(graphdef, state)[0], nnx.Param)))
 
   # ------------------------------------------------------------------ restore
-  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.get("keep_checkpoints", 3),
-                      save_every=config.checkpoint_every_steps, async_save=config.get("async_checkpoints", True))
-  start = ckpt.latest_step() or 0
   if start:
     state = ckpt.restore(start, state, train_iter)
     metrics_lib.truncate_after(workdir, start)  # rows past the checkpoint will be logged again
@@ -153,7 +193,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     sums = {"loss": 0.0, "weight": 0.0, "correct": 0.0}
     # The same first eval_batches batches every time, repeating a small split, so that every
     # process runs the same number of collective eval steps (eval.py does full passes).
-    it = iterator("validation", repeat=True, shuffle=False)
+    it = iterator("validation", stage, repeat=True, shuffle=False)
     for _ in range(config.get("eval_batches", 8)):
       local = next(it)
       out = eval_step(state, mesh_lib.global_batch(local, mesh))
@@ -168,18 +208,23 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
   peak = metrics_lib.device_peak_flops()
   cfg = tasks.model_config(config)
-  flops_per_token = metrics_lib.train_flops_per_token(
-      num_params, num_layers=cfg.num_layers, seq_len=config.data.max_length, d_model=cfg.d_model,
+  flops_per_token = lambda st: metrics_lib.train_flops_per_token(
+      num_params, num_layers=cfg.num_layers, seq_len=st.max_length, d_model=cfg.d_model,
       causal=config.task == "lm")
   progress = metrics_lib.Progress(config.total_steps, start)
   progress.write(f"{config.task}: {num_params / 1e6:.2f}M parameters, mesh {dict(mesh.shape)}, "
-                 f"global batch {config.batch_size}, steps {start}..{config.total_steps}, workdir {workdir}")
+                 f"global batch {stage.batch_size}, stage {stage.index + 1}/{len(stages)}, steps {start}..{config.total_steps}, workdir {workdir}")
   log_every = config.get("log_every_steps", 10)
   window_tokens, window_start, window_losses = 0, time.perf_counter(), []
   last = {}
   step = start
   try:
     for step in range(start + 1, config.total_steps + 1):
+      if step > stage.last:  # next stage: new lengths and batch; the step recompiles once
+        stage = stage_at(stages, step)
+        train_iter = iterator("train", stage)
+        progress.write(f"stage {stage.index}: steps {stage.first}..{stage.last}, max_length "
+                       f"{stage.max_length}, batch {stage.batch_size}")
       local = next(train_iter)
       window_tokens += tasks.tokens_in(local, config.task) * processes
       state, out = train_step(state, mesh_lib.global_batch(local, mesh))
@@ -199,7 +244,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                 "learning_rate": float(schedule((step - 1) // accum)), "grad_norm": float(out["grad_norm"]),
                 "tokens_per_sec": tps, "step_time": elapsed / len(window_losses)}
         if peak:
-          last["mfu"] = tps * flops_per_token / (peak * jax.device_count())
+          last["mfu"] = tps * flops_per_token(stage) / (peak * jax.device_count())
         writer.write(step, last)
         progress.update(step, loss=last["loss"], tok_s=f"{tps:,.0f}", lr=last["learning_rate"])
         window_tokens, window_start, window_losses = 0, time.perf_counter(), []

@@ -174,3 +174,43 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
   assert "mesh {'data': 2, 'fsdp': 2, 'tensor': 1}" in outs[0]
   assert [r["step"] for r in rows(tmp_path) if "loss" in r] == [1, 2, 3]  # process 0 writes once
   assert "3" in os.listdir(tmp_path / "checkpoints")
+
+
+def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path, monkeypatch):
+  from configs import multistage
+  from roformer_jax import tasks
+
+  def config():
+    c = multistage.get_config("smoke")
+    c.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
+    c.async_checkpoints = False
+    return c
+
+  trainer.train_and_evaluate(config(), str(tmp_path / "ref"))
+  lengths = []
+  real_tokens_in = tasks.tokens_in
+
+  def crash_on_fourth_batch(batch, task):
+    lengths.append(batch["inputs"].shape)
+    if len(lengths) == 4:  # step 4 is the second step of stage 2; step 3 is checkpointed
+      raise KeyboardInterrupt("simulated crash")
+    return real_tokens_in(batch, task)
+
+  monkeypatch.setattr(tasks, "tokens_in", crash_on_fourth_batch)
+  with pytest.raises(KeyboardInterrupt):
+    trainer.train_and_evaluate(config(), str(tmp_path / "run"))
+  assert lengths[:3] == [(8, 16), (8, 16), (8, 48)]  # stage 1 then stage 2 shapes
+  monkeypatch.setattr(tasks, "tokens_in", real_tokens_in)
+  assert max(int(p) for p in os.listdir(tmp_path / "run/checkpoints")) == 3
+  trainer.train_and_evaluate(config(), str(tmp_path / "run"))
+  (s1, p1), (s2, p2) = final_params(tmp_path / "ref"), final_params(tmp_path / "run")
+  assert s1 == s2 == 6
+  jax.tree.map(np.testing.assert_array_equal, p1, p2)
+
+
+def test_stages_must_add_up_to_total_steps():
+  from configs import multistage
+  c = multistage.get_config("smoke")
+  c.total_steps = 7
+  with pytest.raises(ValueError, match="add up to 6 steps"):
+    trainer.stages_from_config(c)
