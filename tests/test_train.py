@@ -214,3 +214,33 @@ def test_stages_must_add_up_to_total_steps():
   c.total_steps = 7
   with pytest.raises(ValueError, match="add up to 6 steps"):
     trainer.stages_from_config(c)
+
+
+def test_bf16_compute_with_gradient_accumulation_trains(tmp_path):
+  config = smoke(total_steps=4, eval_every_steps=4)
+  config.model.dtype = "bfloat16"  # fp32 master weights, bf16 matmuls
+  config.optim.grad_accum_steps = 2
+  result = trainer.train_and_evaluate(config, str(tmp_path))
+  assert np.isfinite(result["loss"])
+  _, params = final_params(tmp_path)
+  kernels = [x for x in jax.tree.leaves(params) if x.ndim >= 2]
+  assert kernels and all(x.dtype == np.float32 for x in kernels)
+
+
+def test_favor_features_are_redrawn_on_schedule(tmp_path):
+  config = smoke(total_steps=2, feature_redraw_every=2, checkpoint_every_steps=1, async_checkpoints=False,
+                 keep_checkpoints=5)
+  config.model.update(dict(attention="linear", feature_map="favor", num_features=16))
+  trainer.train_and_evaluate(config, str(tmp_path))
+
+  def projection(step):
+    with ocp.CheckpointManager(str(tmp_path / "checkpoints"),
+                               options=ocp.CheckpointManagerOptions(read_only=True)) as mgr:
+      state = mgr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+    found = []
+    jax.tree_util.tree_map_with_path(
+        lambda path, x: found.append(np.asarray(x)) if "projection" in jax.tree_util.keystr(path) else None, state)
+    assert found, "no FAVOR+ projection in the checkpoint"
+    return found[0]
+
+  assert not np.array_equal(projection(1), projection(2))  # redrawn after step 2, not step 1
