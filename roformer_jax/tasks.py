@@ -7,7 +7,7 @@ A task ties a model class to the batch format of `roformer_jax.data` and a loss:
 | lm | CausalLM | inputs, targets, segment_ids, positions, weights | next-token CE |
 | mlm | RoFormerForMaskedLM | inputs, targets, weights, segment_ids, positions, token_type_ids | CE at masked positions |
 | seq2seq | TransformerSeq2Seq | src, tgt_in, tgt_out, weights (+ segment ids, positions) | label-smoothed CE (Sec. 4.1) |
-| classification | RoFormerForSequenceClassification | input_ids, token_type_ids, attention_mask, label | CE, or MSE if num_labels == 1 |
+| classification | RoFormerForSequenceClassification | input_ids, token_type_ids, attention_mask, label, weights | CE, or MSE if num_labels == 1 |
 
 Every loss function returns (loss_sum, weight_sum, extra sums) over the global batch, so the
 trainer's mean is exact however the batch is sharded.
@@ -69,10 +69,12 @@ def loss_sums(model, batch: dict[str, jax.Array], *, task: str, label_smoothing:
   else:
     out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
                 token_type_ids=batch.get("token_type_ids"), deterministic=deterministic)
+    # weights [B]: 0 for the rows that pad the last batch of a finite evaluation pass.
+    weights = batch.get("weights")
     if out.shape[-1] == 1:
-      loss_sum, weight_sum = losses.regression_loss(out, batch["label"])
+      loss_sum, weight_sum = losses.regression_loss(out, batch["label"], weights=weights)
       return {"loss": loss_sum, "weight": weight_sum, "correct": jnp.float32(0.0)}
-    logits, targets, weights = out, batch["label"], None
+    logits, targets = out, batch["label"]
   loss_sum, weight_sum = losses.cross_entropy(logits, targets, weights=weights, label_smoothing=label_smoothing)
   correct, _ = losses.weighted_accuracy(logits, targets, weights)
   return {"loss": loss_sum, "weight": weight_sum, "correct": correct}
