@@ -60,7 +60,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
 
   config.model = ml_collections.ConfigDict(dict(  # roformer_jax.models.ModelConfig fields.
       # models.PRESETS["performer-enwik8"], Sec. 4.4; vocab_size raised to the byte tokenizer's.
-      vocab_size=260,  # 256 bytes + pad/bos/eos/mask (the preset's 256 has no room for specials).
+      vocab_size=260,  # 256 bytes + pad/bos/eos/mask (data.ByteTokenizer), as in the preset.
       d_model=768,  # Sec. 4.4: 768 dimensions.
       num_layers=12,  # Sec. 4.4: 12 layers.
       num_heads=12,  # Sec. 4.4: 12 heads.

@@ -37,13 +37,18 @@ def device_peak_flops(device: jax.Device | None = None) -> float | None:
 
 
 def train_flops_per_token(num_params: int, *, num_layers: int, seq_len: int, d_model: int,
-                          causal: bool) -> float:
+                          causal: bool, linear_features: int | None = None) -> float:
   """6N for the matmuls (forward + backward) plus attention's score and value products.
 
-  Attention per token and layer: 2 matmuls of 2 * T * D FLOPs forward, times 3 with the
-  backward pass; halved for causal attention (PaLM appendix B convention).
+  Softmax attention per token and layer: 2 matmuls of 2 * T * D FLOPs forward, times 3 with
+  the backward pass; halved for causal attention (PaLM appendix B convention). Linear
+  attention (`linear_features` = F per head) replaces the T keys by the F x Hv state, so
+  the term is 12 * F * D per layer, independent of T.
   """
-  attention = 12 * num_layers * seq_len * d_model * (0.5 if causal else 1.0)
+  if linear_features:
+    attention = 12 * num_layers * linear_features * d_model
+  else:
+    attention = 12 * num_layers * seq_len * d_model * (0.5 if causal else 1.0)
   return 6.0 * num_params + attention
 
 

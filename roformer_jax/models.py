@@ -147,7 +147,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                              activation="relu", type_vocab_size=0, scale_embeddings=True,
                              embed_init_std=512 ** -0.5, layer_norm_eps=1e-5),
     # Sec. 4.4: 12-layer char-level Performer LM on enwik8, 768 wide, 12 heads.
-    "performer-enwik8": dict(vocab_size=256, d_model=768, num_layers=12, num_heads=12, d_ff=3072,
+    "performer-enwik8": dict(vocab_size=260,  # 256 bytes + pad/bos/eos/mask (data.ByteTokenizer)
+                              d_model=768, num_layers=12, num_heads=12, d_ff=3072,
                              attention="linear", feature_map="favor", type_vocab_size=0,
                              norm="pre", layer_norm_eps=1e-5),
 }

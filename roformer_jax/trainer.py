@@ -210,7 +210,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   cfg = tasks.model_config(config)
   flops_per_token = lambda st: metrics_lib.train_flops_per_token(
       num_params, num_layers=cfg.num_layers, seq_len=st.max_length, d_model=cfg.d_model,
-      causal=config.task == "lm")
+      causal=config.task == "lm",
+      linear_features=None if cfg.attention == "softmax" else
+      (cfg.num_features if cfg.feature_map == "favor" else cfg.head_size))
   progress = metrics_lib.Progress(config.total_steps, start)
   progress.write(f"{config.task}: {num_params / 1e6:.2f}M parameters, mesh {dict(mesh.shape)}, "
                  f"global batch {stage.batch_size}, stage {stage.index + 1}/{len(stages)}, steps {start}..{config.total_steps}, workdir {workdir}")
