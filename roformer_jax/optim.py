@@ -80,6 +80,17 @@ def _warmup(step, *, init_lr: float, peak_lr: float, warmup_steps: int) -> jax.A
 # --------------------------------------------------------------------------------------
 
 
+def _warmup_then_decay_args(peak_lr, end_lr, init_lr, warmup_steps, total_steps):
+  """Validated arguments of a warmup-then-decay schedule, plus the decay length."""
+  peak_lr, end_lr, init_lr = (_real(n, v) for n, v in (("peak_lr", peak_lr), ("end_lr", end_lr),
+                                                       ("init_lr", init_lr)))
+  total_steps = _int("total_steps", total_steps, low=1)
+  warmup_steps = _int("warmup_steps", warmup_steps, low=0)
+  if warmup_steps > total_steps:
+    raise ValueError(f"warmup_steps={warmup_steps} exceeds total_steps={total_steps}.")
+  return peak_lr, end_lr, init_lr, warmup_steps, total_steps, max(total_steps - warmup_steps, 1)
+
+
 def inverse_sqrt_schedule(*, peak_lr: float = 5e-4, warmup_steps: int = 4000,
                           warmup_init_lr: float = 1e-7) -> Schedule:
   """The Sec. 4.1 MT schedule, exactly fairseq's `inverse_sqrt` (Vaswani et al. with a floor).
@@ -134,13 +145,8 @@ def linear_warmup_decay_schedule(*, peak_lr: float, warmup_steps: int, total_ste
   Returns:
     schedule(step int[...]) -> float32[...].
   """
-  peak_lr, end_lr, init_lr = (_real(n, v) for n, v in (("peak_lr", peak_lr), ("end_lr", end_lr),
-                                                       ("init_lr", init_lr)))
-  total_steps = _int("total_steps", total_steps, low=1)
-  warmup_steps = _int("warmup_steps", warmup_steps, low=0)
-  if warmup_steps > total_steps:
-    raise ValueError(f"warmup_steps={warmup_steps} exceeds total_steps={total_steps}.")
-  decay_steps = max(total_steps - warmup_steps, 1)
+  peak_lr, end_lr, init_lr, warmup_steps, total_steps, decay_steps = _warmup_then_decay_args(
+      peak_lr, end_lr, init_lr, warmup_steps, total_steps)
 
   def schedule(step):
     step = _as_step(step)
@@ -181,13 +187,8 @@ def warmup_cosine_schedule(*, peak_lr: float, warmup_steps: int, total_steps: in
     lr(step) = end_lr + (peak_lr - end_lr) * (1 + cos(pi * t)) / 2,
     t = clip((step - warmup_steps) / (total_steps - warmup_steps), 0, 1).
   """
-  peak_lr, end_lr, init_lr = (_real(n, v) for n, v in (("peak_lr", peak_lr), ("end_lr", end_lr),
-                                                       ("init_lr", init_lr)))
-  total_steps = _int("total_steps", total_steps, low=1)
-  warmup_steps = _int("warmup_steps", warmup_steps, low=0)
-  if warmup_steps > total_steps:
-    raise ValueError(f"warmup_steps={warmup_steps} exceeds total_steps={total_steps}.")
-  decay_steps = max(total_steps - warmup_steps, 1)
+  peak_lr, end_lr, init_lr, warmup_steps, total_steps, decay_steps = _warmup_then_decay_args(
+      peak_lr, end_lr, init_lr, warmup_steps, total_steps)
 
   def schedule(step):
     step = _as_step(step)
