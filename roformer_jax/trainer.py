@@ -80,6 +80,28 @@ def stage_at(stages: list[Stage], step: int) -> Stage:
   return next(st for st in stages if max(step, 1) <= st.last)
 
 
+def make_optimizer(config: ml_collections.ConfigDict):
+  """(tx, schedule, k). Each loop step is one batch; with optim.grad_accum_steps = k the
+  optimiser updates every k batches, so its schedule runs over total_steps // k updates."""
+  accum = int(config.optim.get("grad_accum_steps", 1) or 1)
+  tx, schedule = optim.make_optimizer(config.optim, max(config.total_steps // accum, 1))
+  return tx, schedule, accum
+
+
+def create_state(config: ml_collections.ConfigDict, mesh, rules, tx):
+  """(graphdef, state) of (model, optimiser), created inside jit on the mesh: every parameter
+  and moment is born on its shards, never whole on one device."""
+
+  @nnx.jit
+  def create():
+    model = tasks.build_model(config, nnx.Rngs(params=config.seed, dropout=config.seed + 1))
+    return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
+
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+    model, optimizer = create()
+  return nnx.split((model, optimizer))
+
+
 # ======================================================================================
 # The step functions (pure; jitted with explicit shardings below).
 # ======================================================================================
@@ -155,20 +177,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   train_iter = iterator("train", stage)  # the stage a resumed run is in: its checkpoint holds this one
 
   # ------------------------------------------------------------------ build model and optimiser
-  # Each loop step is one batch; with optim.grad_accum_steps = k the optimiser updates every
-  # k batches, so its schedule runs over total_steps // k updates.
-  accum = int(config.optim.get("grad_accum_steps", 1) or 1)
-  tx, schedule = optim.make_optimizer(config.optim, max(config.total_steps // accum, 1))
-
-  @nnx.jit
-  def create():
-    model = tasks.build_model(config, nnx.Rngs(params=config.seed, dropout=config.seed + 1))
-    return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
-
-  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
-    model, optimizer = create()  # parameters are created sharded, never whole on one device
-  graphdef, state = nnx.split((model, optimizer))
-  del model, optimizer
+  tx, schedule, accum = make_optimizer(config)
+  graphdef, state = create_state(config, mesh, rules, tx)
   num_params = sum(x.size for x in jax.tree.leaves(nnx.state(nnx.merge(graphdef, state)[0], nnx.Param)))
 
   # ------------------------------------------------------------------ restore
