@@ -1,21 +1,38 @@
-"""Evaluate a trained workdir: python eval.py --config configs/<name>.py --workdir DIR.
+"""Evaluate a trained workdir.
 
-Placeholder until the evaluation issue (#5) lands.
+  python eval.py --config configs/<name>.py[:variant] --workdir DIR [--config.eval.average_last=5]
+                 [--config.eval.rope_scaling='{"rope_type": "yarn", "factor": 4.0, ...}']
+
+Use the config (and --config overrides) the run was trained with. Writes DIR/eval_results.json
+and eval rows in DIR/metrics.jsonl; see roformer_jax/evaluate.py for the metrics per task.
 """
 
-import sys
+import json
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/<name>.py file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
+_CPU_DEVICES = flags.DEFINE_integer("cpu_devices", None, "Fake CPU devices (testing meshes on a CPU).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
   del argv
-  sys.exit("eval.py: evaluation is not implemented yet (it arrives with issue #5).")
+  import jax
+
+  if _CPU_DEVICES.value:
+    jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
+  if not flags.FLAGS["verbosity"].present:
+    logging.set_verbosity(logging.WARNING)
+  from roformer_jax import evaluate
+
+  results = evaluate.evaluate(_CONFIG.value, _WORKDIR.value)
+  if jax.process_index() == 0:
+    print(json.dumps({k: results[k] for k in ("step", "checkpoints", "split", "metrics")}, indent=2, default=float))
+    for row in results.get("length_curve", []):
+      print(f"length {row['length']:>6}: loss {row.get('loss', float('nan')):.4f}")
 
 
 if __name__ == "__main__":

@@ -59,7 +59,14 @@ def base_config() -> ml_collections.ConfigDict:
   config.data = data.default_data_config()  # every key documented in roformer_jax/data/config.py.
   config.model = ml_collections.ConfigDict()  # roformer_jax.models.ModelConfig fields.
   config.optim = ml_collections.ConfigDict()  # roformer_jax.optim.default_optim_config keys.
+  config.eval = eval_config()  # eval.py settings (roformer_jax/evaluate.py)
   return config
+
+
+def eval_config() -> ml_collections.ConfigDict:
+  """The `config.eval` section (see configs/default.py for each field)."""
+  from configs import default
+  return default.get_config().eval
 
 
 def apply_smoke(config: ml_collections.ConfigDict, *, batch_size: int = 8, max_length: int = 32) -> None:

@@ -34,6 +34,18 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})  # -1 = fill with devices.
   config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes
 
+  # eval.py (roformer_jax/evaluate.py). The CLI overrides these, e.g. --config.eval.average_last=5.
+  config.eval = ml_collections.ConfigDict()
+  config.eval.average_last = 0  # average the last N checkpoints (Sec. 4.1: 5); 0/1 = newest only
+  config.eval.split = "validation"
+  config.eval.max_batches = 0  # 0 = a full pass over the split
+  config.eval.length_factors = (1, 2, 4, 8)  # length curve: loss at L, 2L, 4L, 8L (lm, mlm)
+  config.eval.length_batches = 4  # batches per length-curve point
+  config.eval.rope_scaling = ml_collections.config_dict.placeholder(dict)  # HF rope_parameters at eval only
+  config.eval.beam_size = 4  # seq2seq BLEU (Sec. 4.1)
+  config.eval.length_penalty = 0.6  # GNMT alpha (Sec. 4.1)
+  config.eval.max_decode_length = 0  # 0 = data.max_target_length or data.max_length
+
   config.data = data.default_data_config()
   config.data.dataset = "python_stdlib_bytes"
   config.data.tokenizer = "bytes"  # 256 bytes + pad/bos/eos/mask = 260 ids

@@ -101,7 +101,7 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
       # Running mean m += (x - m) / k: exact for identical checkpoints (x - m = 0).
       mean = jax.tree.map(lambda m, x: m + (x.astype(jnp.float32) - m) / k if is_float(x) else x, mean, tree)
   manager.close()
-  mean = jax.tree.map(lambda m, x: m.astype(x.dtype), mean, tree)
+  mean = jax.tree.map(lambda m, x: m.astype(x.dtype) if is_float(x) else m, mean, tree)
   return mean, use
 
 

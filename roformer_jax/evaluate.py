@@ -1,0 +1,203 @@
+"""`evaluate(config, workdir)`: task metrics of a trained workdir, written to eval_results.json.
+
+- Restores the newest checkpoint, or the element-wise mean of the last N
+  (`config.eval.average_last`, Sec. 4.1 averages the last 5).
+- Makes one full pass over the evaluation split (the last batch's padding rows carry weight
+  0, so every example counts once) and reports the task's metrics:
+  - lm: loss (nats/token), perplexity, bits per token (= bits per byte for the byte tokenizer);
+  - mlm: loss and accuracy at the masked positions;
+  - classification: the GLUE metrics of the task (F1/accuracy, Pearson/Spearman, accuracy);
+  - seq2seq: loss, and sacreBLEU of beam-search translations (beam 4, length penalty 0.6).
+- Length curve (lm, mlm): the loss at lengths L, 2L, 4L, 8L for a model trained at L,
+  optionally with a RoPE scaling dict applied at evaluation time only
+  (`config.eval.rope_scaling`), so extrapolation methods compare without retraining.
+
+Rows also go to `<workdir>/metrics.jsonl` with the checkpoint's step.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import jax
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from roformer_jax import data, mesh as mesh_lib, metrics as metrics_lib, tasks, trainer
+from roformer_jax.checkpoints import Checkpointer, average_checkpoints
+
+
+def eval_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
+  """`config.eval` with defaults (configs may leave the section out)."""
+  defaults = dict(average_last=0, split="validation", max_batches=0, length_factors=(1, 2, 4, 8),
+                  length_batches=4, rope_scaling=None, beam_size=4, length_penalty=0.6, max_decode_length=0)
+  given = config.get("eval") or {}
+  given = given.to_dict() if hasattr(given, "to_dict") else dict(given)
+  unknown = sorted(set(given) - set(defaults))
+  if unknown:
+    raise ValueError(f"config.eval has unknown keys {unknown}; known: {sorted(defaults)}.")
+  return {**defaults, **given}
+
+
+def _restore(config, workdir: str, mesh, rules, settings) -> tuple[Any, Any, int, list[int]]:
+  tx, _, _ = trainer.make_optimizer(config)
+  graphdef, state = trainer.create_state(config, mesh, rules, tx)
+  directory = os.path.join(workdir, "checkpoints")
+  ckpt = Checkpointer(directory) if os.path.isdir(directory) else None
+  steps = ckpt.all_steps() if ckpt else []
+  if not steps:
+    raise FileNotFoundError(f"no checkpoint in {directory}; train first: python train.py --config <the config> "
+                            f"--workdir {workdir}")
+  try:
+    if settings["average_last"] and settings["average_last"] > 1:
+      ckpt.close()
+      state, used = average_checkpoints(directory, state, last=settings["average_last"])
+    else:
+      state, used = ckpt.restore(steps[-1], state), [steps[-1]]
+      ckpt.close()
+  except (ValueError, KeyError, TypeError) as e:
+    raise ValueError(f"the checkpoints in {directory} do not match this config (model sizes, task or "
+                     f"optimiser differ): {str(e)[:500]}. Evaluate with the config the run was trained "
+                     "with, including the same --config overrides.") from e
+  return graphdef, state, used[-1], used
+
+
+def _with_rope_scaling(config, graphdef, state, scaling):
+  """The same parameters in a model whose RoPE uses `scaling` (nothing else changes)."""
+  cfg = config.copy_and_resolve_references()
+  cfg.model.rope_scaling = scaling
+  new_graphdef, _ = nnx.split(nnx.eval_shape(lambda: tasks.build_model(cfg, nnx.Rngs(0))))
+  return new_graphdef, state  # RoPE settings are static: the state is unchanged
+
+
+def _model_only(graphdef, state):
+  model, _ = nnx.merge(graphdef, state)
+  return nnx.split(model)
+
+
+def _batches(config, split: str, max_length: int, batch_size: int, max_batches: int):
+  data_cfg = config.data.copy_and_resolve_references()
+  data_cfg.max_length = max_length
+  it = data.make_iterator(data_cfg, task=config.task, split=split, batch_size=batch_size, seed=config.seed,
+                          process_index=jax.process_index(), process_count=jax.process_count(),
+                          repeat=False, shuffle=False)
+  for i, batch in enumerate(it):
+    if max_batches and i >= max_batches:
+      return
+    yield batch
+
+
+def _loss_pass(config, graphdef, state, mesh, batches, progress_desc: str) -> dict[str, float]:
+  """Summed loss/weight/correct over `batches` (token-level tasks and classification loss)."""
+
+  @jax.jit
+  def step(state, batch):
+    return tasks.loss_sums(nnx.merge(graphdef, state), batch, task=config.task, deterministic=True)
+
+  sums = {"loss": 0.0, "weight": 0.0, "correct": 0.0}
+  from tqdm import tqdm
+  for local in tqdm(batches, desc=progress_desc, unit="batch", disable=jax.process_index() != 0, leave=False):
+    out = step(state, mesh_lib.global_batch(local, mesh))
+    sums = {k: sums[k] + float(out[k]) for k in sums}
+  return sums
+
+
+def _token_metrics(sums: dict[str, float]) -> dict[str, float]:
+  w = max(sums["weight"], 1.0)
+  loss = sums["loss"] / w
+  return {"loss": loss, "accuracy": sums["correct"] / w, "perplexity": math.exp(min(loss, 80.0)),
+          "bits_per_token": loss / math.log(2.0), "tokens": sums["weight"]}
+
+
+def _classification(config, graphdef, state, mesh, batches) -> dict[str, float]:
+  from roformer_jax import eval_metrics
+
+  @jax.jit
+  def predict(state, batch):
+    model = nnx.merge(graphdef, state)
+    return model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                 token_type_ids=batch.get("token_type_ids"))
+
+  preds, labels, weights = [], [], []
+  for local in batches:
+    out = np.asarray(predict(state, mesh_lib.global_batch(local, mesh)))
+    preds.append(out[:, 0] if out.shape[-1] == 1 else out.argmax(-1))
+    labels.append(local["label"])
+    weights.append(local.get("weights", np.ones(len(local["label"]), np.float32)))
+  preds, labels, weights = map(np.concatenate, (preds, labels, weights))
+  task = config.data.dataset.split("/")[-1]
+  return eval_metrics.glue_metrics(task, preds, labels, weights)
+
+
+def _length_curve(config, graphdef, state, mesh, settings, local_batch) -> list[dict[str, float]]:
+  """Loss at max_length * factor for each factor (lm, mlm)."""
+  base = config.data.max_length
+  cfg = tasks.model_config(config)
+  curve = []
+  for factor in settings["length_factors"]:
+    length = int(base * factor)
+    row = {"factor": float(factor), "length": length}
+    if cfg.position == "learned" and length > cfg.max_position:
+      row["loss"] = float("nan")  # no table rows for these positions: say so rather than extrapolate
+      row["note"] = f"learned positions stop at max_position={cfg.max_position}"
+    else:
+      batches = _batches(config, settings["split"], length, local_batch, settings["length_batches"])
+      row.update(_token_metrics(_loss_pass(config, graphdef, state, mesh, batches, f"length {length}")))
+    curve.append(row)
+  return curve
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """Evaluates the run in `workdir`; writes eval_results.json and metrics rows; returns them."""
+  trainer.check_config(config)
+  settings = eval_settings(config)
+  workdir = os.path.abspath(workdir)
+  num_devices = config.get("num_devices", 0) or jax.device_count()
+  mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
+  rules = mesh_lib.rules_from_config(config.logical_axis_rules)
+  data.check_data(config.data, splits=(settings["split"],))
+  graphdef, state, step, used = _restore(config, workdir, mesh, rules, settings)
+  graphdef, state = _model_only(graphdef, state)
+  local_batch = config.batch_size // jax.process_count()
+  batches = lambda: _batches(config, settings["split"], config.data.max_length, local_batch, settings["max_batches"])
+
+  results: dict[str, Any] = {"step": step, "checkpoints": used, "split": settings["split"], "task": config.task,
+                             "dataset": config.data.dataset}
+  if config.task == "classification":
+    results["metrics"] = _classification(config, graphdef, state, mesh, batches())
+  else:
+    results["metrics"] = _token_metrics(_loss_pass(config, graphdef, state, mesh, batches(), "eval"))
+  if config.task == "seq2seq":
+    from roformer_jax import eval_metrics
+    model = nnx.merge(graphdef, state)
+    tokenizer = data.make_tokenizer(config.data)
+    hyps, refs = eval_metrics.translate(
+        model, batches(), tokenizer, beam_size=settings["beam_size"], alpha=settings["length_penalty"],
+        max_len=settings["max_decode_length"] or config.data.get("max_target_length") or config.data.max_length)
+    results["metrics"].update({f"bleu_{k}" if k != "score" else "bleu": v
+                               for k, v in eval_metrics.bleu(hyps, refs).items()})
+  if config.task in ("lm", "mlm") and settings["length_factors"]:
+    results["length_curve"] = _length_curve(config, graphdef, state, mesh, settings, local_batch)
+    if settings["rope_scaling"]:
+      g2, s2 = _with_rope_scaling(config, graphdef, state, settings["rope_scaling"])
+      results["rope_scaling"] = dict(settings["rope_scaling"])
+      results["length_curve_scaled"] = _length_curve(config, g2, s2, mesh, settings, local_batch)
+
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, "eval_results.json"), "w") as f:
+      json.dump(results, f, indent=2, default=float)
+    writer = metrics_lib.MetricsWriter(workdir)
+    numeric = {k: v for k, v in results["metrics"].items() if isinstance(v, (int, float))}
+    writer.write(step, numeric, prefix="eval_")
+    for row in results.get("length_curve", []):
+      if math.isfinite(row.get("loss", float("nan"))):
+        writer.write(step, {f"loss_at_{row['length']}": row["loss"]}, prefix="eval_")
+    writer.close()
+  return results
+
+
+__all__ = ["eval_settings", "evaluate"]

@@ -1,0 +1,94 @@
+"""eval.py end to end on smoke workdirs: metrics, averaging, length curve, scaling, errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from configs import default
+from roformer_jax import evaluate, trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def smoke(**kw):
+  config = default.get_config("smoke")
+  config.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
+  config.eval.length_factors = (1, 2)
+  config.eval.length_batches = 1
+  config.eval.max_batches = 3
+  for k, v in kw.items():
+    config[k] = v
+  return config
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("run")
+  trainer.train_and_evaluate(smoke(total_steps=3, keep_checkpoints=5), str(workdir))
+  return workdir
+
+
+def test_eval_writes_results_and_metric_rows(trained):
+  results = evaluate.evaluate(smoke(), str(trained))
+  assert results["step"] == 3 and results["checkpoints"] == [3]
+  m = results["metrics"]
+  assert np.isfinite(m["loss"]) and m["tokens"] > 0
+  np.testing.assert_allclose(m["bits_per_token"], m["loss"] / np.log(2))
+  np.testing.assert_allclose(m["perplexity"], np.exp(m["loss"]), rtol=1e-6)
+  saved = json.loads((trained / "eval_results.json").read_text())
+  assert saved["metrics"]["loss"] == pytest.approx(m["loss"])
+  assert [row["length"] for row in saved["length_curve"]] == [32, 64]
+  rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
+  assert any(r.get("step") == 3 and "eval_loss" in r and "eval_bits_per_token" in r for r in rows)
+
+
+def test_average_of_the_last_checkpoints_is_used_and_differs_from_the_newest(trained):
+  newest = evaluate.evaluate(smoke(), str(trained))["metrics"]["loss"]
+  config = smoke()
+  config.eval.average_last = 3
+  averaged = evaluate.evaluate(config, str(trained))
+  assert averaged["checkpoints"] == [1, 2, 3]
+  assert averaged["metrics"]["loss"] != pytest.approx(newest, abs=1e-7)
+
+
+def test_rope_scaling_at_eval_time_changes_only_the_long_lengths(trained):
+  config = smoke()
+  config.eval.rope_scaling = {"rope_type": "linear", "factor": 2.0}
+  results = evaluate.evaluate(config, str(trained))
+  plain, scaled = results["length_curve"], results["length_curve_scaled"]
+  assert [r["length"] for r in scaled] == [32, 64]
+  assert scaled[0]["loss"] != pytest.approx(plain[0]["loss"], abs=1e-6)  # positions are halved everywhere
+  assert results["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+
+
+def test_no_checkpoint_says_to_train_first(tmp_path):
+  with pytest.raises(FileNotFoundError, match="train first"):
+    evaluate.evaluate(smoke(), str(tmp_path))
+
+
+def test_a_config_that_does_not_match_the_checkpoint_is_named(trained):
+  config = smoke()
+  config.model.d_model = 48
+  with pytest.raises(ValueError, match="do not match this config"):
+    evaluate.evaluate(config, str(trained))
+
+
+def test_unknown_eval_keys_are_rejected():
+  config = smoke()
+  config.eval.beams = 3
+  with pytest.raises(ValueError, match="beams"):
+    evaluate.eval_settings(config)
+
+
+def test_eval_cli_end_to_end(trained):
+  out = subprocess.run(
+      [sys.executable, os.path.join(ROOT, "eval.py"), "--config", os.path.join(ROOT, "configs/default.py") + ":smoke",
+       "--workdir", str(trained), "--config.eval.max_batches=2", "--config.eval.length_batches=1",
+       f"--config.data.data_dir={os.environ.get('ROFORMER_TEST_DATA_DIR', '')}"],
+      capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert out.returncode == 0, out.stdout + out.stderr
+  assert '"step": 3' in out.stdout and "length     32: loss" in out.stdout
