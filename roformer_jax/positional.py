@@ -65,7 +65,7 @@ class RotaryConfig:
 
   def __post_init__(self):
     object.__setattr__(self, "scaling", freeze_scaling(self.scaling))
-    rope.rope_frequencies(2 if self.rotary_dim is None else self.rotary_dim, self.theta,
+    rope.rope_frequencies(8 if self.rotary_dim is None else self.rotary_dim, self.theta,
                           scaling=self.scaling_dict, seq_len=1)  # validates theta and scaling early
     if self.layout not in rope.LAYOUTS:
       raise ValueError(f"rope layout={self.layout!r}; expected one of {rope.LAYOUTS}.")

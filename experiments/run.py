@@ -1,0 +1,174 @@
+"""The paper's claims at a scale a 2-core CPU can run (issue #5): train, evaluate, plot.
+
+  python experiments/run.py e2            # MLM: RoPE vs learned vs sinusoidal (C5)
+  python experiments/run.py e3            # causal linear-attention LM with and without RoPE (C8)
+  python experiments/run.py e4            # train at L=128, evaluate to 8L; RoPE + PI/NTK/YaRN (C7)
+  python experiments/run.py e2 --steps 200 --seeds 0   # a quick look
+
+Every arm is configs/default.py (a 4-layer, d=128 byte model on the offline stdlib corpus)
+with the overrides below; only the position encoding (or attention kind) differs between
+arms, and each arm runs with the same seeds. Runs go to experiments/runs/<exp>/<arm>_s<seed>
+(resumable; re-running skips finished runs). The script writes
+experiments/results/<exp>.json and docs/figures/<exp>.png; docs/results.md quotes them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import absl.logging  # noqa: E402
+import numpy as np  # noqa: E402
+
+from configs import default  # noqa: E402
+from roformer_jax import evaluate, trainer  # noqa: E402
+
+COMMON = {"total_steps": 1000, "eval_every_steps": 250, "checkpoint_every_steps": 500, "log_every_steps": 25}
+
+EXPERIMENTS = {
+    "e2": {
+        "title": "E2 (C5): MLM pre-training, RoPE vs absolute positions",
+        "overrides": {"task": "mlm", "model.type_vocab_size": 0, "model.max_position": 1024},
+        "arms": {"rope": {"model.position": "rope"}, "learned (BERT)": {"model.position": "learned"},
+                 "sinusoidal": {"model.position": "sinusoidal"}},
+        "length_factors": (1,),
+    },
+    "e3": {
+        "title": "E3 (C8): causal linear-attention (elu+1) LM on bytes, with and without RoPE",
+        "overrides": {"model.attention": "linear", "model.feature_map": "elu"},
+        "arms": {"linear + RoPE": {"model.position": "rope"}, "linear, no position": {"model.position": "none"}},
+        "length_factors": (1,),
+    },
+    "e4": {
+        "title": "E4 (C7): train at L=128, evaluate up to 8L",
+        "overrides": {"model.max_position": 1024},
+        "arms": {"rope": {"model.position": "rope"}, "sinusoidal": {"model.position": "sinusoidal"},
+                 "learned": {"model.position": "learned"}},
+        "length_factors": (1, 2, 4, 8),
+        # Applied at evaluation time only to the RoPE arm (HF rope_parameters).
+        "scalings": {
+            "rope + PI (linear x4)": {"rope_type": "linear", "factor": 4.0},
+            "rope + NTK (dynamic x4)": {"rope_type": "dynamic", "factor": 4.0, "max_position_embeddings": 128},
+            "rope + YaRN (x4)": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128},
+        },
+    },
+}
+
+
+def make_config(exp: dict, arm: dict, seed: int, steps: int | None):
+  config = default.get_config()
+  for key, value in {**COMMON, **exp["overrides"], **arm, "seed": seed}.items():
+    target = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      target = target[p]
+    target[leaf] = value
+  if steps:
+    config.total_steps = steps
+    config.eval_every_steps = config.checkpoint_every_steps = max(steps // 4, 1)
+    config.log_every_steps = max(steps // 40, 1)
+    config.optim.warmup_steps = min(config.optim.warmup_steps, steps // 4)
+  config.eval.length_factors = exp["length_factors"]
+  config.eval.length_batches = 8
+  return config
+
+
+def curve(workdir: str, key: str) -> list[tuple[int, float]]:
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f]
+  return [(r["step"], r[key]) for r in rows if key in r and "eval_bits_per_token" not in r]
+
+
+def run(name: str, seeds: list[int], steps: int | None) -> dict:
+  exp = EXPERIMENTS[name]
+  out = {"title": exp["title"], "seeds": seeds, "arms": {}}
+  for arm_name, arm in exp["arms"].items():
+    for seed in seeds:
+      workdir = os.path.join(ROOT, "experiments", "runs", name, f"{arm_name.split()[0]}_s{seed}")
+      config = make_config(exp, arm, seed, steps)
+      t0 = time.perf_counter()
+      trainer.train_and_evaluate(config, workdir)
+      train_s = time.perf_counter() - t0
+      results = evaluate.evaluate(config, workdir)
+      entry = {"seed": seed, "train_wall_s": round(train_s, 1), "eval": results["metrics"],
+               "train_curve": curve(workdir, "loss"), "eval_curve": curve(workdir, "eval_loss"),
+               "length_curve": results.get("length_curve")}
+      if "scalings" in exp and arm.get("model.position") == "rope":
+        entry["scaled"] = {}
+        for label, scaling in exp["scalings"].items():
+          config.eval.rope_scaling = scaling
+          entry["scaled"][label] = evaluate.evaluate(config, workdir)["length_curve_scaled"]
+      out["arms"].setdefault(arm_name, []).append(entry)
+      print(f"[{name}] {arm_name} seed {seed}: eval loss {results['metrics']['loss']:.4f} "
+            f"({train_s:.0f} s)", flush=True)
+  return out
+
+
+def plot(name: str, out: dict) -> str:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  fig, ax = plt.subplots(figsize=(6.5, 4))
+  colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  if name == "e4":
+    for i, (arm, entries) in enumerate(out["arms"].items()):
+      lengths = [r["length"] for r in entries[0]["length_curve"]]
+      losses = np.array([[r["loss"] for r in e["length_curve"]] for e in entries])
+      ax.plot(lengths, np.nanmean(losses, 0), "o-", color=colors[i], label=arm)
+      if "scaled" in entries[0]:
+        for j, label in enumerate(entries[0]["scaled"]):
+          s = np.array([[r["loss"] for r in e["scaled"][label]] for e in entries])
+          ax.plot(lengths, np.nanmean(s, 0), "s--", color=colors[3 + j], label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("evaluation length (trained at 128)")
+    ax.set_ylabel("eval loss (nats/byte)")
+    ax.axvline(128, color="grey", lw=0.8, ls=":")
+  else:
+    for i, (arm, entries) in enumerate(out["arms"].items()):
+      for k, e in enumerate(entries):
+        steps, losses = zip(*e["train_curve"])
+        ax.plot(steps, losses, color=colors[i], alpha=0.8, lw=1, label=arm if k == 0 else None,
+                ls="-" if k == 0 else "--")
+    ax.set_xlabel("step")
+    ax.set_ylabel("train loss (nats/token)")
+    ax.set_ylim(top=min(ax.get_ylim()[1], 4.0))
+  ax.set_title(out["title"], fontsize=9)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  path = os.path.join(ROOT, "docs", "figures", f"{name}.png")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return path
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
+  parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (a difference needs >= 2)")
+  parser.add_argument("--steps", type=int, default=None, help=f"training steps (default {COMMON['total_steps']})")
+  args = parser.parse_args()
+  absl.logging.set_verbosity(absl.logging.WARNING)
+  seeds = [int(s) for s in args.seeds.split(",")]
+  t0 = time.perf_counter()
+  out = run(args.experiment, seeds, args.steps)
+  out["wall_s"] = round(time.perf_counter() - t0, 1)
+  out["command"] = "python experiments/run.py " + " ".join(sys.argv[1:])
+  os.makedirs(os.path.join(ROOT, "experiments", "results"), exist_ok=True)
+  with open(os.path.join(ROOT, "experiments", "results", f"{args.experiment}.json"), "w") as f:
+    json.dump(out, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else float(x))
+  print("figure:", plot(args.experiment, out))
+  for arm, entries in out["arms"].items():
+    losses = [e["eval"]["loss"] for e in entries]
+    print(f"{arm:>24}: eval loss {np.mean(losses):.4f} (seeds: {', '.join(f'{x:.4f}' for x in losses)})")
+
+
+if __name__ == "__main__":
+  main()
