@@ -37,7 +37,9 @@ EXPERIMENTS = {
         "title": "E2 (C5): MLM pre-training, RoPE vs absolute positions",
         "overrides": {"task": "mlm", "model.type_vocab_size": 0, "model.max_position": 1024},
         "arms": {"rope": {"model.position": "rope"}, "learned (BERT)": {"model.position": "learned"},
-                 "sinusoidal": {"model.position": "sinusoidal"}},
+                 "sinusoidal": {"model.position": "sinusoidal"},
+                 "sinusoidal-scaled (embeddings x sqrt(D))": {"model.position": "sinusoidal",
+                                                              "model.scale_embeddings": True}},
         "length_factors": (1,),
     },
     "e3": {
@@ -50,7 +52,11 @@ EXPERIMENTS = {
         "title": "E4 (C7): train at L=128, evaluate up to 8L",
         "overrides": {"model.max_position": 1024},
         "arms": {"rope": {"model.position": "rope"}, "sinusoidal": {"model.position": "sinusoidal"},
-                 "learned": {"model.position": "learned"}},
+                 "learned": {"model.position": "learned"},
+                 # Vaswani et al. scale token embeddings by sqrt(D); without it the unit-amplitude
+                 # table swamps embeddings drawn with std 0.02.
+                 "sinusoidal-scaled (embeddings x sqrt(D))": {"model.position": "sinusoidal",
+                                                              "model.scale_embeddings": True}},
         "length_factors": (1, 2, 4, 8),
         # Applied at evaluation time only to the RoPE arm (HF rope_parameters).
         "scalings": {
@@ -125,7 +131,7 @@ def plot(name: str, out: dict) -> str:
       if "scaled" in entries[0]:
         for j, label in enumerate(entries[0]["scaled"]):
           s = np.array([[r["loss"] for r in e["scaled"][label]] for e in entries])
-          ax.plot(lengths, np.nanmean(s, 0), "s--", color=colors[3 + j], label=label)
+          ax.plot(lengths, np.nanmean(s, 0), "s--", color=colors[4 + j], label=label)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("evaluation length (trained at 128)")
     ax.set_ylabel("eval loss (nats/byte)")
