@@ -23,7 +23,7 @@ import tensorflow_datasets as tfds
 from flax import nnx
 
 from configs import common, default
-from roformer_jax import data, models, optim, tasks, trainer
+from roformer_jax import evaluate, data, models, optim, tasks, trainer
 from roformer_jax.data import ByteTokenizer
 
 CONFIGS_DIR = Path(__file__).parents[1] / "configs"
@@ -242,6 +242,18 @@ def test_smoke_variant_trains_two_steps(name, arg, tmp_path, no_network):
   assert [r["step"] for r in evals] == [2] and math.isfinite(evals[0]["eval_loss"])
   if config.task != "classification":  # a freshly initialised model is near uniform over the vocabulary
     assert evals[0]["eval_loss"] < math.log(config.model.vocab_size) + 2.0, evals
+  # eval.py's path on the same workdir: the task's metrics from a (short) full pass.
+  config.eval.max_batches = 2
+  config.eval.length_factors = (1,)
+  config.eval.length_batches = 1
+  config.eval.beam_size = 2
+  config.eval.max_decode_length = 8
+  with offline_data(name, tmp_path / "data"):
+    metrics = evaluate.evaluate(config, str(tmp_path / "work"))["metrics"]
+  expected = {"classification": {"f1", "accuracy"} if "stsb" not in arg else {"pearson", "spearman"},
+              "seq2seq": {"loss", "bleu"}}.get(config.task, {"loss", "bits_per_token"})
+  assert expected <= set(metrics), metrics
+  assert (tmp_path / "work" / "eval_results.json").exists()
 
 
 @pytest.mark.parametrize("name,arg,position", BASELINE_SMOKE)
