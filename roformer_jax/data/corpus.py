@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import inspect
 import os
 import sys
 import sysconfig
@@ -98,19 +99,23 @@ def stdlib_config(max_documents: int = 0, max_bytes: int = 0) -> PythonStdlibByt
                                  description=f"CPython {sys.version.split()[0]} stdlib sources")
 
 
-class PythonStdlibBytes(tfds.core.GeneratorBasedBuilder):
-  """The Python standard library's ``.py`` source files, one document per file, as bytes."""
-
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "One document per stdlib .py file; ~98/2 train/validation by path hash."}
-  BUILDER_CONFIGS = [stdlib_config()]
+class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+  """A builder defined in this package (not in TFDS's catalogue)."""
 
   @tfds.core.utils.classproperty
   @classmethod
   def code_path(cls) -> epath.Path:
     # TFDS derives this from the top-level package through importlib.resources, which fails
     # for an editable install imported from outside the repository; name the file directly.
-    return epath.Path(__file__)
+    return epath.Path(inspect.getfile(cls))
+
+
+class PythonStdlibBytes(LocalBuilder):
+  """The Python standard library's ``.py`` source files, one document per file, as bytes."""
+
+  VERSION = tfds.core.Version("1.0.0")
+  RELEASE_NOTES = {"1.0.0": "One document per stdlib .py file; ~98/2 train/validation by path hash."}
+  BUILDER_CONFIGS = [stdlib_config()]
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(

@@ -18,7 +18,8 @@ import zipfile
 
 import numpy as np
 import tensorflow_datasets as tfds
-from etils import epath
+
+from roformer_jax.data.corpus import LocalBuilder
 
 NAME = "enwik8"
 ZIP_NAME = "enwik8.zip"
@@ -42,20 +43,13 @@ STANDARD = Enwik8Config(name="bytes", train_bytes=90_000_000, validation_bytes=5
                         description="Standard 90M/5M/5M split of the first 100M bytes.")
 
 
-class Enwik8(tfds.core.GeneratorBasedBuilder):
+class Enwik8(LocalBuilder):
   """enwik8: 90M/5M/5M bytes of Wikipedia XML, as chunks of raw bytes."""
 
   VERSION = tfds.core.Version("1.0.0")
   RELEASE_NOTES = {"1.0.0": "Standard split, 64 KiB chunks."}
   BUILDER_CONFIGS = [STANDARD]
   MANUAL_DOWNLOAD_INSTRUCTIONS = MANUAL_INSTRUCTIONS
-
-  @tfds.core.utils.classproperty
-  @classmethod
-  def code_path(cls) -> epath.Path:
-    # TFDS derives this from the top-level package through importlib.resources, which fails
-    # for an editable install imported from outside the repository; name the file directly.
-    return epath.Path(__file__)
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(
