@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Mapping
 
 import jax
@@ -101,7 +100,6 @@ class Progress:
     if self.enabled:
       from tqdm import tqdm
       self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, smoothing=0.1)
-    self.last_time, self.last_step = time.perf_counter(), initial
 
   def update(self, step: int, **fields) -> None:
     if self.bar is not None:

@@ -658,7 +658,6 @@ def layout_permutation(head_dim: int, *, rotary_dim: int | None = None, src: str
   perm = np.arange(head_dim)
   if src == dst:
     return perm
-  half = rd // 2
   to_half = np.concatenate([np.arange(0, rd, 2), np.arange(1, rd, 2)])  # half[j] = inter[to_half[j]]
   perm[:rd] = to_half if dst == "half" else np.argsort(to_half)
   return perm
