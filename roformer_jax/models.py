@@ -558,13 +558,24 @@ class TransformerSeq2Seq(nnx.Module):
     self.encoder_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if pre else None
     self.decoder_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if pre else None
 
-  def encode(self, src_ids, *, src_mask=None, deterministic: bool = True) -> jax.Array:
-    """Encoder states [B, S, D]; src_mask marks real source tokens (default: ids != pad_id)."""
+  def encode(self, src_ids, *, src_mask=None, segment_ids=None, positions=None,
+             deterministic: bool = True) -> jax.Array:
+    """Encoder states [B, S, D].
+
+    Args:
+      src_ids: int[B, S].
+      src_mask: bool[B, S], real source tokens (default: ids != pad_id, or segment_ids != 0).
+      segment_ids: int[B, S] for packed rows (several sources per row, 0 = padding); tokens
+        attend only within their own source.
+      positions: int[B, S]; default counts real tokens (restarting per segment when packed).
+    """
     src_ids = _check_ids(src_ids, "src_ids")
-    valid = (src_ids != self.config.pad_id) if src_mask is None else jnp.asarray(src_mask, bool)
-    positions = positional.default_positions(src_ids.shape, attention_mask=valid)
+    valid = _valid_tokens(src_ids, src_mask, segment_ids) if (src_mask is not None or segment_ids is not None) \
+        else src_ids != self.config.pad_id
+    if positions is None:
+      positions = positional.default_positions(src_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(src_ids, positions=positions, deterministic=deterministic)
-    mask = make_attention_mask(kv_valid=valid)
+    mask = make_attention_mask(kv_valid=valid, q_segment_ids=segment_ids)
     for layer in self.encoder:
       x = layer(x, positions=positions, mask=mask, deterministic=deterministic)
     return x if self.encoder_norm is None else self.encoder_norm(x).astype(self.config.compute_dtype)
@@ -574,26 +585,44 @@ class TransformerSeq2Seq(nnx.Module):
       h = self.decoder_norm(h).astype(self.config.compute_dtype)
     return self.embeddings.attend(h)
 
-  def decode(self, tgt_ids, encoded, *, src_mask, tgt_mask=None, deterministic: bool = True) -> jax.Array:
-    """Teacher-forced decoder logits float32 [B, T, V] for target inputs int[B, T]."""
+  def decode(self, tgt_ids, encoded, *, src_mask, tgt_mask=None, src_segment_ids=None,
+             tgt_segment_ids=None, positions=None, deterministic: bool = True) -> jax.Array:
+    """Teacher-forced decoder logits float32 [B, T, V] for target inputs int[B, T].
+
+    Packed rows pass src_segment_ids and tgt_segment_ids (the same number for a source and
+    its target, 0 = padding): each target token then attends to earlier tokens of its own
+    target and to its own source only. positions: int[B, T], default per target.
+    """
     tgt_ids = _check_ids(tgt_ids, "tgt_ids")
+    if (src_segment_ids is None) != (tgt_segment_ids is None):
+      raise ValueError("packed decoding needs both src_segment_ids and tgt_segment_ids (or neither).")
     valid = None if tgt_mask is None else jnp.asarray(tgt_mask, bool)
-    positions = positional.default_positions(tgt_ids.shape, attention_mask=valid)
+    if tgt_segment_ids is not None:
+      valid = _valid_tokens(tgt_ids, tgt_mask, tgt_segment_ids)
+    if positions is None:
+      positions = positional.default_positions(tgt_ids.shape, attention_mask=valid, segment_ids=tgt_segment_ids)
     x = self.embeddings(tgt_ids, positions=positions, deterministic=deterministic)
     t = tgt_ids.shape[1]
     idx = jnp.arange(t, dtype=jnp.int32)
-    mask = make_attention_mask(kv_valid=valid, causal=True, q_index=idx, kv_index=idx)
-    cross_mask = make_attention_mask(kv_valid=jnp.asarray(src_mask, bool))
+    mask = make_attention_mask(kv_valid=valid, q_segment_ids=tgt_segment_ids, causal=True, q_index=idx,
+                               kv_index=idx)
+    cross_mask = make_attention_mask(kv_valid=jnp.asarray(src_mask, bool), q_segment_ids=tgt_segment_ids,
+                                     kv_segment_ids=src_segment_ids)
     for layer in self.decoder:
       x = layer(x, positions=positions, mask=mask, context=encoded, context_mask=cross_mask,
                 deterministic=deterministic)
     return self._logits(x)
 
-  def __call__(self, src_ids, tgt_ids, *, src_mask=None, tgt_mask=None, deterministic: bool = True):
+  def __call__(self, src_ids, tgt_ids, *, src_mask=None, tgt_mask=None, src_segment_ids=None,
+               tgt_segment_ids=None, src_positions=None, tgt_positions=None, deterministic: bool = True):
+    """Logits [B, T, V]; packed rows pass both segment id arrays (see `decode`)."""
     src_ids = _check_ids(src_ids, "src_ids")
-    src_mask = (src_ids != self.config.pad_id) if src_mask is None else src_mask
-    encoded = self.encode(src_ids, src_mask=src_mask, deterministic=deterministic)
-    return self.decode(tgt_ids, encoded, src_mask=src_mask, tgt_mask=tgt_mask, deterministic=deterministic)
+    if src_mask is None:
+      src_mask = (src_ids != self.config.pad_id) if src_segment_ids is None else jnp.asarray(src_segment_ids) != 0
+    encoded = self.encode(src_ids, src_mask=src_mask, segment_ids=src_segment_ids, positions=src_positions,
+                          deterministic=deterministic)
+    return self.decode(tgt_ids, encoded, src_mask=src_mask, tgt_mask=tgt_mask, src_segment_ids=src_segment_ids,
+                       tgt_segment_ids=tgt_segment_ids, positions=tgt_positions, deterministic=deterministic)
 
   def init_cache(self, encoded, src_mask, max_len: int, dtype=None) -> dict[str, Any]:
     """A decode cache holding each layer's cross-attention keys/values of `encoded`."""

@@ -63,8 +63,13 @@ def loss_sums(model, batch: dict[str, jax.Array], *, task: str, label_smoothing:
                    token_type_ids=batch.get("token_type_ids"), deterministic=deterministic)
     targets, weights = batch["targets"], batch["weights"]
   elif task == "seq2seq":
-    logits = model(batch["src"], batch["tgt_in"], src_mask=batch["src"] != 0,
-                   tgt_mask=batch["tgt_in"] != 0, deterministic=deterministic)
+    if "src_segment_ids" in batch:  # the pipeline's batches, packed or not: segment masks.
+      logits = model(batch["src"], batch["tgt_in"], src_segment_ids=batch["src_segment_ids"],
+                     tgt_segment_ids=batch["tgt_segment_ids"], src_positions=batch.get("src_positions"),
+                     tgt_positions=batch.get("tgt_positions"), deterministic=deterministic)
+    else:
+      logits = model(batch["src"], batch["tgt_in"], src_mask=batch["src"] != 0,
+                     tgt_mask=batch["tgt_in"] != 0, deterministic=deterministic)
     targets, weights = batch["tgt_out"], batch["weights"]
   else:
     out = model(batch["input_ids"], attention_mask=batch["attention_mask"],

@@ -12,9 +12,10 @@ def default_data_config() -> ml_collections.ConfigDict:
 
   Keys:
     dataset: a registry name (``roformer_jax.data.datasets.REGISTRY``): python_stdlib_bytes,
-      enwik8, wikipedia, wmt14_translate/de-en, glue/{mrpc,sst2,qnli,stsb,qqp,mnli}.
+      enwik8, wikipedia, wmt14_translate/de-en, gettext_translate/<lang>, glue/{mrpc,sst2,qnli,stsb,qqp,mnli}.
     data_dir: TFDS data directory; "" = $ROFORMER_JAX_DATA_DIR or ~/.cache/roformer_jax/tfds.
     max_documents, max_bytes: cap on the stdlib corpus (0 = whole library); smoke tests use it.
+    locale_dir: where gettext_translate/<lang> reads <lang>/LC_MESSAGES/*.mo; "" = /usr/share/locale.
     max_length: T. lm/mlm: packed row length; seq2seq: source length; classification: the
       [CLS] a [SEP] b [SEP] length.
     max_target_length: seq2seq target length (tgt_in / tgt_out); 0 = max_length.
@@ -30,6 +31,8 @@ def default_data_config() -> ml_collections.ConfigDict:
       window of this many chunks, so that a long document does not fill many consecutive
       batches (0 = off: whole documents in shuffled order).
     mlm_probability, mlm_mask_ratio, mlm_random_ratio: BERT masking, 15% with 80/10/10.
+    pack_pairs: seq2seq training packs several whole pairs into each row (Grain's first-fit
+      packer; segment ids keep them apart). Evaluation never packs.
     drop_long_pairs: seq2seq training drops pairs longer than the lengths (evaluation always
       truncates instead, so that no test sentence is lost).
     num_threads, prefetch: Grain read threads and read-ahead buffer (records).
@@ -39,6 +42,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   c.data_dir = ""
   c.max_documents = 0
   c.max_bytes = 0
+  c.locale_dir = ""
   c.max_length = 256
   c.max_target_length = 0
   c.tokenizer = "bytes"
@@ -52,6 +56,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   c.mlm_mask_ratio = 0.8
   c.mlm_random_ratio = 0.1
   c.drop_long_pairs = True
+  c.pack_pairs = False
   c.num_threads = 2
   c.prefetch = 64
   return c

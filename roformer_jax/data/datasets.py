@@ -7,6 +7,8 @@ python_stdlib_bytes        text             built here on first use (offline def
 enwik8                     text             built here from a user-supplied enwik8.zip
 wikipedia                  text             TFDS ``wikipedia/20230601.en`` (Sec. 4.2)
 wmt14_translate/de-en      translation      TFDS; English source, German target (4.1)
+gettext_translate/<lang>   translation      built here on first use from the system's gettext
+                                            catalogues (offline; any language code, e.g. de)
 glue/{mrpc,sst2,qnli,      classification   TFDS (Sec. 4.3); stsb is a regression,
 stsb,qqp,mnli}                              mnli validates on validation_matched
 =========================  ===============  ==========================================
@@ -33,7 +35,7 @@ from typing import Any
 
 import tensorflow_datasets as tfds
 
-from roformer_jax.data import corpus, enwik8
+from roformer_jax.data import corpus, enwik8, gettext_catalogs
 
 KINDS = ("text", "translation", "classification")
 NOT_IN_TFDS = {
@@ -110,13 +112,25 @@ REGISTRY: dict[str, DatasetSpec] = {s.name: s for s in [
 ]}
 
 
+def gettext_spec(name: str) -> DatasetSpec:
+  """The spec of ``gettext_translate/<lang>``: English ``source``, translated ``target``."""
+  lang = name.split("/", 1)[1] if "/" in name else ""
+  if not lang:
+    raise ValueError(f"Dataset {name!r} names no language; use {gettext_catalogs.NAME}/<lang>, e.g. "
+                     f"{gettext_catalogs.NAME}/de (a directory under /usr/share/locale).")
+  return DatasetSpec(name=name, tfds_name=name, kind="translation", fields=("source", "target"))
+
+
 def get_spec(name: str) -> DatasetSpec:
   """The registry entry for ``name``; a clear ``ValueError`` for anything else."""
   if name in REGISTRY:
     return REGISTRY[name]
+  if name.split("/")[0] == gettext_catalogs.NAME:
+    return gettext_spec(name)
   if name.split("/")[0] in NOT_IN_TFDS:
     raise ValueError(NOT_IN_TFDS[name.split("/")[0]])
-  raise ValueError(f"Unknown dataset {name!r}; expected one of {sorted(REGISTRY)}.")
+  raise ValueError(f"Unknown dataset {name!r}; expected one of {sorted(REGISTRY)} or "
+                   f"{gettext_catalogs.NAME}/<lang>.")
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
@@ -139,11 +153,13 @@ def _import_builder(spec: DatasetSpec) -> None:
 
 
 def open_source(spec: DatasetSpec, split: str, *, data_dir: str | os.PathLike | None = None,
-                max_documents: int = 0, max_bytes: int = 0) -> Sequence[Mapping[str, Any]]:
+                max_documents: int = 0, max_bytes: int = 0,
+                locale_dir: str | os.PathLike | None = None) -> Sequence[Mapping[str, Any]]:
   """A random-access TFDS data source for one split (``len`` and ``[i]`` -> feature dict).
 
-  The stdlib corpus is built first if needed (``max_documents`` / ``max_bytes`` cap it). Text
-  features come back as ``bytes`` (``str`` under ``tfds.testing.mock_data``).
+  The stdlib corpus is built first if needed (``max_documents`` / ``max_bytes`` cap it), and
+  so is a gettext corpus (from the catalogues under ``locale_dir``). Text features come back
+  as ``bytes`` (``str`` under ``tfds.testing.mock_data``).
 
   Raises:
     DatasetNotPreparedError: the dataset is not prepared in ``data_dir`` as ArrayRecord.
@@ -154,6 +170,9 @@ def open_source(spec: DatasetSpec, split: str, *, data_dir: str | os.PathLike | 
     builder = corpus.build_stdlib_corpus(data_dir, max_documents=max_documents, max_bytes=max_bytes)
     return tfds.data_source(f"{corpus.NAME}/{builder.builder_config.name}", split=tfds_split,
                             data_dir=str(data_dir), download=False)
+  if spec.name.startswith(gettext_catalogs.NAME + "/"):
+    lang = spec.name.split("/", 1)[1]
+    return gettext_catalogs.build_gettext_corpus(lang, data_dir, locale_dir=locale_dir).as_data_source(tfds_split)
   _import_builder(spec)
   try:
     return tfds.data_source(spec.tfds_name, split=tfds_split, data_dir=str(data_dir), download=False)
@@ -177,11 +196,15 @@ def _not_prepared(spec: DatasetSpec, tfds_split: str, data_dir: Path, cause: Exc
 
 
 def prepare(spec: DatasetSpec, *, data_dir: str | os.PathLike | None = None,
-            manual_dir: str | os.PathLike | None = None) -> Path:
+            manual_dir: str | os.PathLike | None = None,
+            locale_dir: str | os.PathLike | None = None) -> Path:
   """Downloads (or reads from ``manual_dir``) and prepares a dataset as ArrayRecord; returns its dir."""
   data_dir = resolve_data_dir(data_dir)
   if spec.name == corpus.NAME:
     return Path(corpus.build_stdlib_corpus(data_dir).data_dir)
+  if spec.name.startswith(gettext_catalogs.NAME + "/"):
+    lang = spec.name.split("/", 1)[1]
+    return Path(gettext_catalogs.build_gettext_corpus(lang, data_dir, locale_dir=locale_dir).data_dir)
   _import_builder(spec)
   builder = tfds.builder(spec.tfds_name, data_dir=str(data_dir), file_format="array_record")
   config = tfds.download.DownloadConfig(manual_dir=str(manual_dir) if manual_dir else None)

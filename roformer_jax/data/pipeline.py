@@ -15,8 +15,9 @@ returns a ``grain.DatasetIterator``; ``next(it)`` is a dict of NumPy arrays:
   ``weights`` float32[B, T], 1.0 exactly at the selected tokens.
 - ``"seq2seq"``: ``src`` (source + EOS), ``src_segment_ids``, ``src_positions`` int32[B, S];
   ``tgt_in`` (BOS + target), ``tgt_out`` (target + EOS), ``tgt_segment_ids``,
-  ``tgt_positions`` int32[B, U]; ``weights`` float32[B, U]. Not packed: one pair per row,
-  padded (segment id 1 on real tokens).
+  ``tgt_positions`` int32[B, U]; ``weights`` float32[B, U]. One pair per row, padded (segment
+  id 1 on real tokens), unless ``data.pack_pairs`` packs training rows: then a row holds
+  several whole pairs, segment k of ``src`` translating to segment k of the target.
 - ``"classification"``: ``input_ids`` ([CLS] a [SEP] b [SEP], with BOS as [CLS] and EOS as
   [SEP]), ``token_type_ids`` (0 up to the first [SEP], 1 after), ``attention_mask``
   int32[B, T]; ``label`` int32[B] (float32[B] for a regression such as stsb); ``weights``
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import grain
+import grain.experimental  # noqa: F401  (FirstFitPackIterDataset)
 import ml_collections
 import numpy as np
 
@@ -94,6 +96,26 @@ def training_sentences(data_cfg: ml_collections.ConfigDict, *, split: str = "tra
           return
 
 
+def raw_targets(data_cfg: ml_collections.ConfigDict, split: str, *, process_index: int = 0,
+                process_count: int = 1, limit: int = 0) -> list[str]:
+  """The untokenized target side of a translation split, in the order of its evaluation batches.
+
+  An evaluation pass (no shuffle, no repeat, nothing dropped) reads records
+  ``[process_index::process_count]`` in order, so these are the references of the pass's rows:
+  BLEU is scored against them, not against the decoded (truncated, re-tokenized) ``tgt_out``.
+  ``limit`` keeps the first ``limit`` (0 = all).
+  """
+  spec = datasets.get_spec(data_cfg.dataset)
+  if spec.kind != "translation":
+    raise ValueError(f"Dataset {spec.name!r} holds {spec.kind} records, not translation pairs.")
+  source = _open(data_cfg, spec, split)
+  indices = range(process_index, len(source), process_count)
+  if limit:
+    indices = indices[:limit]
+  texts = (source[i][spec.fields[1]] for i in indices)
+  return [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in texts]
+
+
 def make_tokenizer(data_cfg: ml_collections.ConfigDict) -> Tokenizer:
   """The tokenizer that ``data.tokenizer`` names.
 
@@ -134,14 +156,17 @@ def _pad(ids: np.ndarray, length: int) -> np.ndarray:
   return out
 
 
-def _translation(spec, tok: Tokenizer, src_len: int, tgt_len: int, drop_long: bool):
+def _translation(spec, tok: Tokenizer, src_len: int, tgt_len: int, drop_long: bool, pad: bool = True):
   def fn(record):
     src = tok.encode_array(record[spec.fields[0]])
     tgt = tok.encode_array(record[spec.fields[1]])
     if drop_long and (len(src) + 1 > src_len or len(tgt) + 1 > tgt_len):
       return None  # training: skip over-long pairs instead of teaching truncated translations.
-    src = np.append(src[:src_len - 1], tok.eos_id)
+    src = np.append(src[:src_len - 1], tok.eos_id).astype(np.int32)
     tgt = tgt[:tgt_len - 1]
+    if not pad:  # for the packer, which pads and adds segment ids and positions itself.
+      return {"src": src, "tgt_in": np.append(tok.bos_id, tgt).astype(np.int32),
+              "tgt_out": np.append(tgt, tok.eos_id).astype(np.int32)}
     return {"src": _pad(src, src_len), "src_segment_ids": _pad(np.ones_like(src), src_len),
             "tgt_in": _pad(np.append(tok.bos_id, tgt), tgt_len),
             "tgt_out": _pad(np.append(tgt, tok.eos_id), tgt_len),
@@ -227,7 +252,8 @@ def _seed(seed: int, *stream: int) -> int:
 
 def _open(data_cfg, spec, split):
   return datasets.open_source(spec, split, data_dir=data_cfg.data_dir,
-                              max_documents=data_cfg.max_documents, max_bytes=data_cfg.max_bytes)
+                              max_documents=data_cfg.max_documents, max_bytes=data_cfg.max_bytes,
+                              locale_dir=data_cfg.get("locale_dir") or None)
 
 
 def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, batch_size: int,
@@ -271,8 +297,13 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
     fmt = _format_lm if task == "lm" else _format_mlm
   elif task == "seq2seq":
     tgt_len = data_cfg.max_target_length or length
-    ds = ds.map(_translation(spec, tok, length, tgt_len, drop_long=training and data_cfg.drop_long_pairs))
-    it_ds, fmt = _to_iter(ds, data_cfg), _format_seq2seq
+    drop_long = training and data_cfg.drop_long_pairs
+    if training and data_cfg.get("pack_pairs"):
+      ds = ds.map(_translation(spec, tok, length, tgt_len, drop_long=drop_long, pad=False))
+      it_ds, fmt = _packed_pairs(_to_iter(ds, data_cfg), length, tgt_len, batch_size, seed, shuffle), dict
+    else:
+      ds = ds.map(_translation(spec, tok, length, tgt_len, drop_long=drop_long))
+      it_ds, fmt = _to_iter(ds, data_cfg), _format_seq2seq
   else:
     it_ds, fmt = _to_iter(ds.map(_classification(spec, tok, length)), data_cfg), dict
 
@@ -298,6 +329,28 @@ def _packed_documents(ds: grain.MapDataset, data_cfg, *, task: str, spec: datase
   window = data_cfg.shuffle_window if shuffle else 0
   it_ds = packing.chunk_and_shuffle(it_ds, chunk_length=row, window=window, seed=_seed(seed, 2))
   return packing.pack(it_ds, {f: row for f in features})
+
+
+def _packed_pairs(ds: grain.IterDataset, src_len: int, tgt_len: int, batch_size: int, seed: int,
+                  shuffle: bool) -> grain.IterDataset:
+  """Translation pairs packed several to a row by Grain's first-fit packer (training only).
+
+  Short pairs (software messages, most WMT sentences) fill a fraction of a padded row;
+  packing puts as many whole pairs into a row as fit, both sides at once, so a batch carries
+  several times the pairs for the same compute. A pair's source and target get the same
+  segment id, which the model's masks use to keep pairs apart (`TransformerSeq2Seq`).
+  """
+  packed = grain.experimental.FirstFitPackIterDataset(
+      ds, length_struct={"src": src_len, "tgt_in": tgt_len, "tgt_out": tgt_len},
+      num_packing_bins=batch_size, seed=_seed(seed, 3), shuffle_bins=shuffle)
+
+  def fmt(row):
+    return {"src": row["src"], "src_segment_ids": row["src_segment_ids"], "src_positions": row["src_positions"],
+            "tgt_in": row["tgt_in"], "tgt_out": row["tgt_out"], "tgt_segment_ids": row["tgt_in_segment_ids"],
+            "tgt_positions": row["tgt_in_positions"],
+            "weights": (row["tgt_in_segment_ids"] != 0).astype(np.float32)}
+
+  return packed.map(fmt)
 
 
 def _to_iter(ds: grain.MapDataset, data_cfg) -> grain.IterDataset:

@@ -2,6 +2,7 @@
 
   python -m roformer_jax.data.prepare dataset glue/mrpc [--data_dir DIR]
   python -m roformer_jax.data.prepare dataset enwik8 --manual_dir DIR_WITH_ENWIK8_ZIP
+  python -m roformer_jax.data.prepare dataset gettext_translate/de [--locale_dir /usr/share/locale]
   python -m roformer_jax.data.prepare tokenizer wmt14_translate/de-en --vocab_size 37000 \
       [--model_type bpe] [--output PATH] [--data_dir DIR]
 
@@ -28,9 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest="command", required=True)
   ds = sub.add_parser("dataset", help="prepare a dataset as ArrayRecord")
-  ds.add_argument("name", help=f"one of {sorted(datasets.REGISTRY)}")
+  ds.add_argument("name", help=f"one of {sorted(datasets.REGISTRY)} or gettext_translate/<lang>")
   ds.add_argument("--data_dir", default="", help="TFDS data dir (default: the project cache)")
   ds.add_argument("--manual_dir", default="", help="directory holding manual downloads (enwik8.zip)")
+  ds.add_argument("--locale_dir", default="", help="gettext_translate: the locale directory (default /usr/share/locale)")
   tok = sub.add_parser("tokenizer", help="train a SentencePiece model on a prepared dataset")
   tok.add_argument("name", help="dataset whose train split supplies the text")
   tok.add_argument("--data_dir", default="")
@@ -42,7 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
   spec = datasets.get_spec(args.name)
   if args.command == "dataset":
-    path = datasets.prepare(spec, data_dir=args.data_dir, manual_dir=args.manual_dir or None)
+    path = datasets.prepare(spec, data_dir=args.data_dir, manual_dir=args.manual_dir or None,
+                            locale_dir=args.locale_dir or None)
     print(f"prepared {spec.tfds_name} in {path}")
     return 0
   cfg = default_data_config()
