@@ -5,27 +5,27 @@
 
 Use the config (and --config overrides) the run was trained with. Writes DIR/eval_results.json
 and eval rows in DIR/metrics.jsonl; see roformer_jax/evaluate.py for the metrics per task.
+Multi-process evaluation takes the same flags as train.py (--coordinator_address,
+--num_processes, --process_id or --distributed; --cpu_devices).
 """
 
 import json
 
-from absl import app, flags, logging
+from absl import app, flags
 from ml_collections import config_flags
+
+from roformer_jax import launch
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/<name>.py file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
-_CPU_DEVICES = flags.DEFINE_integer("cpu_devices", None, "Fake CPU devices (testing meshes on a CPU).")
 flags.mark_flags_as_required(["config", "workdir"])
 
 
 def main(argv):
   del argv
+  launch.initialize()
   import jax
 
-  if _CPU_DEVICES.value:
-    jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
-  if not flags.FLAGS["verbosity"].present:
-    logging.set_verbosity(logging.WARNING)
   from roformer_jax import evaluate
 
   results = evaluate.evaluate(_CONFIG.value, _WORKDIR.value)

@@ -7,12 +7,18 @@
   - lm: loss (nats/token), perplexity, bits per token (= bits per byte for the byte tokenizer);
   - mlm: loss and accuracy at the masked positions;
   - classification: the GLUE metrics of the task (F1/accuracy, Pearson/Spearman, accuracy);
-  - seq2seq: loss, and sacreBLEU of beam-search translations (beam 4, length penalty 0.6).
+  - seq2seq: loss, and sacreBLEU of beam-search translations (beam 4, length penalty 0.6;
+    beam_size=1 is greedy) against the raw reference text; the translations go to
+    `<workdir>/translations.tsv`.
 - Length curve (lm, mlm): the loss at lengths L, 2L, 4L, 8L for a model trained at L,
   optionally with a RoPE scaling dict applied at evaluation time only
   (`config.eval.rope_scaling`), so extrapolation methods compare without retraining.
 
 Rows also go to `<workdir>/metrics.jsonl` with the checkpoint's step.
+
+Several processes (eval.py's --coordinator_address/--num_processes/--process_id) each read a
+disjoint shard; they stay in step even when their shards differ in length, and the
+translations of all shards are gathered before BLEU is computed.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import os
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import nnx
@@ -85,10 +92,59 @@ def _batches(config, split: str, max_length: int, batch_size: int, max_batches: 
   it = data.make_iterator(data_cfg, task=config.task, split=split, batch_size=batch_size, seed=config.seed,
                           process_index=jax.process_index(), process_count=jax.process_count(),
                           repeat=False, shuffle=False)
-  for i, batch in enumerate(it):
-    if max_batches and i >= max_batches:
+  local = (batch for i, batch in enumerate(it) if not max_batches or i < max_batches)
+  yield from _in_step(local) if jax.process_count() > 1 else local
+
+
+def _in_step(local):
+  """Keeps the processes of a multi-process pass in step.
+
+  Every jitted call on a global batch is a collective, so all processes must make the same
+  number of calls; their shards can differ by a batch (a split of N records over P processes
+  gives some processes one record more). Before each batch the processes share whether they
+  still have one; one that has run out feeds a zero-weight copy of its first batch (which
+  counts for nothing: losses, accuracy and translations skip weight-0 rows) until all are done.
+  """
+  from jax.experimental import multihost_utils
+
+  template = None
+  while True:
+    batch = next(local, None)
+    if batch is not None and template is None:
+      template = {k: np.zeros_like(v) for k, v in batch.items()}
+    more = multihost_utils.process_allgather(np.array([batch is not None], np.int32))
+    if not np.any(more):
       return
+    if batch is None:
+      if template is None:
+        raise RuntimeError(f"process {jax.process_index()} has no evaluation batch at all; the split is "
+                           "too small for this many processes.")
+      batch = template
     yield batch
+
+
+def _fetch(x: jax.Array) -> np.ndarray:
+  """The whole value of a global array on every process (np.asarray needs it all addressable)."""
+  if x.is_fully_addressable:
+    return np.asarray(x)
+  from jax.experimental import multihost_utils
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def _allgather_strings(strings: list[str]) -> list[str]:
+  """Every process's list, concatenated in process order (the identity with one process)."""
+  if jax.process_count() == 1:
+    return list(strings)
+  from jax.experimental import multihost_utils
+  payload = np.frombuffer(json.dumps(strings).encode("utf-8"), np.uint8)
+  sizes = np.asarray(multihost_utils.process_allgather(np.array([payload.size], np.int64))).reshape(-1)
+  padded = np.zeros(int(sizes.max()), np.uint8)
+  padded[:payload.size] = payload
+  gathered = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
+  out = []
+  for row, size in zip(gathered, sizes):
+    out.extend(json.loads(row[:size].tobytes().decode("utf-8")))
+  return out
 
 
 def _loss_pass(config, graphdef, state, mesh, batches, progress_desc: str) -> dict[str, float]:
@@ -119,15 +175,16 @@ def _classification(config, graphdef, state, mesh, batches) -> dict[str, float]:
   @jax.jit
   def predict(state, batch):
     model = nnx.merge(graphdef, state)
-    return model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                 token_type_ids=batch.get("token_type_ids"))
+    out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
+                token_type_ids=batch.get("token_type_ids"))
+    pred = out[:, 0] if out.shape[-1] == 1 else out.argmax(-1)
+    weights = batch["weights"] if "weights" in batch else jnp.ones(pred.shape, jnp.float32)
+    return pred, batch["label"], weights  # all three sharded alike: rows stay aligned
 
   preds, labels, weights = [], [], []
   for local in batches:
-    out = np.asarray(predict(state, mesh_lib.global_batch(local, mesh)))
-    preds.append(out[:, 0] if out.shape[-1] == 1 else out.argmax(-1))
-    labels.append(local["label"])
-    weights.append(local.get("weights", np.ones(len(local["label"]), np.float32)))
+    for acc, x in zip((preds, labels, weights), predict(state, mesh_lib.global_batch(local, mesh))):
+      acc.append(_fetch(x))
   preds, labels, weights = map(np.concatenate, (preds, labels, weights))
   task = config.data.dataset.split("/")[-1]
   return eval_metrics.glue_metrics(task, preds, labels, weights)
@@ -173,13 +230,34 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     results["metrics"] = _token_metrics(_loss_pass(config, graphdef, state, mesh, batches(), "eval"))
   if config.task == "seq2seq":
     from roformer_jax import eval_metrics
-    model = nnx.merge(graphdef, state)
+    # Each process decodes its own shard on its own devices, with a full copy of the
+    # parameters: decoding makes no cross-process calls, so shards may take different times.
+    model = nnx.merge(graphdef, jax.tree.map(_fetch, state) if jax.process_count() > 1 else state)
     tokenizer = data.make_tokenizer(config.data)
-    hyps, refs = eval_metrics.translate(
-        model, batches(), tokenizer, beam_size=settings["beam_size"], alpha=settings["length_penalty"],
-        max_len=settings["max_decode_length"] or config.data.get("max_target_length") or config.data.max_length)
+    from tqdm import tqdm
+    with tqdm(desc=f"translate (beam {settings['beam_size']})", unit="sentence",
+              disable=jax.process_index() != 0, leave=False) as bar:
+      hyps, _ = eval_metrics.translate(
+          model, batches(), tokenizer, beam_size=settings["beam_size"], alpha=settings["length_penalty"],
+          max_len=settings["max_decode_length"] or config.data.get("max_target_length") or config.data.max_length,
+          progress=bar.update)
+    # References are the raw target text of the same records, not the decoded tgt_out rows
+    # (those are truncated to max_target_length and round-tripped through the tokenizer).
+    refs = data.raw_targets(config.data, settings["split"], process_index=jax.process_index(),
+                            process_count=jax.process_count(),
+                            limit=settings["max_batches"] * local_batch if settings["max_batches"] else 0)
+    if len(refs) != len(hyps):
+      raise RuntimeError(f"{len(hyps)} translations but {len(refs)} references in split {settings['split']!r}; "
+                         "the evaluation pass and the data source disagree.")
+    hyps, refs = _allgather_strings(hyps), _allgather_strings(refs)
     results["metrics"].update({f"bleu_{k}" if k != "score" else "bleu": v
                                for k, v in eval_metrics.bleu(hyps, refs).items()})
+    results["metrics"]["sentences"] = len(hyps)
+    results["beam_size"], results["length_penalty"] = settings["beam_size"], settings["length_penalty"]
+    if jax.process_index() == 0:
+      with open(os.path.join(workdir, "translations.tsv"), "w") as f:
+        f.write("hypothesis\treference\n")
+        f.writelines(f"{h.replace(chr(9), ' ')}\t{r.replace(chr(9), ' ')}\n" for h, r in zip(hyps, refs))
   if config.task in ("lm", "mlm") and settings["length_factors"]:
     results["length_curve"] = _length_curve(config, graphdef, state, mesh, settings, local_batch)
     if settings["rope_scaling"]:

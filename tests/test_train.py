@@ -20,7 +20,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import default
-from roformer_jax import trainer
+from roformer_jax import evaluate, trainer
 
 ROOT = pathlib.Path(__file__).parents[1]
 
@@ -49,6 +49,13 @@ def train_cli(workdir, *flags, wait=True, **kw):
   if wait:
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, **kw)
   return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def eval_cli(workdir, *flags):
+  cmd = [sys.executable, str(ROOT / "eval.py"), "--config", f"{ROOT / 'configs/default.py'}:smoke",
+         "--workdir", str(workdir), *flags]
+  env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+  return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def final_params(workdir):
@@ -174,6 +181,25 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
   assert "mesh {'data': 2, 'fsdp': 2, 'tensor': 1}" in outs[0]
   assert [r["step"] for r in rows(tmp_path) if "loss" in r] == [1, 2, 3]  # process 0 writes once
   assert "3" in os.listdir(tmp_path / "checkpoints")
+
+  # eval.py with the same two processes: each reads half of the validation split (their
+  # shards pack into different numbers of batches, so they must keep in step), and the sums
+  # match one process reading the whole split -- up to the few targets lost where a document
+  # is cut at a row boundary, which fall differently when the documents are dealt to two
+  # packers (a lost or doubled shard would be off by half).
+  port = _free_port()
+  dist = ["--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2", "--cpu_devices", "2"]
+  overrides = ["--config.mesh.fsdp=2", "--config.data.max_documents=300", "--config.eval.length_factors=(1,)",
+               "--config.eval.length_batches=1"]
+  procs = [eval_cli(tmp_path, *dist, *overrides, "--process_id", str(i)) for i in range(2)]
+  outs = [p.communicate(timeout=300)[0] for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outs)
+  two = json.loads((tmp_path / "eval_results.json").read_text())["metrics"]
+  config = smoke(**{"mesh.fsdp": 2, "data.max_documents": 300})
+  config.eval.length_factors, config.eval.length_batches = (1,), 1
+  one = evaluate.evaluate(config, str(tmp_path))["metrics"]
+  assert one["tokens"] > 0 and abs(two["tokens"] - one["tokens"]) <= 1e-4 * one["tokens"]
+  np.testing.assert_allclose(two["loss"], one["loss"], rtol=1e-3)
 
 
 def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path, monkeypatch):
