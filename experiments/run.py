@@ -3,9 +3,11 @@
   python experiments/run.py e2            # MLM: RoPE vs learned vs sinusoidal (C5)
   python experiments/run.py e3            # causal linear-attention LM with and without RoPE (C8)
   python experiments/run.py e4            # train at L=128, evaluate to 8L; RoPE + PI/NTK/YaRN (C7)
+  python experiments/run.py e5            # En->De translation on gettext catalogues, RoPE vs sinusoidal (C4)
   python experiments/run.py e2 --steps 200 --seeds 0   # a quick look
 
-Every arm is configs/default.py (a 4-layer, d=128 byte model on the offline stdlib corpus)
+Every arm of e2-e4 is configs/default.py (a 4-layer, d=128 byte model on the offline stdlib
+corpus) and every arm of e5 is configs/gettext_translate.py (a 3+3-layer, d=256 Transformer),
 with the overrides below; only the position encoding (or attention kind) differs between
 arms, and each arm runs with the same seeds. Runs go to experiments/runs/<exp>/<arm>_s<seed>
 (resumable; re-running skips finished runs). The script writes
@@ -27,7 +29,7 @@ sys.path.insert(0, ROOT)
 import absl.logging  # noqa: E402
 import numpy as np  # noqa: E402
 
-from configs import default  # noqa: E402
+from configs import default, gettext_translate  # noqa: E402
 from roformer_jax import evaluate, trainer  # noqa: E402
 
 COMMON = {"total_steps": 1000, "eval_every_steps": 250, "checkpoint_every_steps": 500, "log_every_steps": 25}
@@ -65,17 +67,31 @@ EXPERIMENTS = {
             "rope + YaRN (x4)": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128},
         },
     },
+    "e5": {
+        "title": "E5 (C4): En->De on the gettext catalogues, 3+3 layers d=256",
+        "config": gettext_translate.get_config,  # its own run length and schedule, not COMMON's
+        "overrides": {},
+        "arms": {"rope": {"model.position": "rope"}, "sinusoidal": {"model.position": "sinusoidal"}},
+        "length_factors": (),
+    },
 }
 
 
-def make_config(exp: dict, arm: dict, seed: int, steps: int | None):
-  config = default.get_config()
-  for key, value in {**COMMON, **exp["overrides"], **arm, "seed": seed}.items():
+def _with(config, overrides: dict):
+  config = config.copy_and_resolve_references()
+  for key, value in overrides.items():
     target = config
     *parents, leaf = key.split(".")
     for p in parents:
       target = target[p]
     target[leaf] = value
+  return config
+
+
+def make_config(exp: dict, arm: dict, seed: int, steps: int | None):
+  config = exp.get("config", default.get_config)()
+  common = {} if "config" in exp else COMMON
+  config = _with(config, {**common, **exp["overrides"], **arm, "seed": seed})
   if steps:
     config.total_steps = steps
     config.eval_every_steps = config.checkpoint_every_steps = max(steps // 4, 1)
@@ -106,13 +122,18 @@ def run(name: str, seeds: list[int], steps: int | None) -> dict:
       entry = {"seed": seed, "train_wall_s": round(train_s, 1), "eval": results["metrics"],
                "train_curve": curve(workdir, "loss"), "eval_curve": curve(workdir, "eval_loss"),
                "length_curve": results.get("length_curve")}
+      if config.task == "seq2seq":  # Sec. 4.1 decodes with beam 4; greedy for comparison.
+        entry["eval_greedy"] = evaluate.evaluate(_with(config, {"eval.beam_size": 1}), workdir)["metrics"]
+        evaluate.evaluate(config, workdir)  # leave the beam-4 results in eval_results.json
       if "scalings" in exp and arm.get("model.position") == "rope":
         entry["scaled"] = {}
         for label, scaling in exp["scalings"].items():
           config.eval.rope_scaling = scaling
           entry["scaled"][label] = evaluate.evaluate(config, workdir)["length_curve_scaled"]
       out["arms"].setdefault(arm_name, []).append(entry)
-      print(f"[{name}] {arm_name} seed {seed}: eval loss {results['metrics']['loss']:.4f} "
+      bleu = f", BLEU {results['metrics']['bleu']:.2f} (greedy {entry['eval_greedy']['bleu']:.2f})" \
+          if "eval_greedy" in entry else ""
+      print(f"[{name}] {arm_name} seed {seed}: eval loss {results['metrics']['loss']:.4f}{bleu} "
             f"({train_s:.0f} s)", flush=True)
   return out
 

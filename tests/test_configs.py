@@ -34,7 +34,10 @@ BASELINES = {  # config -> its baseline variants (besides the paper's RoPE model
     "glue": GLUE_TASKS,
     "enwik8_performer": ("", "norope"),
 }
-ALL = [(name, arg) for name, args in BASELINES.items() for arg in args]
+# Experiment configs (not the paper's own setups): they load and validate like the rest;
+# tests/test_gettext.py trains the gettext smoke variant on a locale directory it writes.
+EXPERIMENT_CONFIGS = [("gettext_translate", ""), ("gettext_translate", "sinusoidal")]
+ALL = [(name, arg) for name, args in BASELINES.items() for arg in args] + EXPERIMENT_CONFIGS
 SMOKE = [(name, ",".join(filter(None, (arg, "smoke")))) for name, arg in ALL if not (
     name == "glue" and arg not in ("mrpc", "stsb"))]
 # Trained end to end (seconds each); the baseline variants' smoke models take one gradient
