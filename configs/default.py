@@ -31,6 +31,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.num_devices = 0  # use the first N devices (0 = all); tests compare 1 and 8
   config.label_smoothing = 0.0  # Sec. 4.1 uses 0.1 for translation
   config.feature_redraw_every = 0  # FAVOR+ projection redraw interval (Performer: 1000); 0 = never
+  config.init_from = ""  # a pre-trained run (workdir) or transformers dir whose encoder starts this one
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})  # -1 = fill with devices.
   config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes
 

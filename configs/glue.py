@@ -15,12 +15,15 @@ reports the best result over learning rates {2,3,4,5}e-5; this config uses 2e-5 
 others with --config.optim.learning_rate=3e-5 etc.) and HF's linear decay to 0 without warmup.
 total_steps is 3 epochs of the task's training split at batch 32.
 
-Not yet: the paper fine-tunes the encoder pre-trained by configs/bert_base_mlm.py. The trainer
-cannot yet start from a checkpoint (no `init_from`), so this config trains the encoder and its
-classification head from a random initialisation: it runs the Sec. 4.3 recipe end to end but
-will not reproduce Table 2. When fine-tuning a pre-trained encoder, use its vocabulary:
-  --config.data.tokenizer_path=<data_dir>/tokenizers/wikipedia_bpe30522.model
-Otherwise prepare the data and a vocabulary trained on the task's own text once (network):
+Fine-tuning the encoder pre-trained by configs/bert_base_mlm.py, as the paper does:
+  python train.py --config configs/glue.py:mrpc --workdir workdirs/glue_mrpc \
+      --config.init_from=workdirs/bert_base_mlm \
+      --config.data.tokenizer_path=<data_dir>/tokenizers/wikipedia_bpe30522.model
+init_from copies the newest checkpoint's encoder (embeddings and layers; the classification
+head starts fresh) and checks that the architectures agree; a transformers RoFormer directory
+works too. With init_from="" the encoder starts from a random initialisation: the Sec. 4.3
+recipe runs end to end but will not reproduce Table 2.
+Without a pre-trained encoder, prepare the data and a vocabulary of the task's own text once (network):
   python -m roformer_jax.data.prepare dataset glue/mrpc
   python -m roformer_jax.data.prepare tokenizer glue/mrpc --vocab_size 30522
 """
@@ -72,6 +75,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.num_devices = 0  # use all devices.
   config.label_smoothing = 0.0  # none: HF's CrossEntropyLoss / MSELoss.
   config.feature_redraw_every = 0  # softmax attention: no FAVOR+ features to redraw.
+  # Sec. 4.3 fine-tunes the pre-trained encoder: the bert_base_mlm.py workdir (or a transformers
+  # RoFormer directory). "" trains from a random initialisation, which will not reproduce Table 2.
+  config.init_from = ""
 
   config.data.dataset = f"glue/{task}"  # Sec. 4.3: GLUE.
   config.data.max_length = 512  # Sec. 4.3: max sequence length 512 ([CLS] a [SEP] b [SEP]).

@@ -26,6 +26,7 @@ import optax
 from flax import nnx
 
 from roformer_jax import data, mesh as mesh_lib, metrics as metrics_lib, optim, tasks
+from roformer_jax import checkpoints as checkpoints_lib
 from roformer_jax.checkpoints import Checkpointer
 
 REQUIRED_KEYS = ("seed", "total_steps", "batch_size", "checkpoint_every_steps", "eval_every_steps", "mesh")
@@ -42,6 +43,13 @@ def check_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.{key}={value!r} must be a positive integer.")
   tasks.check_task(config.task)
   tasks.model_config(config)  # validates every model field now
+  source = config.get("init_from") or ""
+  if source and not os.path.exists(source):
+    raise ValueError(f"config.init_from={source!r} does not exist; give a pre-training workdir, a checkpoint "
+                     "step directory or a transformers RoFormer directory (or \"\" to start from scratch).")
+  if source and config.task not in ("mlm", "classification"):
+    raise ValueError(f"config.init_from is for the RoFormer encoder tasks (mlm, classification), not "
+                     f"task={config.task!r}.")
   mesh_lib.rules_from_config(config.logical_axis_rules)
 
 
@@ -150,6 +158,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   check_config(config)
   workdir = os.path.abspath(workdir)
   os.makedirs(workdir, exist_ok=True)
+  if jax.process_index() == 0:  # the run's config, for people and for init_from's architecture check
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(config.to_json_best_effort(indent=2))
   num_devices = config.get("num_devices", 0) or jax.device_count()  # 0 = all devices
   mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
   stages = stages_from_config(config)
@@ -185,6 +196,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   if start:
     state = ckpt.restore(start, state, train_iter)
     metrics_lib.truncate_after(workdir, start)  # rows past the checkpoint will be logged again
+  elif config.get("init_from"):  # a fresh run from a pre-trained encoder (its own checkpoints win later)
+    model, optimizer = nnx.merge(graphdef, state)
+    loaded = checkpoints_lib.init_from(model, config.init_from)
+    graphdef, state = nnx.split((model, optimizer))
+    if process == 0:
+      print(f"init_from: {loaded['loaded']} encoder tensors from {loaded['source']}; fresh: "
+            f"{', '.join(loaded['fresh']) or 'nothing'}", flush=True)
   writer = metrics_lib.MetricsWriter(workdir)
   state_sharding = jax.tree.map(lambda x: x.sharding, state)
   batch_sharding = mesh_lib.batch_sharding(mesh)

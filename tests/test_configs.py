@@ -80,7 +80,7 @@ def test_config_loads_with_every_key_and_validates(name, arg):
   assert cfg.vocab_size == config.data.vocab_size or config.data.tokenizer == "bytes"
   optim.make_optimizer(config.optim, config.total_steps)
   assert config.batch_size % 8 == 0  # divides the tests' 8 fake devices (and 8-GPU hosts)
-  assert "init_from" not in config  # not implemented by the trainer: no key pretends it is
+  assert config.init_from == ""  # scratch unless a run names its pre-trained encoder
 
 
 @pytest.mark.parametrize("name", BASELINES)

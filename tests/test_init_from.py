@@ -1,0 +1,125 @@
+"""config.init_from: a fine-tuning run starts from a pre-trained encoder (Sec. 4.3 fine-tunes the
+MLM-pre-trained RoFormer), from one of our runs or from a transformers RoFormer directory."""
+
+import json
+import os
+from pathlib import Path
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+import tensorflow_datasets as tfds
+from flax import nnx
+
+from configs import default
+from roformer_jax import checkpoints, hf, models, tasks, trainer
+
+FIXTURE = Path(__file__).parent / "fixtures" / "hf_roformer_tiny" / "factorized"
+
+
+def mlm_config():
+  c = default.get_config("smoke")
+  c.task = "mlm"
+  c.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
+  c.async_checkpoints = False
+  return c
+
+
+def classifier_config(init_from: str, **model):
+  from configs import glue
+  c = glue.get_config("mrpc,smoke")
+  c.data.tokenizer = "bytes"  # the pre-training run's vocabulary
+  c.model.update(dict(mlm_config().model.to_dict(), **model))
+  c.model.type_vocab_size = 2
+  c.init_from = init_from
+  c.async_checkpoints = False
+  return c
+
+
+@pytest.fixture(scope="module")
+def mlm_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("mlm")
+  c = mlm_config()
+  c.model.type_vocab_size = 2  # as the classifier's, which reads token types
+  trainer.train_and_evaluate(c, str(workdir))
+  return workdir
+
+
+def flat(tree) -> dict[str, np.ndarray]:
+  """'layers/0/attention/query/kernel' -> array, without orbax's trailing 'value' and RNG state."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    keys = [str(getattr(k, "key", k)) for k in path]
+    if "rngs" not in keys:
+      out["/".join(k for k in keys if k != "value")] = np.asarray(leaf)
+  return out
+
+
+def encoder_of_checkpoint(workdir):
+  ckdir = os.path.join(workdir, "checkpoints")
+  with ocp.CheckpointManager(ckdir, options=ocp.CheckpointManagerOptions(read_only=True)) as mgr:
+    state = mgr.restore(mgr.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+  return flat(state["0"]["roformer"])
+
+
+def assert_same(a: dict, b: dict):
+  assert sorted(a) == sorted(b)
+  for key in a:
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_init_from_copies_the_encoder_and_leaves_the_head_fresh(mlm_run):
+  config = classifier_config(str(mlm_run))
+  model = tasks.build_model(config, nnx.Rngs(0))
+  head_before = flat(nnx.to_pure_dict(nnx.state(model.out_proj)))
+  scratch = flat(nnx.to_pure_dict(nnx.state(model.roformer, nnx.Param)))
+  info = checkpoints.init_from(model, str(mlm_run))
+  got = flat(nnx.to_pure_dict(nnx.state(model.roformer, nnx.Param)))
+  assert info["loaded"] == len(got) > 10
+  assert_same(got, encoder_of_checkpoint(mlm_run))
+  assert not np.array_equal(got["layers/0/attention/query/kernel"], scratch["layers/0/attention/query/kernel"])
+  assert_same(head_before, flat(nnx.to_pure_dict(nnx.state(model.out_proj))))
+  assert "out_proj/kernel" in info["fresh"] and not any(f.startswith("roformer") for f in info["fresh"])
+
+
+def test_fine_tuning_run_starts_from_the_pre_trained_encoder(mlm_run, tmp_path):
+  config = classifier_config(str(mlm_run))
+  config.optim.learning_rate = 0.0  # no update: the run's encoder must stay the pre-trained one
+  config.data.data_dir = str(tmp_path / "data")
+  with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
+    trainer.train_and_evaluate(config, str(tmp_path / "ft"))
+  assert_same(encoder_of_checkpoint(mlm_run), encoder_of_checkpoint(tmp_path / "ft"))
+  saved = json.loads((tmp_path / "ft" / "config.json").read_text())
+  assert saved["init_from"] == str(mlm_run) and saved["task"] == "classification"
+
+
+def test_a_different_architecture_is_named(mlm_run):
+  model = tasks.build_model(classifier_config(str(mlm_run), d_ff=96), nnx.Rngs(0))
+  with pytest.raises(checkpoints.InitFromError, match=r"d_ff: pre-trained 64 vs config 96"):
+    checkpoints.init_from(model, str(mlm_run))
+
+
+def test_a_causal_lm_run_or_an_empty_directory_is_refused(tmp_path):
+  lm = default.get_config("smoke")
+  lm.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
+  trainer.train_and_evaluate(lm, str(tmp_path / "lm"))
+  os.remove(tmp_path / "lm" / "config.json")  # skip the architecture check: reach the encoder lookup
+  model = tasks.build_model(classifier_config(""), nnx.Rngs(0))
+  with pytest.raises(checkpoints.InitFromError, match="no 'roformer' encoder"):
+    checkpoints.init_from(model, str(tmp_path / "lm"))
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(checkpoints.InitFromError, match="holds no checkpoint"):
+    checkpoints.init_from(model, str(tmp_path / "empty"))
+  with pytest.raises(ValueError, match="does not exist"):
+    trainer.check_config(classifier_config(str(tmp_path / "missing")))
+
+
+def test_init_from_a_transformers_directory():
+  reference = hf.from_pretrained(FIXTURE, head="encoder")
+  cfg = reference.config
+  model = models.RoFormerForSequenceClassification(cfg, 3, rngs=nnx.Rngs(0))
+  checkpoints.init_from(model, FIXTURE)
+  encoder = reference if not hasattr(reference, "roformer") else reference.roformer
+  assert_same(flat(nnx.to_pure_dict(nnx.state(encoder, nnx.Param))),
+              flat(nnx.to_pure_dict(nnx.state(model.roformer, nnx.Param))))
