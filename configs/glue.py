@@ -77,7 +77,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.feature_redraw_every = 0  # softmax attention: no FAVOR+ features to redraw.
   # Sec. 4.3 fine-tunes the pre-trained encoder: the bert_base_mlm.py workdir (or a transformers
   # RoFormer directory). "" trains from a random initialisation, which will not reproduce Table 2.
-  config.init_from = ""
+  config.init_from = ""  # "" = random init; see the comment above.
 
   config.data.dataset = f"glue/{task}"  # Sec. 4.3: GLUE.
   config.data.max_length = 512  # Sec. 4.3: max sequence length 512 ([CLS] a [SEP] b [SEP]).
