@@ -142,8 +142,10 @@ def plot(name: str, out: dict) -> str:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  fig, ax = plt.subplots(figsize=(6.5, 4))
   colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  if name == "e5":
+    return _plot_translation(name, out, plt, colors)
+  fig, ax = plt.subplots(figsize=(6.5, 4))
   if name == "e4":
     for i, (arm, entries) in enumerate(out["arms"].items()):
       lengths = [r["length"] for r in entries[0]["length_curve"]]
@@ -176,12 +178,51 @@ def plot(name: str, out: dict) -> str:
   return path
 
 
+def _plot_translation(name: str, out: dict, plt, colors) -> str:
+  """Left: training loss per arm and seed; right: test BLEU, beam 4 vs greedy, per seed."""
+  fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
+  for i, (arm, entries) in enumerate(out["arms"].items()):
+    for k, e in enumerate(entries):
+      steps, losses = zip(*e["train_curve"])
+      ax.plot(steps, losses, color=colors[i], lw=1, ls="-" if k == 0 else "--",
+              label=f"{arm} (seed {e['seed']})")
+  ax.set_xlabel("step")
+  ax.set_ylabel("train loss (label-smoothed, nats/token)")
+  ax.set_ylim(top=min(ax.get_ylim()[1], 8.0))
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  arms = list(out["arms"])
+  width = 0.8 / max(len(out["seeds"]), 1) / 2
+  for i, arm in enumerate(arms):
+    for k, e in enumerate(out["arms"][arm]):
+      x = i + (k - (len(out["arms"][arm]) - 1) / 2) * 2 * width
+      bx.bar(x - width / 2, e["eval"]["bleu"], width, color=colors[i], label="beam 4" if i == k == 0 else None)
+      bx.bar(x + width / 2, e["eval_greedy"]["bleu"], width, color=colors[i], alpha=0.45, hatch="//",
+             label="greedy" if i == k == 0 else None)
+      bx.text(x - width / 2, e["eval"]["bleu"], f"{e['eval']['bleu']:.1f}", ha="center", va="bottom", fontsize=7)
+  bx.set_xticks(range(len(arms)), arms)
+  bx.set_ylabel("sacreBLEU, test split (one bar pair per seed)")
+  bx.legend(fontsize=8)
+  bx.grid(alpha=0.3, axis="y")
+  fig.suptitle(out["title"], fontsize=9)
+  path = os.path.join(ROOT, "docs", "figures", f"{name}.png")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return path
+
+
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
   parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (a difference needs >= 2)")
   parser.add_argument("--steps", type=int, default=None, help=f"training steps (default {COMMON['total_steps']})")
+  parser.add_argument("--plot-only", action="store_true", help="redraw the figure from experiments/results/<exp>.json")
   args = parser.parse_args()
+  if args.plot_only:
+    with open(os.path.join(ROOT, "experiments", "results", f"{args.experiment}.json")) as f:
+      print("figure:", plot(args.experiment, json.load(f)))
+    return
   absl.logging.set_verbosity(absl.logging.WARNING)
   seeds = [int(s) for s in args.seeds.split(",")]
   t0 = time.perf_counter()
@@ -195,6 +236,10 @@ def main():
   for arm, entries in out["arms"].items():
     losses = [e["eval"]["loss"] for e in entries]
     print(f"{arm:>24}: eval loss {np.mean(losses):.4f} (seeds: {', '.join(f'{x:.4f}' for x in losses)})")
+    if "eval_greedy" in entries[0]:
+      beam, greedy = [e["eval"]["bleu"] for e in entries], [e["eval_greedy"]["bleu"] for e in entries]
+      print(f"{'':>24}  BLEU beam 4 {np.mean(beam):.2f} ({', '.join(f'{x:.2f}' for x in beam)}), "
+            f"greedy {np.mean(greedy):.2f} ({', '.join(f'{x:.2f}' for x in greedy)})")
 
 
 if __name__ == "__main__":
