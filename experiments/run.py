@@ -118,13 +118,17 @@ def run(name: str, seeds: list[int], steps: int | None) -> dict:
       t0 = time.perf_counter()
       trainer.train_and_evaluate(config, workdir)
       train_s = time.perf_counter() - t0
-      results = evaluate.evaluate(config, workdir)
+      greedy = None
+      if config.task == "seq2seq":  # Sec. 4.1 decodes with beam 4; greedy first, for comparison
+        greedy = evaluate.evaluate(_with(config, {"eval.beam_size": 1}), workdir)["metrics"]
+      t1 = time.perf_counter()
+      results = evaluate.evaluate(config, workdir)  # last, so eval_results.json holds these
       entry = {"seed": seed, "train_wall_s": round(train_s, 1), "eval": results["metrics"],
                "train_curve": curve(workdir, "loss"), "eval_curve": curve(workdir, "eval_loss"),
                "length_curve": results.get("length_curve")}
-      if config.task == "seq2seq":  # Sec. 4.1 decodes with beam 4; greedy for comparison.
-        entry["eval_greedy"] = evaluate.evaluate(_with(config, {"eval.beam_size": 1}), workdir)["metrics"]
-        evaluate.evaluate(config, workdir)  # leave the beam-4 results in eval_results.json
+      if greedy is not None:
+        entry["eval_greedy"] = greedy
+        entry["eval_wall_s"] = round(time.perf_counter() - t1, 1)
       if "scalings" in exp and arm.get("model.position") == "rope":
         entry["scaled"] = {}
         for label, scaling in exp["scalings"].items():
