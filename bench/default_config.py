@@ -1,0 +1,132 @@
+"""B5: the default config's time to first step (compile) and steady-state training throughput.
+
+Run (from the repository root):
+  .venv/bin/python bench/default_config.py                 # configs/default.py, 300 steps
+  .venv/bin/python bench/default_config.py --steps 100 --config configs/default.py:smoke
+
+It trains the config in a fresh temporary workdir through `trainer.train_and_evaluate` (the
+same code path as `make train`, checkpoints and metrics included) and reports:
+- time to first step: wall time from the call until step 1 has finished (data pipeline start,
+  model creation, XLA compilation of the step, the step itself);
+- XLA compile time: the sum of JAX's backend-compile events during the run (all jitted
+  functions: init, train step, eval step);
+- steady-state tokens/s and ms/step: the median over the logging windows after the first one
+  (evaluation time is excluded by the trainer);
+- the same step's model FLOP/s (6N + attention, `metrics.train_flops_per_token`) as a fraction
+  of this machine's float32 matmul rate, measured in the same run on [2048 x 2048] matrices:
+  the CPU stand-in for MFU, a ratio rather than a lone absolute figure.
+The last line printed is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from roformer_jax import metrics as metrics_lib, tasks, trainer  # noqa: E402
+
+
+def load_config(spec: str):
+  path, _, arg = spec.partition(":")
+  import importlib.util
+  module_spec = importlib.util.spec_from_file_location("bench_config", os.path.join(ROOT, path))
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
+  """float32 GFLOP/s of one jitted [n, n] x [n, n] product (median of `repeats`)."""
+  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
+  b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, b).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    f(a, b).block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return 2 * n ** 3 / statistics.median(times) / 1e9
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--config", default="configs/default.py")
+  parser.add_argument("--steps", type=int, default=300)
+  parser.add_argument("--log-every", type=int, default=25)
+  args = parser.parse_args()
+
+  compile_s = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, duration, **kw: compile_s.append(duration) if event.endswith("backend_compile_duration") else None)
+
+  peak_before = matmul_gflops()
+  config = load_config(args.config)
+  config.total_steps = args.steps
+  config.log_every_steps = args.log_every
+  config.eval_every_steps = args.steps  # one evaluation, at the end (excluded from throughput)
+  config.checkpoint_every_steps = args.steps
+  config.async_checkpoints = False
+  with tempfile.TemporaryDirectory() as workdir:
+    first_step = []
+    real_tokens_in = tasks.tokens_in
+
+    def tokens_in(batch, task):  # called once per step, before it: the first call's time ends setup
+      if len(first_step) < 2:
+        first_step.append(time.perf_counter())
+      return real_tokens_in(batch, task)
+
+    tasks.tokens_in = tokens_in
+    t0 = time.perf_counter()
+    trainer.train_and_evaluate(config, workdir)
+    total_s = time.perf_counter() - t0
+    tasks.tokens_in = real_tokens_in
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+      rows = [json.loads(line) for line in f]
+  peak_after = matmul_gflops()
+  train_rows = [r for r in rows if "tokens_per_sec" in r][1:]  # the first window holds compilation
+  tokens_per_sec = statistics.median(r["tokens_per_sec"] for r in train_rows)
+  step_ms = 1000 * statistics.median(r["step_time"] for r in train_rows)
+  cfg = tasks.model_config(config)
+  from flax import nnx
+  model = nnx.eval_shape(lambda: tasks.build_model(config, nnx.Rngs(0)))
+  num_params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  flops_per_token = metrics_lib.train_flops_per_token(
+      num_params, num_layers=cfg.num_layers, seq_len=config.data.max_length, d_model=cfg.d_model,
+      causal=config.task == "lm")
+  model_gflops = tokens_per_sec * flops_per_token / 1e9
+  peak = statistics.mean([peak_before, peak_after])
+  result = {
+      "figure": "B5", "config": args.config, "steps": args.steps, "num_params": num_params,
+      "time_to_first_step_s": round(first_step[1] - t0, 2) if len(first_step) > 1 else None,
+      "xla_compile_s": round(sum(compile_s), 2), "xla_compiles": len(compile_s),
+      "run_wall_s": round(total_s, 1), "steady_tokens_per_sec": round(tokens_per_sec, 1),
+      "steady_step_ms": round(step_ms, 2), "model_gflops": round(model_gflops, 2),
+      "matmul_gflops": round(peak, 2), "matmul_gflops_before_after": [round(peak_before, 2), round(peak_after, 2)],
+      "fraction_of_matmul_rate": round(model_gflops / peak, 3),
+      "machine": platform.machine(), "cpus": os.cpu_count(), "device": str(jax.devices()[0].device_kind),
+      "jax": jax.__version__, "command": "python bench/default_config.py " + " ".join(sys.argv[1:]),
+  }
+  print(f"B5 {args.config}: {num_params / 1e6:.2f}M params, {args.steps} steps")
+  print(f"  time to first step   {result['time_to_first_step_s']} s (XLA compile {result['xla_compile_s']} s "
+        f"over {len(compile_s)} compilations)")
+  print(f"  steady state         {tokens_per_sec:,.0f} tokens/s, {step_ms:.1f} ms/step")
+  print(f"  model FLOP rate      {model_gflops:.1f} GFLOP/s = {result['fraction_of_matmul_rate']:.0%} of the "
+        f"{peak:.1f} GFLOP/s float32 matmul rate measured in this run")
+  print(json.dumps(result))
+
+
+if __name__ == "__main__":
+  main()
