@@ -43,6 +43,10 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
 
+  def due(self, step: int) -> bool:
+    """Whether `save(step)` would write a checkpoint (without force)."""
+    return self.manager.should_save(step)
+
   def save(self, step: int, state, iterator=None, *, force: bool = False) -> bool:
     """Saves if `step` is due (or `force`); returns whether a save started."""
     items = {"state": ocp.args.StandardSave(state)}

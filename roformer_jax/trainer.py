@@ -152,6 +152,18 @@ def _redraw_features(graphdef, state, key):
 # ======================================================================================
 
 
+def _check_finite(losses: list, param_norm, step: int, ckpt: Checkpointer) -> None:
+  """Raises if a loss since the last check, or the updated parameters' norm, is not finite."""
+  values = np.asarray(jax.device_get(losses), np.float64)
+  norm = float(param_norm)
+  if not (np.all(np.isfinite(values)) and math.isfinite(norm)):
+    bad = [float(v) for v in values if not math.isfinite(v)]
+    raise FloatingPointError(
+        f"loss {bad[0] if bad else float(values[-1])} and parameter norm {norm} by step {step}; stopping without "
+        f"saving. The last good checkpoint is step {ckpt.latest_step()} in {ckpt.directory}. Lower "
+        "optim.learning_rate or enable optim.grad_clip_norm, then re-run the same command to resume from it.")
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """Trains `config` in `workdir`, resuming if it holds checkpoints. Returns final metrics."""
   # ------------------------------------------------------------------ setup and checks
@@ -258,19 +270,22 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       local = next(train_iter)
       window_tokens += tasks.tokens_in(local, config.task) * processes
       state, out = train_step(state, mesh_lib.global_batch(local, mesh))
-      loss, param_norm = float(out["loss"]), float(out["param_norm"])
-      if not (math.isfinite(loss) and math.isfinite(param_norm)):
-        raise FloatingPointError(
-            f"loss is {loss} and the parameter norm {param_norm} after step {step}; stopping without saving. The last good checkpoint is step "
-            f"{ckpt.latest_step()} in {ckpt.directory}. Lower optim.learning_rate or enable "
-            "optim.grad_clip_norm, then re-run the same command to resume from it.")
-      window_losses.append(loss)
+      # The host does not wait for each step: the next batch is prepared while the device
+      # computes, and the losses are read back in bulk. They are checked at the first step and
+      # before anything that uses the state (a log line, an evaluation, a checkpoint), so a
+      # non-finite state is never saved.
+      window_losses.append(out["loss"])
+      at_log = step % log_every == 0 or step == config.total_steps
+      at_eval = step % config.eval_every_steps == 0 or step == config.total_steps
+      stop = bool(preempted)  # read once: a SIGTERM arriving after the check waits for the next step
+      if step == start + 1 or at_log or at_eval or stop or ckpt.due(step):
+        _check_finite(window_losses, out["param_norm"], step, ckpt)
       if redraw_every and step % redraw_every == 0:
         state = redraw(state, jax.random.fold_in(jax.random.key(config.seed), step))
-      if step % log_every == 0 or step == config.total_steps:
+      if at_log:
         elapsed = time.perf_counter() - window_start
         tps = window_tokens / max(elapsed, 1e-9)
-        last = {"loss": float(np.mean(window_losses)), "accuracy": float(out["accuracy"]),
+        last = {"loss": float(np.mean(jax.device_get(window_losses))), "accuracy": float(out["accuracy"]),
                 "learning_rate": float(schedule((step - 1) // accum)), "grad_norm": float(out["grad_norm"]),
                 "tokens_per_sec": tps, "step_time": elapsed / len(window_losses)}
         if peak:
@@ -278,12 +293,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         writer.write(step, last)
         progress.update(step, loss=last["loss"], tok_s=f"{tps:,.0f}", lr=last["learning_rate"])
         window_tokens, window_start, window_losses = 0, time.perf_counter(), []
-      if step % config.eval_every_steps == 0 or step == config.total_steps:
+      if at_eval:
         result = evaluate(step)
         progress.write(f"step {step}: eval loss {result['eval_loss']:.4f}, accuracy {result['eval_accuracy']:.4f}")
         window_start = time.perf_counter()  # eval time is not training throughput
-      ckpt.save(step, state, train_iter, force=bool(preempted) or step == config.total_steps)
-      if preempted:
+      ckpt.save(step, state, train_iter, force=stop or step == config.total_steps)
+      if stop:
         progress.write(f"SIGTERM: saved step {step}; re-run the same command to resume.")
         break
   finally:
