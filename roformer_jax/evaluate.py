@@ -255,9 +255,10 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     results["metrics"]["sentences"] = len(hyps)
     results["beam_size"], results["length_penalty"] = settings["beam_size"], settings["length_penalty"]
     if jax.process_index() == 0:
-      with open(os.path.join(workdir, "translations.tsv"), "w") as f:
+      escape = lambda s: s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
+      with open(os.path.join(workdir, "translations.tsv"), "w") as f:  # one line per sentence
         f.write("hypothesis\treference\n")
-        f.writelines(f"{h.replace(chr(9), ' ')}\t{r.replace(chr(9), ' ')}\n" for h, r in zip(hyps, refs))
+        f.writelines(f"{escape(h)}\t{escape(r)}\n" for h, r in zip(hyps, refs))
   if config.task in ("lm", "mlm") and settings["length_factors"]:
     results["length_curve"] = _length_curve(config, graphdef, state, mesh, settings, local_batch)
     if settings["rope_scaling"]:

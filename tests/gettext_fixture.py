@@ -12,6 +12,7 @@ import struct
 from pathlib import Path
 
 NUM_MESSAGES = 400  # enough for the 2%-bucket test and validation splits to hold a few each
+MULTILINE = "Line one\n\tline two (9)"  # a message with a newline and a tab; it hashes into the test split
 
 
 def write_mo(path: Path, entries: dict[str, str], *, charset: str = "UTF-8", encoding: str = "utf-8") -> Path:
@@ -39,6 +40,7 @@ def write_mo(path: Path, entries: dict[str, str], *, charset: str = "UTF-8", enc
 def make_locale_dir(root: Path) -> Path:
   """de (three catalogues, one unreadable), pt_BR and sr@latin; returns root."""
   messages = {f"Message number {i}: %s": f"Nachricht Nummer {i}: %s" for i in range(NUM_MESSAGES)}
+  messages[MULTILINE] = "Zeile eins\n\tZeile zwei"
   de = root / "de" / "LC_MESSAGES"
   write_mo(de / "alpha.mo", {**messages, "Open file": "Datei öffnen", "menu\x04Quit": "Beenden",
                              "%d file\x00%d files": "%d Datei\x00%d Dateien"})

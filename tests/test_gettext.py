@@ -41,7 +41,7 @@ def test_pairs_take_the_majority_translation_strip_context_and_keep_singular_plu
   assert "%d files" not in by_source and "Empty" not in by_source and "" not in by_source
   assert by_source["Save"]["target"] == "Speichern"
   assert skipped == ["broken.mo: UnicodeDecodeError"] and "broken.mo" in caplog.text
-  assert len(records) == gettext_fixture.NUM_MESSAGES + 4
+  assert len(records) == gettext_fixture.NUM_MESSAGES + 5
 
 
 def test_split_is_a_function_of_the_english_string_and_roughly_96_2_2():
@@ -156,7 +156,9 @@ def test_smoke_config_trains_and_scores_bleu_against_raw_references(locale_dir, 
   lines = (tmp_path / "work" / "translations.tsv").read_text().splitlines()
   refs = data.raw_targets(config.data, "test")
   assert results["metrics"]["sentences"] == len(refs) == len(lines) - 1
-  assert [line.split("\t")[1] for line in lines[1:]] == refs
+  escaped = [r.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") for r in refs]
+  assert [line.split("\t")[1] for line in lines[1:]] == escaped  # one line per sentence
+  assert "Zeile eins\n\tZeile zwei" in refs
 
 
 @pytest.mark.skipif(not os.path.isdir("/usr/share/locale/de/LC_MESSAGES"), reason="no system German catalogues")
