@@ -84,10 +84,25 @@ def _length(index, *arrays):
 # --------------------------------------------------------------------------------------
 
 
+def attention_implementation(*, backend: str, dtype, head_dim: int, dense_mask: bool, dropout: bool) -> str:
+  """Which `jax.nn.dot_product_attention` implementation to ask for: "cudnn" or "xla".
+
+  `jax.nn.dot_product_attention(implementation=None)` always takes the XLA path in the JAX
+  versions this project pins, so cuDNN's fused (flash) kernel must be requested. It is
+  requested on a GPU for bf16/fp16 inputs with a head size cuDNN supports (a multiple of 8, at
+  most 128), no dense mask (causal attention is passed as `is_causal`) and no dropout;
+  everything else runs on XLA.
+  """
+  half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+  if backend == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128 and not dense_mask and not dropout:
+    return "cudnn"
+  return "xla"
+
+
 def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=None,
                           rotary: RotaryConfig | None = None, rotary_value: bool = False,
                           scale: float | None = None, dropout_rate: float = 0.0,
-                          dropout_rng: jax.Array | None = None,
+                          dropout_rng: jax.Array | None = None, is_causal: bool = False,
                           implementation: str | None = None) -> jax.Array:
   """Softmax attention with RoPE on q and k (eq. 16); values are not rotated.
 
@@ -95,14 +110,18 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
   content, not position, so the paper leaves them alone; `rotary_value=True` rotates v with
   the key positions too, which some HF RoFormer checkpoints (config.rotary_value) expect.
 
-  The call goes to `jax.nn.dot_product_attention`, which picks cuDNN's fused kernel on GPU
-  where the shapes allow and XLA elsewhere. Logits and softmax are float32 for bf16/fp16
-  inputs. Attention-probability dropout is not supported by that kernel, so a nonzero
-  `dropout_rate` with a `dropout_rng` takes an explicit XLA path instead.
+  The call goes to `jax.nn.dot_product_attention`. With `implementation=None` the choice is
+  `attention_implementation`: cuDNN's fused kernel on a GPU for bf16/fp16 inputs with no dense
+  mask and no dropout (if cuDNN refuses the call while tracing, XLA is used instead), XLA
+  elsewhere. Logits and softmax are float32 for bf16/fp16 inputs. Attention-probability
+  dropout is not supported by that function, so a nonzero `dropout_rate` with a `dropout_rng`
+  takes an explicit XLA path instead.
 
   Args:
     q: float[B, T, N, H]; k: float[B, S, K, H] (K divides N: grouped queries); v: [B, S, K, Hv].
     mask: bool, broadcastable to [B, N, T, S]; see `make_attention_mask`.
+    is_causal: query slot i sees key slots <= i (T == S), without a dense mask (what cuDNN
+      needs); combines with `mask`.
     q_positions, k_positions: int[B, T] / int[B, S] (or [T] / [S]); None = no rotation
       (cross-attention, or absolute-position models).
     rotary: RoPE settings (default `RotaryConfig()`).
@@ -129,11 +148,24 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     scale = 1.0 / math.sqrt(q.shape[-1])
   if mask is not None:
     mask = jnp.broadcast_to(jnp.asarray(mask, bool), (q.shape[0], q.shape[2], q.shape[1], k.shape[1]))
-  if dropout_rate > 0.0 and dropout_rng is not None:
-    return _xla_attention_with_dropout(q, k, v, mask, scale, dropout_rate, dropout_rng)
-  if v.shape[-1] != q.shape[-1]:
-    return _xla_attention_with_dropout(q, k, v, mask, scale, 0.0, None)
-  return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, implementation=implementation)
+  dropout = dropout_rate > 0.0 and dropout_rng is not None
+  if dropout or v.shape[-1] != q.shape[-1]:
+    if is_causal:
+      t, s = q.shape[1], k.shape[1]
+      causal = make_attention_mask(causal=True, q_index=jnp.arange(t), kv_index=jnp.arange(s))
+      mask = causal if mask is None else jnp.logical_and(mask, causal)
+    return _xla_attention_with_dropout(q, k, v, mask, scale, dropout_rate if dropout else 0.0, dropout_rng)
+  if implementation is None:
+    implementation = attention_implementation(backend=jax.default_backend(), dtype=q.dtype, head_dim=q.shape[-1],
+                                              dense_mask=mask is not None, dropout=False)
+    if implementation == "cudnn":
+      try:
+        return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal,
+                                            implementation="cudnn")
+      except (NotImplementedError, RuntimeError, ValueError, TypeError):  # e.g. an old cuDNN
+        implementation = "xla"
+  return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal,
+                                      implementation=implementation)
 
 
 def _xla_attention_with_dropout(q, k, v, mask, scale, rate, rng):
@@ -461,15 +493,12 @@ class MultiHeadAttention(nnx.Module):
                            projection=self._projection(), kv_mask=kv_valid,
                            segment_ids=segment_ids if self.causal else None)
     else:
-      if self.causal and context is None:
-        t = x.shape[1]
-        causal = make_attention_mask(causal=True, q_index=jnp.arange(t), kv_index=jnp.arange(t))
-        mask = causal if mask is None else jnp.logical_and(mask, causal)
       use_dropout = self.dropout_rate > 0 and not deterministic
       y = dot_product_attention(q, k, v, mask=mask, q_positions=qp, k_positions=kp,
                                 rotary=self.rotary, rotary_value=self.rotary_value and rotate,
                                 dropout_rate=self.dropout_rate if use_dropout else 0.0,
-                                dropout_rng=self.rngs.dropout() if use_dropout else None)
+                                dropout_rng=self.rngs.dropout() if use_dropout else None,
+                                is_causal=self.causal and context is None)
     return self.out(y)
 
   # ---- incremental decoding -----------------------------------------------------------
@@ -536,7 +565,7 @@ def cross_attend(attn: MultiHeadAttention, x, kv: dict, *, mask=None) -> jax.Arr
 
 __all__ = [
     "ATTENTION_KINDS", "FEATURE_MAPS", "FeatureProjection", "LinearAttentionState",
-    "MultiHeadAttention", "cross_attend", "cross_kv", "dot_product_attention",
+    "MultiHeadAttention", "attention_implementation", "cross_attend", "cross_kv", "dot_product_attention",
     "elu_feature_map", "favor_feature_map", "favor_projection", "init_linear_state",
     "linear_attention", "linear_attention_step", "make_attention_mask",
 ]

@@ -717,3 +717,36 @@ def test_mha_softmax_causal_flag_is_honoured():
   y = m(x, positions=np.arange(8))
   expected = m(x, positions=np.arange(8), mask=_causal_mask(8))
   np.testing.assert_allclose(y, expected, atol=1e-5)
+
+
+# --------------------------------------------------------------------------------------
+# Implementation choice (cuDNN must be requested explicitly) and is_causal.
+# --------------------------------------------------------------------------------------
+
+
+def test_cudnn_is_requested_only_where_it_applies():
+  choose = lambda **kw: attn.attention_implementation(**{**dict(
+      backend="gpu", dtype=jnp.bfloat16, head_dim=64, dense_mask=False, dropout=False), **kw})
+  assert choose() == "cudnn" and choose(dtype=jnp.float16, head_dim=128) == "cudnn"
+  assert choose(backend="cpu") == "xla" and choose(backend="tpu") == "xla"
+  assert choose(dtype=jnp.float32) == "xla"  # cuDNN's fused kernel is half precision only
+  assert choose(head_dim=160) == "xla" and choose(head_dim=36) == "xla"
+  assert choose(dense_mask=True) == "xla" and choose(dropout=True) == "xla"
+
+
+@pytest.mark.parametrize("hv", [16, 24])  # 24: values wider than keys take the explicit path
+def test_is_causal_equals_the_dense_causal_mask(hv):
+  kq, kk, kv = jax.random.split(jax.random.key(3), 3)
+  q = jax.random.normal(kq, (2, 9, 4, 16))
+  k = jax.random.normal(kk, (2, 9, 4, 16))
+  v = jax.random.normal(kv, (2, 9, 4, hv))
+  pos = jnp.arange(9)
+  causal = attn.make_attention_mask(causal=True, q_index=jnp.arange(9), kv_index=jnp.arange(9))
+  pad = attn.make_attention_mask(kv_valid=jnp.arange(9)[None, :] < jnp.array([[9], [6]]))
+  for extra in (None, pad):
+    dense = causal if extra is None else jnp.logical_and(causal, extra)
+    want = attn.dot_product_attention(q, k, v, mask=dense, q_positions=pos, k_positions=pos)
+    got = attn.dot_product_attention(q, k, v, mask=extra, q_positions=pos, k_positions=pos, is_causal=True)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+  # and against the float64 reference: the first query sees only the first key
+  np.testing.assert_allclose(got[:, 0], v[:, 0], atol=1e-6)
