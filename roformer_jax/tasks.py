@@ -59,9 +59,14 @@ def loss_sums(model, batch: dict[str, jax.Array], *, task: str, label_smoothing:
                    deterministic=deterministic)
     targets, weights = batch["targets"], batch["weights"]
   elif task == "mlm":
+    # With the pipeline's masked_positions the head scores M positions per row, not T: the
+    # same loss and gradients, without most of the vocabulary projection.
+    masked = "masked_positions" in batch
     logits = model(batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"],
-                   token_type_ids=batch.get("token_type_ids"), deterministic=deterministic)
-    targets, weights = batch["targets"], batch["weights"]
+                   token_type_ids=batch.get("token_type_ids"), deterministic=deterministic,
+                   masked_positions=batch["masked_positions"] if masked else None)
+    targets, weights = ((batch["masked_targets"], batch["masked_weights"]) if masked
+                        else (batch["targets"], batch["weights"]))
   elif task == "seq2seq":
     if "src_segment_ids" in batch:  # the pipeline's batches, packed or not: segment masks.
       logits = model(batch["src"], batch["tgt_in"], src_segment_ids=batch["src_segment_ids"],

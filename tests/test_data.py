@@ -241,14 +241,33 @@ def test_mlm_batches_mask_real_tokens_only(data_dir):
   it = data.make_iterator(stdlib_cfg(data_dir), task="mlm", split="train", batch_size=8, seed=0)
   batches = take(it, 10)
   for b in batches:
-    assert set(b) == {"inputs", "targets", "weights", "segment_ids", "positions", "token_type_ids"}
+    assert set(b) == {"inputs", "targets", "weights", "segment_ids", "positions", "token_type_ids",
+                      "masked_positions", "masked_targets", "masked_weights"}
     sel = b["weights"] == 1
+    # the M-per-row view holds exactly the selected positions, in order
+    # (M = 32 at T = 64: 9.6 expected + 6 sigma = 26.8, rounded up to a multiple of 8)
+    assert b["masked_positions"].shape == (8, 32)
+    for row in range(8):
+      picked = b["masked_positions"][row][b["masked_weights"][row] == 1]
+      np.testing.assert_array_equal(picked, np.flatnonzero(sel[row]))
+      np.testing.assert_array_equal(b["masked_targets"][row][b["masked_weights"][row] == 1], b["targets"][row][sel[row]])
     assert not sel[b["segment_ids"] == 0].any() and not sel[b["targets"] < tok.num_special].any()
     np.testing.assert_array_equal(b["inputs"][~sel], b["targets"][~sel])
     np.testing.assert_array_equal(b["positions"], rope.positions_from_segments(b["segment_ids"]))
     assert (b["token_type_ids"] == 0).all()
   rate = sum(b["weights"].sum() for b in batches) / sum((b["targets"] >= 4).sum() for b in batches)
   assert 0.13 < rate < 0.17
+
+
+def test_mlm_rows_with_more_selections_than_m_keep_their_first_m():
+  from roformer_jax.data import pipeline
+  weights = np.array([[1, 0, 1, 1, 0, 1], [0, 0, 0, 0, 0, 1]], np.float32)
+  rows = {"segment_ids": np.ones((2, 6), np.int32), "weights": weights,
+          "inputs": np.zeros((2, 6), np.int32), "targets": np.arange(12, dtype=np.int32).reshape(2, 6)}
+  out = pipeline._format_mlm(rows, max_predictions=3)
+  np.testing.assert_array_equal(out["masked_positions"][0], [0, 2, 3])
+  np.testing.assert_array_equal(out["masked_weights"], [[1, 1, 1], [1, 0, 0]])
+  np.testing.assert_array_equal(out["masked_targets"][1][:1], [11])
 
 
 # --------------------------------------------------------------------------------------

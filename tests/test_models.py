@@ -337,3 +337,25 @@ def test_linear_attention_module_rejects_a_dense_mask():
   x = jnp.ones((1, 4, D))
   with pytest.raises(ValueError, match="kv_valid"):
     m(x, positions=jnp.arange(4), mask=jnp.ones((1, 1, 4, 4), bool))
+
+
+def test_mlm_loss_from_masked_positions_equals_the_full_logits_loss():
+  """The trainer's MLM path (pipeline's masked_positions) gives the full path's loss and grads."""
+  from roformer_jax import tasks
+  cfg = M.ModelConfig(vocab_size=260, d_model=32, num_layers=2, num_heads=2, d_ff=64, dropout=0.0)
+  model = M.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0))
+  rng = np.random.default_rng(0)
+  weights = (rng.random((3, 20)) < 0.3).astype(np.float32)
+  order = np.argsort(-weights, axis=1, kind="stable")[:, :10]
+  targets = rng.integers(4, 260, (3, 20)).astype(np.int32)
+  seg = np.ones((3, 20), np.int32)
+  full = {"inputs": rng.integers(4, 260, (3, 20)).astype(np.int32), "targets": targets, "weights": weights,
+          "segment_ids": seg, "positions": np.tile(np.arange(20, dtype=np.int32), (3, 1))}
+  masked = {**full, "masked_positions": order, "masked_targets": np.take_along_axis(targets, order, 1),
+            "masked_weights": np.take_along_axis(weights, order, 1)}
+  assert weights.sum(1).max() <= 10  # every selection fits in M = 10
+  loss = lambda m, b: tasks.loss_sums(m, jax.tree.map(jnp.asarray, b), task="mlm")["loss"]
+  lf, gf = nnx.value_and_grad(loss)(model, full)
+  lm, gm = nnx.value_and_grad(loss)(model, masked)
+  np.testing.assert_allclose(lm, lf, rtol=1e-6)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7), gm, gf)

@@ -31,6 +31,8 @@ def default_data_config() -> ml_collections.ConfigDict:
       window of this many chunks, so that a long document does not fill many consecutive
       batches (0 = off: whole documents in shuffled order).
     mlm_probability, mlm_mask_ratio, mlm_random_ratio: BERT masking, 15% with 80/10/10.
+    mlm_max_predictions: masked positions scored per row (M); 0 = the expected count plus 6
+      standard deviations, rounded up to 8 (48 at T=128, 128 at T=512).
     pack_pairs: seq2seq training packs several whole pairs into each row (Grain's first-fit
       packer; segment ids keep them apart). Evaluation never packs.
     drop_long_pairs: seq2seq training drops pairs longer than the lengths (evaluation always
@@ -55,6 +57,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   c.mlm_probability = 0.15
   c.mlm_mask_ratio = 0.8
   c.mlm_random_ratio = 0.1
+  c.mlm_max_predictions = 0
   c.drop_long_pairs = True
   c.pack_pairs = False
   c.num_threads = 2

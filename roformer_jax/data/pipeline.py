@@ -12,7 +12,10 @@ returns a ``grain.DatasetIterator``; ``next(it)`` is a dict of NumPy arrays:
   at padding and where the target belongs to another segment (a document boundary).
 - ``"mlm"``: ``inputs`` (15% selected, 80/10/10 mask/random/keep), ``targets`` (original
   ids), ``segment_ids``, ``positions``, ``token_type_ids`` (zeros), int32[B, T];
-  ``weights`` float32[B, T], 1.0 exactly at the selected tokens.
+  ``weights`` float32[B, T], 1.0 exactly at the selected tokens; and the same selection as
+  M entries per row (``mlm_max_predictions``): ``masked_positions``, ``masked_targets``
+  int32[B, M], ``masked_weights`` float32[B, M] (0 where a row has fewer than M), so the
+  model scores M positions per row instead of T.
 - ``"seq2seq"``: ``src`` (source + EOS), ``src_segment_ids``, ``src_positions`` int32[B, S];
   ``tgt_in`` (BOS + target), ``tgt_out`` (target + EOS), ``tgt_segment_ids``,
   ``tgt_positions`` int32[B, U]; ``weights`` float32[B, U]. One pair per row, padded (segment
@@ -45,6 +48,8 @@ batches.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -225,11 +230,27 @@ def _format_lm(rows: Batch) -> Batch:
           "weights": ((inputs_seg == seg[:, 1:]) & (inputs_seg != 0)).astype(np.float32)}
 
 
-def _format_mlm(rows: Batch) -> Batch:
-  seg = rows["segment_ids"]
-  return {"inputs": rows["inputs"], "targets": rows["targets"], "weights": rows["weights"],
+def mlm_max_predictions(data_cfg: ml_collections.ConfigDict, length: int) -> int:
+  """M, the masked positions scored per row: ``data.mlm_max_predictions``, or if that is 0, the
+  expected count plus 6 standard deviations (binomial), rounded up to a multiple of 8."""
+  given = int(data_cfg.get("mlm_max_predictions", 0) or 0)
+  if given:
+    return min(given, length)
+  p = data_cfg.mlm_probability
+  return min(length, 8 * math.ceil((length * p + 6 * math.sqrt(length * p * (1 - p))) / 8))
+
+
+def _format_mlm(rows: Batch, max_predictions: int) -> Batch:
+  seg, weights = rows["segment_ids"], rows["weights"]
+  # The selected positions, in order, padded with weight-0 entries to M per row: the model
+  # then scores M rows instead of T (Devlin et al.'s max_predictions_per_seq). A row with
+  # more than M selected tokens (beyond 6 sigma with the default M) keeps its first M.
+  order = np.argsort(-weights, axis=1, kind="stable")[:, :max_predictions].astype(np.int32)
+  return {"inputs": rows["inputs"], "targets": rows["targets"], "weights": weights,
           "segment_ids": seg, "positions": packing.positions_from_segments(seg),
-          "token_type_ids": np.zeros_like(seg)}
+          "token_type_ids": np.zeros_like(seg), "masked_positions": order,
+          "masked_targets": np.take_along_axis(rows["targets"], order, axis=1),
+          "masked_weights": np.take_along_axis(weights, order, axis=1)}
 
 
 def _format_seq2seq(rows: Batch) -> Batch:
@@ -294,7 +315,8 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
   if task in ("lm", "mlm"):
     it_ds = _packed_documents(ds, data_cfg, task=task, spec=spec, tok=tok, seed=seed,
                               process_index=process_index, shuffle=shuffle)
-    fmt = _format_lm if task == "lm" else _format_mlm
+    fmt = _format_lm if task == "lm" else functools.partial(
+        _format_mlm, max_predictions=mlm_max_predictions(data_cfg, length))
   elif task == "seq2seq":
     tgt_len = data_cfg.max_target_length or length
     drop_long = training and data_cfg.drop_long_pairs
