@@ -3,11 +3,25 @@
 Run (from the repository root):
   .venv/bin/python bench/rope.py                      # [8, 2048, 16, 128], fp32 and bf16
   .venv/bin/python bench/rope.py --shape 2,512,8,64   # other shapes
+  .venv/bin/python bench/rope.py --torch-python /tmp/hfvenv/bin/python   # another torch venv
 
 Bandwidth counts bytes = read + write of x (2 * x.nbytes); the cos/sin tables and the
-positions are not counted. All methods are timed round-robin in the same process so that
-machine noise hits them alike; the table reports the median and the spread (min..max) of
-the per-round times, and ratios against the baseline measured in the same run.
+positions are not counted. All methods are timed round-robin in the same run so that
+machine noise hits them alike (the order rotates by one method each round); the table
+reports the median and the spread (min..max) of the per-round times, and ratios against
+the baseline measured in the same run.
+
+The "HF torch fp32" row is HuggingFace transformers' RoFormer rotary op,
+RoFormerSelfAttention.apply_rotary_position_embeddings, on the same fp32 x in HF's layout
+[B, N, T, H], with sinusoidal_pos from RoFormerSinusoidalPositionalEmbedding (built once,
+not timed, as the model builds it once per forward). torch is not a dependency of this
+project: the op runs in bench/_torch_rope_worker.py under --torch-python (default
+~/.cache/roformer_jax/bench-torch-venv/bin/python if it exists, else the HF row is skipped),
+with --torch-threads threads, driven over stdin/stdout so that its rounds interleave with
+the JAX ones. HF's op always rotates a query and a key together; the row times one call on
+q and k (two tensors of x's size) and reports half of it, the time for one tensor. Once,
+before timing, the rotated query is compared with ours (interleaved layout, as HF RoFormer)
+on the same input and the max abs difference is printed.
 The last line printed is one JSON object with every figure.
 """
 
@@ -17,8 +31,11 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -28,6 +45,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from roformer_jax import rope  # noqa: E402
+
+DEFAULT_TORCH_PYTHON = os.path.join(os.path.expanduser("~"), ".cache", "roformer_jax", "bench-torch-venv", "bin",
+                                    "python")
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_rope_worker.py")
+HF_ROW = "HF torch fp32"
 
 
 def _dense_rotation_fn(dim: int):
@@ -46,17 +68,99 @@ def _dense_rotation_fn(dim: int):
   return fn
 
 
-def _time_round_robin(fns: dict, args: dict, rounds: int, inner: int) -> dict[str, list[float]]:
-  times = {name: [] for name in fns}
-  for name, fn in fns.items():  # compile + warm up
-    jax.block_until_ready(fn(*args[name]))
-  for _ in range(rounds):
-    for name, fn in fns.items():
+class _TorchWorker:
+  """bench/_torch_rope_worker.py in the torch venv, one JSON object per line each way."""
+
+  def __init__(self, python: str):
+    self.proc = subprocess.Popen([python, WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                 bufsize=1)
+
+  def call(self, **msg) -> dict:
+    try:
+      self.proc.stdin.write(json.dumps(msg) + "\n")
+      self.proc.stdin.flush()
+    except OSError as e:
+      raise RuntimeError(f"the torch worker is gone ({e}); its stderr is above") from e
+    line = self.proc.stdout.readline()
+    if not line:
+      raise RuntimeError(f"the torch worker exited (rc {self.proc.wait()}); its stderr is above")
+    reply = json.loads(line)
+    if not reply.get("ok"):
+      raise RuntimeError(f"torch worker: {reply.get('error')}\n{reply.get('traceback', '')}")
+    return reply
+
+  def close(self) -> None:
+    if self.proc.poll() is None:
+      try:
+        self.call(cmd="quit")
+      except (RuntimeError, OSError, ValueError):
+        pass
+      try:
+        self.proc.wait(timeout=30)
+      except subprocess.TimeoutExpired:
+        self.proc.kill()
+
+
+def _start_hf(args, x32: np.ndarray, tmpdir: str):
+  """Starts the torch worker on x32; returns (worker, init reply, HF's rotated x) or None if skipped."""
+  python = args.torch_python
+  if not python:
+    print("HF torch row skipped: --torch-python is empty.")
+    return None
+  if not os.path.exists(python):
+    if python == DEFAULT_TORCH_PYTHON:
+      print(f"HF torch row skipped: no torch venv at {python} (pass --torch-python PATH to an interpreter "
+            "with torch and transformers).")
+      return None
+    raise SystemExit(f"--torch-python {python} does not exist.")
+  x_path, out_path = os.path.join(tmpdir, "x.f32"), os.path.join(tmpdir, "hf_out.f32")
+  x32.tofile(x_path)
+  worker = _TorchWorker(python)
+  try:
+    info = worker.call(cmd="init", x_path=x_path, out_path=out_path, shape=list(x32.shape),
+                       threads=args.torch_threads)
+  except RuntimeError as e:
+    worker.close()
+    if python == DEFAULT_TORCH_PYTHON:
+      print(f"HF torch row skipped: the worker failed under {python}: {e}")
+      return None
+    raise SystemExit(f"the torch worker failed under --torch-python {python}: {e}") from e
+  hf_out = np.fromfile(out_path, dtype=np.float32).reshape(x32.shape)
+  os.remove(x_path)
+  os.remove(out_path)
+  return worker, info, hf_out
+
+
+def _time_round_robin(fns: dict, args: dict, rounds: int, inner: int,
+                      external: dict | None = None) -> dict[str, list[float]]:
+  """Per-round seconds per call of each method; round r starts at the r-th method (mod count).
+
+  external: name -> fn(inner) that times inner calls elsewhere (the torch worker) and
+  returns the seconds per call.
+  """
+
+  def jax_step(fn, fn_args):
+    def step():
       start = time.perf_counter()
       for _ in range(inner):
-        out = fn(*args[name])
+        out = fn(*fn_args)
       jax.block_until_ready(out)
-      times[name].append((time.perf_counter() - start) / inner)
+      return (time.perf_counter() - start) / inner
+    return step
+
+  steps = {}
+  for name, fn in fns.items():  # compile + warm up
+    jax.block_until_ready(fn(*args[name]))
+    steps[name] = jax_step(fn, args[name])
+  for name, fn in (external or {}).items():
+    fn(1)  # warm up
+    steps[name] = lambda fn=fn: fn(inner)
+  names = list(steps)
+  times = {name: [] for name in names}
+  for r in range(rounds):
+    k = r % len(names)
+    for name in names[k:] + names[:k]:
+      times[name].append(steps[name]())
   return times
 
 
@@ -66,6 +170,10 @@ def main() -> None:
   parser.add_argument("--rounds", type=int, default=7)
   parser.add_argument("--inner", type=int, default=3)
   parser.add_argument("--no-dense", action="store_true", help="skip the (slow) dense-matrix method")
+  parser.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON,
+                      help="interpreter with torch + transformers for the HF row ('' skips it); default: the "
+                           "bench-torch-venv if it exists, else the row is skipped")
+  parser.add_argument("--torch-threads", type=int, default=2, help="torch.set_num_threads in the worker")
   args = parser.parse_args()
   b, t, n, h = (int(v) for v in args.shape.split(","))
   rng = np.random.default_rng(0)
@@ -90,11 +198,31 @@ def main() -> None:
   if not args.no_dense:
     cases["dense eq.16 fp32"] = (jax.jit(_dense_rotation_fn(h)), (x32, positions), "fp32", "plain fp32")
 
-  times = _time_round_robin({k: v[0] for k, v in cases.items()}, {k: v[1] for k, v in cases.items()},
-                            args.rounds, args.inner)
+  tmpdir = tempfile.mkdtemp(prefix="roformer_rope_bench_")
+  hf = external = None
+  check = {}
+  try:
+    hf = _start_hf(args, np.asarray(x32), tmpdir)
+    if hf is not None:
+      worker, hf_info, hf_out = hf
+      for label, fn in (("exact", exact), ("plain", plain)):
+        ours = np.asarray(fn(x32, positions))
+        check[label] = float(np.max(np.abs(ours - hf_out)))
+      del hf_out
+      cases[HF_ROW] = (None, None, "fp32", "plain fp32")
+      # One HF call rotates q and k (each of x's size): half of it is the time for one tensor.
+      external = {HF_ROW: lambda n: worker.call(cmd="time", inner=n)["seconds"] / 2}
+    times = _time_round_robin({k: v[0] for k, v in cases.items() if k != HF_ROW},
+                              {k: v[1] for k, v in cases.items() if k != HF_ROW},
+                              args.rounds, args.inner, external)
+  finally:
+    if hf is not None:
+      hf[0].close()
+    shutil.rmtree(tmpdir, ignore_errors=True)
   nbytes = {"fp32": 2 * x32.nbytes, "bf16": 2 * x16.nbytes}
   rows = {}
-  for name, ts in times.items():
+  for name in cases:
+    ts = times[name]
     med = statistics.median(ts)
     rows[name] = {"ms": med * 1e3, "ms_min": min(ts) * 1e3, "ms_max": max(ts) * 1e3,
                   "gb_s": nbytes[cases[name][2]] / med / 1e9}
@@ -103,15 +231,24 @@ def main() -> None:
     row["frac_of_copy_bw"] = row["gb_s"] / rows[f"copy {tag}"]["gb_s"]
     row["time_vs_baseline"] = row["ms"] / rows[baseline]["ms"]
     row["baseline"] = baseline
+  hf_ratio = rows[HF_ROW]["ms"] / rows["exact fp32"]["ms"] if HF_ROW in rows else None
 
   device = jax.devices()[0]
   print(f"RoPE op on x[{b},{t},{n},{h}], device {device.device_kind} ({jax.device_count()} x {device.platform}), "
         f"jax {jax.__version__}, {args.rounds} rounds x {args.inner}")
   print("positions [T] shared by the batch unless the row says pos[B,T] (random, up to 2^24)")
+  if hf is not None:
+    info = hf[1]
+    print(f"HF torch: transformers {info['transformers']}, torch {info['torch']}, python {info['python']}, "
+          f"{info['threads']} threads; x as [B,N,T,H] {info['q_shape']}; ms = one call on q and k / 2")
+    print(f"check, same input, positions 0..{t - 1}: max |HF - exact| = {check['exact']:.3g}, "
+          f"max |HF - plain| = {check['plain']:.3g}")
   print(f"{'method':<22}{'ms (median)':>12}{'min..max':>18}{'GB/s':>8}{'of copy':>9}{'time ratio':>12}  baseline")
   for name, row in rows.items():
     print(f"{name:<22}{row['ms']:>12.2f}{row['ms_min']:>9.2f}..{row['ms_max']:<7.2f}{row['gb_s']:>8.2f}"
           f"{row['frac_of_copy_bw']:>9.0%}{row['time_vs_baseline']:>12.3f}  {row['baseline']}")
+  if hf_ratio is not None:
+    print(f"HF torch fp32 / exact fp32 time: {hf_ratio:.2f}x (goal >= 8x: {'met' if hf_ratio >= 8 else 'missed'})")
   summary = {
       "bench": "rope_op", "shape": [b, t, n, h], "device": device.device_kind, "platform": device.platform,
       "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "jax": jax.__version__,
@@ -119,6 +256,11 @@ def main() -> None:
       "goal_exact_overhead_le_15pct": max(rows["exact fp32"]["time_vs_baseline"],
                                           rows["exact pos[B,T] fp32"]["time_vs_baseline"]) <= 1.15,
       "goal_exact_ge_50pct_copy_bw": rows["exact fp32"]["frac_of_copy_bw"] >= 0.5,
+      "hf": None if hf is None else {**hf[1], "timing": "one call rotates q and k; ms = per call / 2",
+                                     "max_abs_diff_vs_exact": check["exact"],
+                                     "max_abs_diff_vs_plain": check["plain"]},
+      "hf_time_over_exact_fp32": hf_ratio,
+      "goal_ge_8x_faster_than_hf": None if hf_ratio is None else hf_ratio >= 8,
   }
   print(json.dumps(summary))
 
