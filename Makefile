@@ -32,6 +32,7 @@ bench: venv
 	$(PY) bench/rope_precision.py
 	$(PY) bench/attention.py
 	$(PY) bench/decode.py
+	$(PY) bench/train_step.py
 
 figures: venv
 	$(PY) scripts/plot_long_term_decay.py

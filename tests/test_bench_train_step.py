@@ -1,0 +1,87 @@
+"""bench/train_step.py's JAX side computes the trainer's MLM loss, with and without masked_positions.
+
+No torch and no timing: the torch side of the bench runs only in its own venv.
+"""
+
+import importlib.util
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from roformer_jax import models, tasks
+
+_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "train_step.py")
+
+
+@pytest.fixture(scope="module")
+def bench():
+  spec = importlib.util.spec_from_file_location("bench_train_step", _PATH)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _tiny_model():
+  cfg = models.ModelConfig(vocab_size=97, d_model=32, num_layers=2, num_heads=4, d_ff=64, dropout=0.0,
+                           attention_dropout=0.0)
+  return models.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0))
+
+
+def test_make_batch(bench):
+  batch = bench.make_batch(3, 40, 97, seed=1)
+  m = round(0.15 * 40)
+  assert batch["masked_positions"].shape == (3, m)
+  assert (np.diff(batch["masked_positions"], axis=1) > 0).all()  # sorted, distinct
+  rows = np.arange(3)[:, None]
+  pos = batch["masked_positions"]
+  assert (batch["inputs"][rows, pos] == bench.MASK_ID).all()
+  assert batch["weights"].sum() == 3 * m and (batch["weights"][rows, pos] == 1).all()
+  scored = batch["labels"] != -100
+  np.testing.assert_array_equal(scored, batch["weights"] > 0)
+  np.testing.assert_array_equal(batch["labels"][scored], batch["targets"][scored])
+  unmasked = batch["weights"] == 0
+  np.testing.assert_array_equal(batch["inputs"][unmasked], batch["targets"][unmasked])
+  assert batch["targets"].min() >= bench.FIRST_ID and batch["targets"].max() < 97
+
+
+def test_loss_matches_tasks_loss_sums(bench):
+  model = _tiny_model()
+  raw = bench.make_batch(2, 24, 97, seed=2)
+  batch = bench.jax_batch(raw)
+  # The trainer's MLM batch: one packed segment per row, positions 0..T-1.
+  trainer_batch = {"inputs": batch["inputs"], "targets": batch["targets"], "weights": batch["weights"],
+                   "segment_ids": jnp.ones_like(batch["inputs"]),
+                   "positions": jnp.broadcast_to(jnp.arange(24, dtype=jnp.int32), (2, 24))}
+  sums = tasks.loss_sums(model, trainer_batch, task="mlm")
+  want = float(sums["loss"] / sums["weight"])
+  for masked in (False, True):
+    loss_sum, weight_sum = bench.mlm_loss_sums(model, batch, masked=masked)
+    assert float(weight_sum) == float(sums["weight"]) == 2 * round(0.15 * 24)
+    np.testing.assert_allclose(float(loss_sum / weight_sum), want, rtol=1e-6)
+
+
+def test_train_step_full_and_masked_agree(bench):
+  tx, hyper = bench.mlm_optimizer()
+  assert hyper == {"lr": 1e-5, "b1": 0.9, "b2": 0.999, "eps": 1e-6, "weight_decay": 0.01}
+  batch = bench.jax_batch(bench.make_batch(2, 24, 97, seed=3))
+  want = None
+  out = {}
+  for masked in (False, True):
+    graphdef, state = bench.new_state(_tiny_model(), tx)
+    if want is None:
+      model = nnx.merge(graphdef, state)[0]
+      loss_sum, weight_sum = bench.mlm_loss_sums(model, batch, masked=False)
+      want = float(loss_sum / weight_sum)
+    step = jax.jit(bench.make_train_step(graphdef, masked=masked), donate_argnums=0)
+    state, loss0 = step(state, batch)
+    state, loss1 = step(state, batch)
+    np.testing.assert_allclose(float(loss0), want, rtol=1e-6)  # the loss before the update
+    assert float(loss1) < float(loss0)
+    out[masked] = nnx.state(nnx.merge(graphdef, state)[0], nnx.Param)
+  # Same gradients, so the same parameters after two AdamW steps.
+  for a, b in zip(jax.tree.leaves(out[False]), jax.tree.leaves(out[True])):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
