@@ -8,6 +8,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 # python3.12 may be a pyenv shim that is not activated; scripts/find_python.sh finds a real 3.12+.
 PYTHON ?= $(shell scripts/find_python.sh)
+# glibc's malloc backs large allocations with huge pages: XLA's CPU runtime allocates its
+# buffers every step, and this makes training 1.4x faster here (docs/benchmarks.md, B5).
+# Unknown tunables are ignored; other C libraries ignore the variable.
+export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 .PHONY: venv test train bench figures clean
 
@@ -33,6 +37,7 @@ bench: venv
 	$(PY) bench/attention.py
 	$(PY) bench/decode.py
 	$(PY) bench/train_step.py
+	$(PY) bench/default_config.py
 
 figures: venv
 	$(PY) scripts/plot_long_term_decay.py
