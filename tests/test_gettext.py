@@ -6,7 +6,6 @@ import gettext
 import logging
 import math
 import os
-from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
