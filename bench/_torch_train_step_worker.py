@@ -26,29 +26,19 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import platform
 import resource
 import sys
 import time
 import traceback
 
-# The protocol stream is a private copy of fd 1; fd 1 itself (and sys.stdout) now go to
-# stderr, so that no library output can corrupt a reply.
-_PROTO = os.fdopen(os.dup(1), "w", buffering=1)
-os.dup2(2, 1)
-sys.stdout = sys.stderr
+from _torch_protocol import reply as _reply  # noqa: E402  (before torch: redirects stdout)
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import RoFormerConfig, RoFormerForMaskedLM  # noqa: E402
 
 _state: dict = {}
-
-
-def _reply(obj) -> None:
-  _PROTO.write(json.dumps(obj) + "\n")
-  _PROTO.flush()
 
 
 def _decay_groups(model, weight_decay: float):

@@ -39,27 +39,17 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench._machine import cpu_name  # noqa: E402
 from roformer_jax import attention as attn  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("softmax", "linear")
 
 
-def _cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
-
-
 def machine_info() -> dict:
   dev = jax.devices()[0]
   return {"platform": dev.platform, "device_kind": dev.device_kind, "device_count": jax.device_count(),
-          "os": platform.platform(), "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+          "os": platform.platform(), "cpu": cpu_name(), "cpu_count": os.cpu_count(),
           "python": platform.python_version(), "jax": jax.__version__}
 
 

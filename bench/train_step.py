@@ -79,6 +79,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from bench._machine import cpu_name  # noqa: E402
 from roformer_jax import hf, losses, models, optim  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -551,17 +552,6 @@ def jax_breakdown(name: str, spec: dict, rounds: int) -> dict[str, dict[str, flo
 # --------------------------------------------------------------------------------------
 
 
-def _cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or platform.machine()
-
-
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--shapes", default="a,b,c", help=f"comma-separated subset of {','.join(SHAPES)}")
@@ -662,7 +652,7 @@ def main() -> None:
 def _machine_and_versions() -> tuple[dict, dict]:
   device = jax.devices()[0]
   machine = {"platform": device.platform, "device_kind": device.device_kind, "device_count": jax.device_count(),
-             "cpu": _cpu_name(), "cpu_count": os.cpu_count(), "os": platform.platform()}
+             "cpu": cpu_name(), "cpu_count": os.cpu_count(), "os": platform.platform()}
   versions = {"python": platform.python_version(), "jax": jax.__version__, "jaxlib": _version("jaxlib"),
               "flax": _version("flax"), "optax": _version("optax")}
   return machine, versions
