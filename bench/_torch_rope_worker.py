@@ -24,13 +24,10 @@ anything libraries print goes to stderr.
 
 from __future__ import annotations
 
-import json
 import platform
-import sys
 import time
-import traceback
 
-from _torch_protocol import reply as _reply  # noqa: E402  (before torch: redirects stdout)
+from _torch_protocol import serve as _serve  # noqa: E402  (before torch: redirects stdout)
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -79,23 +76,7 @@ def _time(msg) -> dict:
 
 
 def main() -> None:
-  for line in sys.stdin:
-    if not line.strip():
-      continue
-    try:
-      msg = json.loads(line)
-      cmd = msg["cmd"]
-      if cmd == "quit":
-        _reply({"ok": True})
-        return
-      if cmd == "init":
-        _reply({"ok": True, **_init(msg)})
-      elif cmd == "time":
-        _reply({"ok": True, **_time(msg)})
-      else:
-        _reply({"ok": False, "error": f"unknown cmd {cmd!r}"})
-    except Exception as e:  # noqa: BLE001 - reported to the driver
-      _reply({"ok": False, "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
+  _serve({"init": _init, "time": _time})
 
 
 if __name__ == "__main__":

@@ -25,14 +25,11 @@ Every reply is one JSON line on the protocol stream; anything libraries print go
 from __future__ import annotations
 
 import gc
-import json
 import platform
 import resource
-import sys
 import time
-import traceback
 
-from _torch_protocol import reply as _reply  # noqa: E402  (before torch: redirects stdout)
+from _torch_protocol import reply as _reply, serve as _serve  # noqa: E402  (before torch: redirects stdout)
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -88,29 +85,16 @@ def _steps(n: int) -> dict:
 def main() -> None:
   _reply({"ready": True, "python": platform.python_version(), "torch": torch.__version__,
           "transformers": transformers.__version__, "torch_threads": torch.get_num_threads()})
-  for line in sys.stdin:
-    if not line.strip():
-      continue
-    try:
-      msg = json.loads(line)
-      cmd = msg["cmd"]
-      if cmd == "init":
-        out = _init(msg)
-      elif cmd == "steps":
-        out = _steps(int(msg["n"]))
-      elif cmd == "free":
-        _state.clear()
-        gc.collect()
-        out = {}
-      elif cmd == "quit":
-        _reply({"ok": True})
-        return
-      else:
-        raise ValueError(f"unknown command {cmd!r}")
-      out["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-      _reply({"ok": True, **out})
-    except Exception:  # report it to the driver, which fails loudly
-      _reply({"ok": False, "error": traceback.format_exc()})
+
+  def free(msg):
+    _state.clear()
+    gc.collect()
+    return {}
+
+  def rss(out):
+    out["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+  _serve({"init": _init, "steps": lambda msg: _steps(int(msg["n"])), "free": free}, annotate=rss)
 
 
 if __name__ == "__main__":
