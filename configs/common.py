@@ -35,6 +35,17 @@ def parse_variants(arg: str, allowed: tuple[str, ...], *, config_name: str) -> l
   return variants
 
 
+def set_dotted(config: ml_collections.ConfigDict, overrides: dict) -> ml_collections.ConfigDict:
+  """Sets {"model.position": "rope", ...} in place, as --config.model.position=rope would; returns it."""
+  for key, value in overrides.items():
+    target = config
+    *parents, leaf = key.split(".")
+    for p in parents:
+      target = target[p]
+    target[leaf] = value
+  return config
+
+
 def base_config() -> ml_collections.ConfigDict:
   """Every key of configs/default.py, with run-length values for a multi-device machine.
 

@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 import absl.logging  # noqa: E402
 import numpy as np  # noqa: E402
 
-from configs import default, gettext_translate  # noqa: E402
+from configs import common, default, gettext_translate  # noqa: E402
 from roformer_jax import evaluate, trainer  # noqa: E402
 
 COMMON = {"total_steps": 1000, "eval_every_steps": 250, "checkpoint_every_steps": 500, "log_every_steps": 25}
@@ -78,14 +78,7 @@ EXPERIMENTS = {
 
 
 def _with(config, overrides: dict):
-  config = config.copy_and_resolve_references()
-  for key, value in overrides.items():
-    target = config
-    *parents, leaf = key.split(".")
-    for p in parents:
-      target = target[p]
-    target[leaf] = value
-  return config
+  return common.set_dotted(config.copy_and_resolve_references(), overrides)
 
 
 def make_config(exp: dict, arm: dict, seed: int, steps: int | None):

@@ -19,7 +19,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
-from configs import default
+from configs import common, default
 from roformer_jax import evaluate, trainer
 
 ROOT = pathlib.Path(__file__).parents[1]
@@ -28,13 +28,7 @@ ROOT = pathlib.Path(__file__).parents[1]
 def smoke(**overrides):
   config = default.get_config("smoke")
   config.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
-  for key, value in overrides.items():
-    target = config
-    *parents, leaf = key.split(".")
-    for p in parents:
-      target = target[p]
-    target[leaf] = value
-  return config
+  return common.set_dotted(config, overrides)
 
 
 def rows(workdir):
