@@ -24,6 +24,7 @@ from roformer_jax.positional import RotaryConfig
 
 FEATURE_MAPS = ("elu", "favor")
 ATTENTION_KINDS = ("softmax", "linear")
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")  # ModelConfig.attention_implementation
 
 # --------------------------------------------------------------------------------------
 # Masks.
@@ -127,6 +128,8 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     rotary: RoPE settings (default `RotaryConfig()`).
     rotary_value: also rotate v by the key positions (HF compatibility only).
     scale: logit scale, default 1/sqrt(H).
+    implementation: None or "auto" (the choice above), "xla", or "cudnn" (a GPU only; an error
+      elsewhere, and cuDNN's own error where it does not support the call).
 
   Returns:
     float[B, T, N, Hv] in q's dtype.
@@ -155,6 +158,13 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
       causal = make_attention_mask(causal=True, q_index=jnp.arange(t), kv_index=jnp.arange(s))
       mask = causal if mask is None else jnp.logical_and(mask, causal)
     return _xla_attention_with_dropout(q, k, v, mask, scale, dropout_rate if dropout else 0.0, dropout_rng)
+  if implementation == "auto":
+    implementation = None
+  if implementation not in (None, "xla", "cudnn"):
+    raise ValueError(f"implementation={implementation!r}; expected None/'auto', 'xla' or 'cudnn'.")
+  if implementation == "cudnn" and jax.default_backend() != "gpu":
+    raise ValueError(f"implementation='cudnn' needs a GPU, but the default backend is {jax.default_backend()!r}; "
+                     "use 'auto' (cuDNN where it applies, XLA elsewhere) or 'xla'.")
   if implementation is None:
     implementation = attention_implementation(backend=jax.default_backend(), dtype=q.dtype, head_dim=q.shape[-1],
                                               dense_mask=mask is not None, dropout=False)
@@ -432,7 +442,7 @@ class MultiHeadAttention(nnx.Module):
                rotary_value: bool = False, causal: bool = False, feature_map: str = "elu",
                num_features: int = 256, dropout_rate: float = 0.0, use_bias: bool = True,
                init_std: float | None = 0.02, dtype=jnp.float32, param_dtype=jnp.float32,
-               rngs: nnx.Rngs):
+               implementation: str = "auto", rngs: nnx.Rngs):
     if kind not in ATTENTION_KINDS:
       raise ValueError(f"attention kind={kind!r}; expected one of {ATTENTION_KINDS}.")
     if head_dim is None:
@@ -443,7 +453,9 @@ class MultiHeadAttention(nnx.Module):
     self.num_heads, self.head_dim, self.kind = num_heads, head_dim, kind
     self.use_rope, self.rotary = use_rope, rotary or RotaryConfig()
     self.rotary_value, self.causal, self.feature_map = rotary_value, causal, feature_map
-    self.dropout_rate = dropout_rate
+    if implementation not in ATTENTION_IMPLEMENTATIONS:
+      raise ValueError(f"implementation={implementation!r}; expected one of {ATTENTION_IMPLEMENTATIONS}.")
+    self.dropout_rate, self.implementation = dropout_rate, implementation
     kw = dict(init_std=init_std, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.query = _dense((d_model,), (num_heads, head_dim), ("embed", "heads", "kv"), bias_axes=("heads", "kv"), **kw)
     self.key = _dense((d_model,), (num_heads, head_dim), ("embed", "heads", "kv"), bias_axes=("heads", "kv"), **kw)
@@ -498,7 +510,8 @@ class MultiHeadAttention(nnx.Module):
                                 rotary=self.rotary, rotary_value=self.rotary_value and rotate,
                                 dropout_rate=self.dropout_rate if use_dropout else 0.0,
                                 dropout_rng=self.rngs.dropout() if use_dropout else None,
-                                is_causal=self.causal and context is None)
+                                is_causal=self.causal and context is None,
+                                implementation=self.implementation)
     return self.out(y)
 
   # ---- incremental decoding -----------------------------------------------------------
@@ -565,7 +578,7 @@ def cross_attend(attn: MultiHeadAttention, x, kv: dict, *, mask=None) -> jax.Arr
 
 __all__ = [
     "ATTENTION_KINDS", "FEATURE_MAPS", "FeatureProjection", "LinearAttentionState",
-    "MultiHeadAttention", "attention_implementation", "cross_attend", "cross_kv", "dot_product_attention",
+    "ATTENTION_IMPLEMENTATIONS", "MultiHeadAttention", "attention_implementation", "cross_attend", "cross_kv", "dot_product_attention",
     "elu_feature_map", "favor_feature_map", "favor_projection", "init_linear_state",
     "linear_attention", "linear_attention_step", "make_attention_mask",
 ]

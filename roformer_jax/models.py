@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from roformer_jax import positional
-from roformer_jax.attention import (ATTENTION_KINDS, FEATURE_MAPS, MultiHeadAttention, cross_attend,
+from roformer_jax.attention import (ATTENTION_IMPLEMENTATIONS, ATTENTION_KINDS, FEATURE_MAPS, MultiHeadAttention, cross_attend,
                                     cross_kv, make_attention_mask)
 from roformer_jax.partitioning import partitioned
 from roformer_jax.positional import RotaryConfig
@@ -68,6 +68,10 @@ class ModelConfig:
   attention_dropout: float = 0.1  # on attention probabilities (softmax only)
   attention: str = "softmax"  # softmax | linear (eq. 19)
   feature_map: str = "elu"  # linear attention: elu | favor
+  # Softmax attention kernel: "auto" = cuDNN's fused kernel on a GPU where it applies (bf16/fp16,
+  # no dense mask, no dropout), XLA elsewhere; "xla" or "cudnn" forces one (not architecture:
+  # checkpoints load under any value).
+  attention_implementation: str = "auto"
   num_features: int = 256  # FAVOR+ random features
   tie_embeddings: bool = True  # output projection = embedding table
   scale_embeddings: bool = False  # multiply embeddings by sqrt(D) (Vaswani et al.)
@@ -96,6 +100,9 @@ class ModelConfig:
       raise ValueError(f"attention={self.attention!r}; expected one of {ATTENTION_KINDS}.")
     if self.feature_map not in FEATURE_MAPS:
       raise ValueError(f"feature_map={self.feature_map!r}; expected one of {FEATURE_MAPS}.")
+    if self.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
+      raise ValueError(f"attention_implementation={self.attention_implementation!r}; expected one of "
+                       f"{ATTENTION_IMPLEMENTATIONS}.")
     if self.position == "rope" and self.head_size % 2:
       raise ValueError(f"RoPE rotates feature pairs, so the head dim must be even; got {self.head_size}.")
     for name in ("dropout", "attention_dropout"):
@@ -240,11 +247,13 @@ class Block(nnx.Module):
     self.attention = MultiHeadAttention(
         cfg.d_model, cfg.num_heads, kind=cfg.attention, use_rope=cfg.position == "rope",
         rotary_value=cfg.rotary_value, causal=causal, feature_map=cfg.feature_map,
-        num_features=cfg.num_features, dropout_rate=cfg.attention_dropout, **mha)
+        num_features=cfg.num_features, dropout_rate=cfg.attention_dropout,
+        implementation=cfg.attention_implementation, **mha)
     self.attention_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs)
     if cross:
       self.cross_attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, kind="softmax", use_rope=False,
-                                                dropout_rate=cfg.attention_dropout, **mha)
+                                                dropout_rate=cfg.attention_dropout,
+                                                implementation=cfg.attention_implementation, **mha)
       self.cross_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs)
     else:
       self.cross_attention = self.cross_norm = None

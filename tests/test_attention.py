@@ -750,3 +750,29 @@ def test_is_causal_equals_the_dense_causal_mask(hv):
     np.testing.assert_allclose(got, want, atol=1e-6)
   # and against the float64 reference: the first query sees only the first key
   np.testing.assert_allclose(got[:, 0], v[:, 0], atol=1e-6)
+
+
+def test_forced_implementation_is_checked_and_xla_matches_auto():
+  q = jax.random.normal(jax.random.key(4), (1, 6, 2, 8))
+  pos = jnp.arange(6)
+  auto = attn.dot_product_attention(q, q, q, q_positions=pos, k_positions=pos)
+  xla = attn.dot_product_attention(q, q, q, q_positions=pos, k_positions=pos, implementation="xla")
+  np.testing.assert_array_equal(xla, auto)  # CPU: "auto" is XLA
+  with pytest.raises(ValueError, match="'cudnn' needs a GPU.*backend is 'cpu'"):
+    attn.dot_product_attention(q, q, q, implementation="cudnn")
+  with pytest.raises(ValueError, match="implementation='flash'"):
+    attn.dot_product_attention(q, q, q, implementation="flash")
+  with pytest.raises(ValueError, match="implementation='flash'"):
+    attn.MultiHeadAttention(16, 2, implementation="flash", rngs=nnx.Rngs(0))
+
+
+def test_model_config_attention_implementation_reaches_every_layer():
+  from roformer_jax import models
+  with pytest.raises(ValueError, match="attention_implementation='fast'.*'auto', 'xla', 'cudnn'"):
+    models.ModelConfig(attention_implementation="fast")
+  cfg = models.ModelConfig(vocab_size=32, d_model=16, num_layers=2, num_heads=2, d_ff=32,
+                           attention_implementation="cudnn")
+  model = models.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0))
+  assert all(layer.attention.implementation == "cudnn" for layer in model.roformer.layers)
+  with pytest.raises(ValueError, match="'cudnn' needs a GPU"):  # the trace-time error reaches the user
+    model(jnp.ones((1, 4), jnp.int32))

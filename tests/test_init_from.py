@@ -123,3 +123,11 @@ def test_init_from_a_transformers_directory():
   encoder = reference if not hasattr(reference, "roformer") else reference.roformer
   assert_same(flat(nnx.to_pure_dict(nnx.state(encoder, nnx.Param))),
               flat(nnx.to_pure_dict(nnx.state(model.roformer, nnx.Param))))
+
+
+def test_attention_implementation_is_not_architecture():
+  from roformer_jax import checkpoints, models
+  cfg = models.ModelConfig(vocab_size=32, d_model=16, num_layers=1, num_heads=2, d_ff=32)
+  checkpoints._check_same_architecture(cfg, cfg.replace(attention_implementation="xla"), "src")
+  with pytest.raises(Exception, match="d_ff"):
+    checkpoints._check_same_architecture(cfg, cfg.replace(d_ff=64), "src")
