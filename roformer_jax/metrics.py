@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 import jax
 
-# Dense bf16 peak FLOP/s by device kind (vendor datasheets, without sparsity). MFU is reported
-# only for devices listed here; add yours to get it.
+# Dense bf16 peak FLOP/s by device kind (vendor datasheets, without sparsity): the fallback
+# where the peak cannot be derived from the device itself (TPUs; GPUs without nvidia-smi).
 PEAK_FLOPS = {
     "NVIDIA H100 80GB HBM3": 989e12,
     "NVIDIA H100": 989e12,
@@ -25,14 +25,64 @@ PEAK_FLOPS = {
     "TPU v5p": 459e12,
 }
 
+# Dense bf16 tensor-core FLOPs per SM per clock, by CUDA compute capability. Checked against
+# the datasheets: A100 SXM 108 SMs x 1410 MHz x 2048 = 312 TFLOP/s; H100 SXM 132 x 1830 MHz x
+# 4096 = 989 TFLOP/s; A10 72 x 1695 MHz x 1024 = 125 TFLOP/s; L40S 142 x 2520 MHz x 1024 = 366.
+BF16_FLOPS_PER_SM_PER_CLOCK = {"8.0": 2048, "8.6": 1024, "8.7": 1024, "8.9": 1024, "9.0": 4096}
 
-def device_peak_flops(device: jax.Device | None = None) -> float | None:
+
+def _nvidia_smi_max_sm_clock_mhz(device) -> float | None:
+  """The device's maximum SM clock (MHz) from nvidia-smi, or None."""
+  import shutil
+  import subprocess
+  if not shutil.which("nvidia-smi"):
+    return None
+  try:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.max.sm", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=30, check=True).stdout
+    clocks = [float(line) for line in out.split() if line.strip()]
+  except (OSError, subprocess.SubprocessError, ValueError):
+    return None
+  if not clocks:
+    return None
+  if len(set(clocks)) == 1:  # one GPU, or all alike: no need to map JAX's ids to nvidia-smi's
+    return clocks[0]
+  index = getattr(device, "local_hardware_id", None)
+  return clocks[index] if isinstance(index, int) and 0 <= index < len(clocks) else None
+
+
+def peak_flops_info(device: jax.Device | None = None, *, max_sm_clock_mhz=_nvidia_smi_max_sm_clock_mhz
+                    ) -> dict | None:
+  """The device's dense bf16 peak FLOP/s and where it came from, or None if unknown.
+
+  On an NVIDIA GPU the peak is read off the device: SM count (`device.core_count`) x maximum SM
+  clock (nvidia-smi) x the architecture's bf16 tensor-core FLOPs per SM per clock (by
+  `device.compute_capability`). The maximum clock is above the one NVIDIA's datasheets use (an
+  H100 SXM gives 1070 TFLOP/s at 1980 MHz, the datasheet 989 at 1830 MHz), so MFU against it
+  errs low. Elsewhere the `PEAK_FLOPS` datasheet table by device kind is used.
+
+  Returns {"flops", "source" ("device" or "datasheet table"), "detail"} or None.
+  """
   device = device or jax.devices()[0]
   kind = getattr(device, "device_kind", "")
+  if getattr(device, "platform", "") == "gpu":
+    sms = getattr(device, "core_count", None)
+    per_clock = BF16_FLOPS_PER_SM_PER_CLOCK.get(str(getattr(device, "compute_capability", "")))
+    clock = max_sm_clock_mhz(device) if sms and per_clock else None
+    if clock:
+      return {"flops": float(sms * clock * 1e6 * per_clock), "source": "device",
+              "detail": (f"{kind}: {sms} SMs x {clock:g} MHz max SM clock x {per_clock} bf16 FLOP/clock/SM "
+                         f"(compute capability {device.compute_capability})")}
   for name, peak in PEAK_FLOPS.items():
     if kind.startswith(name):
-      return peak
+      return {"flops": peak, "source": "datasheet table", "detail": f"{kind}: PEAK_FLOPS[{name!r}]"}
   return None
+
+
+def device_peak_flops(device: jax.Device | None = None) -> float | None:
+  """Dense bf16 peak FLOP/s of the device (`peak_flops_info`), or None: then no MFU is reported."""
+  info = peak_flops_info(device)
+  return info["flops"] if info else None
 
 
 def train_flops_per_token(num_params: int, *, num_layers: int, seq_len: int, d_model: int,
@@ -49,6 +99,22 @@ def train_flops_per_token(num_params: int, *, num_layers: int, seq_len: int, d_m
   else:
     attention = 12 * num_layers * seq_len * d_model * (0.5 if causal else 1.0)
   return 6.0 * num_params + attention
+
+
+def mlm_train_flops_per_token(num_params: int, head_params: int, *, scored_fraction: float, num_layers: int,
+                              seq_len: int, d_model: int) -> float:
+  """`train_flops_per_token` for an MLM whose head scores only a fraction of the positions.
+
+  With `masked_positions` the head (its transform and the vocabulary projection, i.e. the
+  tied embedding table) runs on M of the T positions, so its 6 x head_params count only
+  M / T per token; everything else is as in `train_flops_per_token`. `scored_fraction` = M / T.
+  """
+  if not 0.0 < scored_fraction <= 1.0:
+    raise ValueError(f"scored_fraction={scored_fraction} must be in (0, 1] (M / T).")
+  if not 0 <= head_params <= num_params:
+    raise ValueError(f"head_params={head_params} must be between 0 and num_params={num_params}.")
+  full = train_flops_per_token(num_params, num_layers=num_layers, seq_len=seq_len, d_model=d_model, causal=False)
+  return full - 6.0 * head_params * (1.0 - scored_fraction)
 
 
 class MetricsWriter:
