@@ -4,6 +4,7 @@ Run (from the repository root):
   .venv/bin/python bench/attention.py                  # N = 256 .. 16384 (CPU: a few minutes)
   .venv/bin/python bench/attention.py --quick          # N = 256 .. 4096, fewer repeats
   .venv/bin/python bench/attention.py --max-len 65536  # on a GPU
+  .venv/bin/python bench/attention.py --record         # also save the figures for bench/report.py
 
 What is measured, for x [B=1, N, heads=4, H=64] in float32 (defaults):
   softmax: `dot_product_attention` with RoPE on q, k and a causal mask (`make_attention_mask`).
@@ -39,6 +40,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench import _record  # noqa: E402
 from bench._machine import cpu_name  # noqa: E402
 from roformer_jax import attention as attn  # noqa: E402
 
@@ -201,18 +203,21 @@ def fmt_bytes(x):
   return f"{x / 2**20:.1f}"
 
 
-def print_report(rep):
+def print_report(rep) -> str:
+  """Prints the tables and the JSON lines; returns the tables (the text before the JSON lines)."""
   res, summ = rep["results"], rep["summary"]
+  table = []
+  out = table.append
   m = summ["machine"]
-  print(f"\nAttention scaling: B={summ['shape']['B']}, heads={summ['shape']['heads']}, H={summ['shape']['H']}, "
-        f"float32, causal, RoPE; linear = elu, chunk {summ['chunk_size']}")
-  print(f"device {m['platform']} ({m['device_kind']}), {m['cpu_count']} CPUs ({m['cpu']}), jax {m['jax']}; "
-        f"load average before/after {summ['loadavg_before'][0]:.2f}/{summ['loadavg_after'][0]:.2f}")
-  print(f"command: {summ['command']}\n")
+  out(f"\nAttention scaling: B={summ['shape']['B']}, heads={summ['shape']['heads']}, H={summ['shape']['H']}, "
+      f"float32, causal, RoPE; linear = elu, chunk {summ['chunk_size']}")
+  out(f"device {m['platform']} ({m['device_kind']}), {m['cpu_count']} CPUs ({m['cpu']}), jax {m['jax']}; "
+      f"load average before/after {summ['loadavg_before'][0]:.2f}/{summ['loadavg_after'][0]:.2f}")
+  out(f"command: {summ['command']}\n")
   for pas in rep["passes"]:
-    print(f"| N | softmax {pas} ms, median (min) | linear {pas} ms, median (min) | linear / softmax time | softmax peak MiB | "
-          f"linear peak MiB | softmax / linear memory |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    out(f"| N | softmax {pas} ms, median (min) | linear {pas} ms, median (min) | linear / softmax time | softmax peak MiB | "
+        f"linear peak MiB | softmax / linear memory |")
+    out("|---:|---:|---:|---:|---:|---:|---:|")
     for n in rep["lengths"]:
       s = next(r for r in res if r["method"] == "softmax" and r["pass"] == pas and r["N"] == n)
       l = next(r for r in res if r["method"] == "linear" and r["pass"] == pas and r["N"] == n)
@@ -222,16 +227,17 @@ def print_report(rep):
       ratio = f"{l['ms'] / s['ms']:.2f}" if s["ms"] and l["ms"] else "-"
       sp, lp = s["mem"].get("peak"), l["mem"].get("peak")
       mr = f"{sp / lp:.1f}" if sp and lp else "-"
-      print(f"| {n} | {st} | {lt} | {ratio} | {fmt_bytes(sp)} | {fmt_bytes(lp)} | {mr} |")
+      out(f"| {n} | {st} | {lt} | {ratio} | {fmt_bytes(sp)} | {fmt_bytes(lp)} | {mr} |")
     lin = summ[f"mem_fit_linear_{pas}"]
     sm = summ[f"mem_fit_softmax_{pas}"]
-    print(f"\n{pas}: crossover (first N where linear is faster): {summ[f'crossover_{pas}']}; linear faster at "
-          f"every larger N measured: {summ[f'linear_faster_at_every_measured_N_from_crossover_{pas}']}")
-    print(f"{pas}: linear memory vs least-squares fit a + bN (a={lin['a_bytes'] / 2**20:.2f} MiB, "
-          f"b={lin['b_bytes_per_token']:.0f} B/token): max mem/fit {lin['max_mem_over_fit']:.3f}, "
-          f"max fit/mem {lin['max_fit_over_mem']:.3f}; log-log slope {lin['loglog_slope']:.2f} "
-          f"(softmax: {sm['loglog_slope']:.2f}, its linear fit is off by up to "
-          f"{max(sm['max_mem_over_fit'], sm['max_fit_over_mem']):.1f}x)\n")
+    out(f"\n{pas}: crossover (first N where linear is faster): {summ[f'crossover_{pas}']}; linear faster at "
+        f"every larger N measured: {summ[f'linear_faster_at_every_measured_N_from_crossover_{pas}']}")
+    out(f"{pas}: linear memory vs least-squares fit a + bN (a={lin['a_bytes'] / 2**20:.2f} MiB, "
+        f"b={lin['b_bytes_per_token']:.0f} B/token): max mem/fit {lin['max_mem_over_fit']:.3f}, "
+        f"max fit/mem {lin['max_fit_over_mem']:.3f}; log-log slope {lin['loglog_slope']:.2f} "
+        f"(softmax: {sm['loglog_slope']:.2f}, its linear fit is off by up to "
+        f"{max(sm['max_mem_over_fit'], sm['max_fit_over_mem']):.1f}x)\n")
+  print("\n".join(table))
   base = {"machine": summ["machine"], "command": summ["command"], "date": summ["date"]}
   for r in res:
     print(json.dumps({"bench": "attention_scaling", **{k: r[k] for k in ("method", "pass", "N", "ms", "ms_min",
@@ -239,6 +245,7 @@ def print_report(rep):
                       "peak_bytes": r["mem"].get("peak"), "memory": r["mem"], "compile_s": round(r["compile_s"], 3),
                       "shape": summ["shape"], **base}))
   print(json.dumps(summ))
+  return "\n".join(table)
 
 
 def plot(rep, path):
@@ -306,6 +313,7 @@ def main(argv=None):
                       "still reported); default: 80%% of the accelerator's memory, or min(8, 40%% of RAM) on CPU")
   p.add_argument("--figure", default=os.path.join(ROOT, "docs", "figures", "attention_scaling.png"))
   p.add_argument("--no-figure", action="store_true")
+  _record.add_record_arg(p)
   args = p.parse_args(argv)
   if args.quick:
     args.max_len = min(args.max_len, 4096)
@@ -313,10 +321,39 @@ def main(argv=None):
   if args.mem_limit_gb is None:
     args.mem_limit_gb = default_mem_limit_gb()
   rep = run(args)
-  print_report(rep)
+  table = print_report(rep)
   if not args.no_figure:
     plot(rep, args.figure)
     print(f"# wrote {os.path.relpath(args.figure, ROOT)}", file=sys.stderr)
+  if args.record:
+    path = _record.save("attention", figures=_figures(rep), table=table,
+                        result={"summary": rep["summary"], "results": rep["results"]})
+    print(f"# recorded {path}", file=sys.stderr)
+
+
+def _figures(rep) -> list[dict]:
+  """B4's headline figures per pass: crossover length, linear attention's memory against a linear fit."""
+  summ, out = rep["summary"], []
+  n_max = max(rep["lengths"])
+  for pas in rep["passes"]:
+    key = pas.replace("+", "_")
+    cross = summ[f"crossover_{pas}"]
+    if cross is not None:
+      out.append(_record.figure(f"B4.crossover_{key}", f"first N at which causal linear attention is faster ({pas})",
+                                cross, "tokens"))
+    lin = summ[f"mem_fit_linear_{pas}"]
+    off = max(lin["max_mem_over_fit"], lin["max_fit_over_mem"])
+    out.append(_record.figure(f"B4.linear_mem_vs_linear_fit_{key}",
+                              f"linear attention peak memory vs a least-squares fit a + bN, worst ratio ({pas}, "
+                              f"N <= {n_max})", off, "x", goal="<= 1.2x", met=off <= 1.2))
+    out.append(_record.figure(f"B4.linear_mem_loglog_slope_{key}",
+                              f"log-log slope of linear attention's peak memory vs N ({pas})", lin["loglog_slope"], ""))
+    peaks = {r["method"]: (r["mem"] or {}).get("peak") for r in rep["results"] if r["pass"] == pas and r["N"] == n_max}
+    if peaks.get("softmax") and peaks.get("linear"):
+      out.append(_record.figure(f"B4.softmax_over_linear_mem_{key}",
+                                f"softmax / linear attention peak memory at N={n_max} ({pas})",
+                                peaks["softmax"] / peaks["linear"], "x"))
+  return out
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Run (from the repository root):
   .venv/bin/python bench/default_config.py                 # configs/default.py, 300 steps
   .venv/bin/python bench/default_config.py --steps 100 --config configs/default.py:smoke
+  .venv/bin/python bench/default_config.py --record       # also save the figures for bench/report.py
 
 It trains the config in a fresh temporary workdir through `trainer.train_and_evaluate` (the
 same code path as `make train`, checkpoints and metrics included) and reports:
@@ -35,6 +36,7 @@ sys.path.insert(0, ROOT)
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from bench import _record  # noqa: E402
 from roformer_jax import metrics as metrics_lib, tasks, trainer  # noqa: E402
 
 
@@ -66,6 +68,7 @@ def main():
   parser.add_argument("--config", default="configs/default.py")
   parser.add_argument("--steps", type=int, default=300)
   parser.add_argument("--log-every", type=int, default=25)
+  _record.add_record_arg(parser)
   args = parser.parse_args()
 
   compile_s = []
@@ -119,13 +122,36 @@ def main():
       "machine": platform.machine(), "cpus": os.cpu_count(), "device": str(jax.devices()[0].device_kind),
       "jax": jax.__version__, "command": "python bench/default_config.py " + " ".join(sys.argv[1:]),
   }
-  print(f"B5 {args.config}: {num_params / 1e6:.2f}M params, {args.steps} steps")
-  print(f"  time to first step   {result['time_to_first_step_s']} s (XLA compile {result['xla_compile_s']} s "
-        f"over {len(compile_s)} compilations)")
-  print(f"  steady state         {tokens_per_sec:,.0f} tokens/s, {step_ms:.1f} ms/step")
-  print(f"  model FLOP rate      {model_gflops:.1f} GFLOP/s = {result['fraction_of_matmul_rate']:.0%} of the "
-        f"{peak:.1f} GFLOP/s float32 matmul rate measured in this run")
+  table = [f"B5 {args.config}: {num_params / 1e6:.2f}M params, {args.steps} steps",
+           f"  time to first step   {result['time_to_first_step_s']} s (XLA compile {result['xla_compile_s']} s "
+           f"over {len(compile_s)} compilations)",
+           f"  steady state         {tokens_per_sec:,.0f} tokens/s, {step_ms:.1f} ms/step",
+           f"  model FLOP rate      {model_gflops:.1f} GFLOP/s = {result['fraction_of_matmul_rate']:.0%} of the "
+           f"{peak:.1f} GFLOP/s float32 matmul rate measured in this run"]
+  print("\n".join(table))
   print(json.dumps(result))
+  if args.record:
+    path = _record.save("default_config", figures=_figures(result, args.config), table="\n".join(table),
+                        result=result)
+    print(f"# recorded {path}", file=sys.stderr)
+
+
+def _figures(result: dict, config: str) -> list[dict]:
+  """B5's headline figures: time to first step, compile time, steady-state speed, share of the matmul rate."""
+  out = []
+  if result["time_to_first_step_s"] is not None:
+    out.append(_record.figure("B5.time_to_first_step", f"{config}: time to first step", result["time_to_first_step_s"],
+                              "s"))
+  out += [
+      _record.figure("B5.xla_compile", f"{config}: XLA compile time ({result['xla_compiles']} compilations)",
+                     result["xla_compile_s"], "s"),
+      _record.figure("B5.steady_tokens_per_s", f"{config}: steady-state training throughput",
+                     result["steady_tokens_per_sec"], "tokens/s"),
+      _record.figure("B5.steady_step_ms", f"{config}: steady-state ms per step", result["steady_step_ms"], "ms"),
+      _record.figure("B5.fraction_of_matmul_rate", f"{config}: model FLOP rate / measured fp32 matmul rate",
+                     100 * result["fraction_of_matmul_rate"], "%"),
+  ]
+  return out
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Run (from the repository root):
   .venv/bin/python bench/rope.py                      # [8, 2048, 16, 128], fp32 and bf16
   .venv/bin/python bench/rope.py --shape 2,512,8,64   # other shapes
   .venv/bin/python bench/rope.py --torch-python /tmp/hfvenv/bin/python   # another torch venv
+  .venv/bin/python bench/rope.py --record   # also save the figures for bench/report.py
 
 Bandwidth counts bytes = read + write of x (2 * x.nbytes); the cos/sin tables and the
 positions are not counted. All methods are timed round-robin in the same run so that
@@ -44,6 +45,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench import _record  # noqa: E402
 from roformer_jax import rope  # noqa: E402
 
 DEFAULT_TORCH_PYTHON = os.path.join(os.path.expanduser("~"), ".cache", "roformer_jax", "bench-torch-venv", "bin",
@@ -174,6 +176,7 @@ def main() -> None:
                       help="interpreter with torch + transformers for the HF row ('' skips it); default: the "
                            "bench-torch-venv if it exists, else the row is skipped")
   parser.add_argument("--torch-threads", type=int, default=2, help="torch.set_num_threads in the worker")
+  _record.add_record_arg(parser)
   args = parser.parse_args()
   b, t, n, h = (int(v) for v in args.shape.split(","))
   rng = np.random.default_rng(0)
@@ -234,21 +237,24 @@ def main() -> None:
   hf_ratio = rows[HF_ROW]["ms"] / rows["exact fp32"]["ms"] if HF_ROW in rows else None
 
   device = jax.devices()[0]
-  print(f"RoPE op on x[{b},{t},{n},{h}], device {device.device_kind} ({jax.device_count()} x {device.platform}), "
-        f"jax {jax.__version__}, {args.rounds} rounds x {args.inner}")
-  print("positions [T] shared by the batch unless the row says pos[B,T] (random, up to 2^24)")
+  table = [f"RoPE op on x[{b},{t},{n},{h}], device {device.device_kind} ({jax.device_count()} x "
+           f"{device.platform}), jax {jax.__version__}, {args.rounds} rounds x {args.inner}",
+           "positions [T] shared by the batch unless the row says pos[B,T] (random, up to 2^24)"]
   if hf is not None:
     info = hf[1]
-    print(f"HF torch: transformers {info['transformers']}, torch {info['torch']}, python {info['python']}, "
-          f"{info['threads']} threads; x as [B,N,T,H] {info['q_shape']}; ms = one call on q and k / 2")
-    print(f"check, same input, positions 0..{t - 1}: max |HF - exact| = {check['exact']:.3g}, "
-          f"max |HF - plain| = {check['plain']:.3g}")
-  print(f"{'method':<22}{'ms (median)':>12}{'min..max':>18}{'GB/s':>8}{'of copy':>9}{'time ratio':>12}  baseline")
+    table.append(f"HF torch: transformers {info['transformers']}, torch {info['torch']}, python {info['python']}, "
+                 f"{info['threads']} threads; x as [B,N,T,H] {info['q_shape']}; ms = one call on q and k / 2")
+    table.append(f"check, same input, positions 0..{t - 1}: max |HF - exact| = {check['exact']:.3g}, "
+                 f"max |HF - plain| = {check['plain']:.3g}")
+  table.append(f"{'method':<22}{'ms (median)':>12}{'min..max':>18}{'GB/s':>8}{'of copy':>9}{'time ratio':>12}"
+               "  baseline")
   for name, row in rows.items():
-    print(f"{name:<22}{row['ms']:>12.2f}{row['ms_min']:>9.2f}..{row['ms_max']:<7.2f}{row['gb_s']:>8.2f}"
-          f"{row['frac_of_copy_bw']:>9.0%}{row['time_vs_baseline']:>12.3f}  {row['baseline']}")
+    table.append(f"{name:<22}{row['ms']:>12.2f}{row['ms_min']:>9.2f}..{row['ms_max']:<7.2f}{row['gb_s']:>8.2f}"
+                 f"{row['frac_of_copy_bw']:>9.0%}{row['time_vs_baseline']:>12.3f}  {row['baseline']}")
   if hf_ratio is not None:
-    print(f"HF torch fp32 / exact fp32 time: {hf_ratio:.2f}x (goal >= 8x: {'met' if hf_ratio >= 8 else 'missed'})")
+    table.append(f"HF torch fp32 / exact fp32 time: {hf_ratio:.2f}x "
+                 f"(goal >= 8x: {'met' if hf_ratio >= 8 else 'missed'})")
+  print("\n".join(table))
   summary = {
       "bench": "rope_op", "shape": [b, t, n, h], "device": device.device_kind, "platform": device.platform,
       "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "jax": jax.__version__,
@@ -263,6 +269,27 @@ def main() -> None:
       "goal_ge_8x_faster_than_hf": None if hf_ratio is None else hf_ratio >= 8,
   }
   print(json.dumps(summary))
+  if args.record:
+    path = _record.save("rope", figures=_figures(rows, hf_ratio), table="\n".join(table), result=summary)
+    print(f"# recorded {path}", file=sys.stderr)
+
+
+def _figures(rows: dict, hf_ratio: float | None) -> list[dict]:
+  """B1's headline figures (issues #2 and #6)."""
+  fig = _record.figure
+  out = [fig("B1.exact_fp32_gb_s", "exact fp32: bandwidth (read + write of x)", rows["exact fp32"]["gb_s"], "GB/s")]
+  for tag in ("fp32", "bf16"):
+    frac = 100 * rows[f"exact {tag}"]["frac_of_copy_bw"]
+    out.append(fig(f"B1.exact_{tag}_of_copy_bw", f"exact {tag}: share of the copy op's bandwidth", frac, "%",
+                   goal=">= 50%", met=frac >= 50))
+  for name, label in (("exact fp32", "positions [T]"), ("exact pos[B,T] fp32", "positions [B, T]")):
+    ratio = rows[name]["time_vs_baseline"]
+    key = "B1.exact_over_plain_fp32_time" if name == "exact fp32" else "B1.exact_over_plain_pos_bt_fp32_time"
+    out.append(fig(key, f"exact / plain fp32 time, {label}", ratio, "x", goal="<= 1.15", met=ratio <= 1.15))
+  if hf_ratio is not None:
+    out.append(fig("B1.exact_fp32_vs_hf", "HF torch fp32 time / exact fp32 time", hf_ratio, "x", goal=">= 8x",
+                   met=hf_ratio >= 8))
+  return out
 
 
 if __name__ == "__main__":

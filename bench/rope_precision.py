@@ -2,6 +2,7 @@
 
 Run from the repository root:
   .venv/bin/python bench/rope_precision.py
+  .venv/bin/python bench/rope_precision.py --record   # also save the figures for bench/report.py
 
 Reports the max |cos - cos64|, |sin - sin64| (which bounds the error of apply_rotary on
 unit-scale inputs, per feature) over (a) every integer position 0..2^24 for the frequencies
@@ -10,6 +11,7 @@ windows around every power of two, all 64 frequencies of d = 128, and (c) the si
 positions 5,000 and 2^24. The last line is JSON.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -19,7 +21,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from bench import _record  # noqa: E402
 from roformer_jax import rope  # noqa: E402
+
+# The issue's bound on the exact method: 1e-5 at every integer position up to 2^24 (docs/rope.md).
+EXACT_BOUND = 1e-5
+CASES = (  # name, figure id suffix, d
+    ("all positions 0..2^24, d=4", "all_0_2p24_d4", 4),
+    ("sampled positions < 2^24, d=128", "sampled_2p24_d128", 128),
+    ("position 5000, d=128", "pos_5000_d128", 128),
+    ("position 2^24, d=128", "pos_2p24_d128", 128),
+)
 
 
 def max_err(positions, dim, exact, chunk=2**22):
@@ -36,19 +48,33 @@ def max_err(positions, dim, exact, chunk=2**22):
 
 
 def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  _record.add_record_arg(parser)
+  args = parser.parse_args()
   rng = np.random.default_rng(0)
   every = np.arange(0, 2**24 + 1, dtype=np.int32)
   sampled = np.concatenate([rng.integers(0, 2**24 + 1, 200_000)] +
                            [np.arange(2**k - 16, 2**k + 16) for k in range(5, 25)]).astype(np.int32)
-  rows = {}
-  for name, pos, dim in (("all positions 0..2^24, d=4", every, 4),
-                         ("sampled positions < 2^24, d=128", sampled, 128),
-                         ("position 5000, d=128", np.array([5000], np.int32), 128),
-                         ("position 2^24, d=128", np.array([2**24], np.int32), 128)):
+  positions = (every, sampled, np.array([5000], np.int32), np.array([2**24], np.int32))
+  rows, table = {}, []
+  for (name, _, dim), pos in zip(CASES, positions):
     rows[name] = {"exact": max_err(pos, dim, True), "plain_fp32": max_err(pos, dim, False)}
-    print(f"{name:<34} exact {rows[name]['exact']:.2e}   plain fp32 {rows[name]['plain_fp32']:.2e}")
-  print(json.dumps({"bench": "rope_precision", "jax": jax.__version__, "max_abs_err": rows,
-                    "command": "python bench/rope_precision.py"}))
+    table.append(f"{name:<34} exact {rows[name]['exact']:.2e}   plain fp32 {rows[name]['plain_fp32']:.2e}")
+    print(table[-1])
+  summary = {"bench": "rope_precision", "jax": jax.__version__, "max_abs_err": rows,
+             "command": "python bench/rope_precision.py"}
+  print(json.dumps(summary))
+  if args.record:
+    figures = []
+    for name, key, _ in CASES:
+      err = rows[name]["exact"]
+      figures.append(_record.figure(f"precision.exact.{key}", f"max cos/sin error vs float64, exact, {name}", err,
+                                    "", goal=f"<= {EXACT_BOUND:g}", met=err <= EXACT_BOUND))
+      figures.append(_record.figure(f"precision.plain_fp32.{key}",
+                                    f"max cos/sin error vs float64, plain float32 product, {name}",
+                                    rows[name]["plain_fp32"], ""))
+    path = _record.save("rope_precision", figures=figures, table="\n".join(table), result=summary)
+    print(f"# recorded {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

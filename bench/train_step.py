@@ -5,6 +5,7 @@ Run (from the repository root):
   .venv/bin/python bench/train_step.py --quick            # a tiny shape, a smoke check
   .venv/bin/python bench/train_step.py --shapes a,b --rounds 3 --steps-per-round 2
   .venv/bin/python bench/train_step.py --torch-python /tmp/hfvenv/bin/python
+  .venv/bin/python bench/train_step.py --record           # also save the figures for bench/report.py
 
 One train step = forward, mean masked-token cross-entropy, backward and one AdamW update, in
 float32, on one fixed batch (15% of the positions of every row masked). Three contenders:
@@ -79,6 +80,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
+from bench import _record  # noqa: E402
 from bench._machine import cpu_name  # noqa: E402
 from roformer_jax import hf, losses, models, optim  # noqa: E402
 
@@ -578,7 +580,10 @@ def main() -> None:
                       help="instead of the comparison, time parts of the JAX step (encoder, head + CE, AdamW) "
                       "over this many rounds; needs no torch")
   parser.add_argument("--json-out", default="", help="also write the summary JSON here")
+  _record.add_record_arg(parser)
   args = parser.parse_args()
+  if args.record and args.breakdown:
+    parser.error("--record saves the torch comparison's figures; it does not apply to --breakdown.")
   names = ["tiny"] if args.quick else [s.strip() for s in args.shapes.split(",") if s.strip()]
   unknown = [s for s in names if s not in SHAPES]
   if unknown:
@@ -613,30 +618,33 @@ def main() -> None:
                   transformers=worker.info["transformers"])
   machine.update(torch_threads=args.threads, torch_threads_default=worker.info["torch_threads"])
 
-  print(f"\nB2 MLM train step (forward, loss, backward, AdamW; fp32) on {machine['cpu']} "
-        f"({machine['cpu_count']} cores), jax {jax.__version__} vs torch {versions['torch']} + transformers "
-        f"{versions['transformers']}")
-  print(f"load average before/after {load_before[0]:.2f}/{load_after[0]:.2f}; "
-        "ratio = torch time / this time (> 1: faster than torch)")
+  table = []
+  out = table.append
+  out(f"\nB2 MLM train step (forward, loss, backward, AdamW; fp32) on {machine['cpu']} "
+      f"({machine['cpu_count']} cores), jax {jax.__version__} vs torch {versions['torch']} + transformers "
+      f"{versions['transformers']}")
+  out(f"load average before/after {load_before[0]:.2f}/{load_after[0]:.2f}; "
+      "ratio = torch time / this time (> 1: faster than torch)")
   header = (f"{'shape':<6}{'step':<12}{'ms/step':>10}{'min..max':>22}{'tokens/s':>10}{'ratio':>8}"
             f"{'per-round ratio':>18}{'compile s':>11}")
-  print(header)
+  out(header)
   for name, res in results.items():
     for who, row in res["rows"].items():
       compile_s = f"{row['lower_s'] + row['compile_s']:.1f}" if "compile_s" in row else "-"
       spread = f"{row['ms_min']:.1f}..{row['ms_max']:.1f}"
       rr = f"{row['ratio_per_round_min']:.2f}..{row['ratio_per_round_max']:.2f}"
-      print(f"{name:<6}{who:<12}{row['ms']:>10.1f}{spread:>22}{row['tokens_per_s']:>10.0f}"
-            f"{row['torch_over_this']:>8.2f}{rr:>18}{compile_s:>11}")
+      out(f"{name:<6}{who:<12}{row['ms']:>10.1f}{spread:>22}{row['tokens_per_s']:>10.0f}"
+          f"{row['torch_over_this']:>8.2f}{rr:>18}{compile_s:>11}")
   for name, res in results.items():
     loads = [x for x in res["other_load_cores_per_round"] if x is not None]
     if loads:
-      print(f"{name}: other jobs used {statistics.median(loads):.2f} cores (median; max {max(loads):.2f}) during the "
-            f"kept rounds; {res['rounds_discarded_for_load']} rounds redone for load")
+      out(f"{name}: other jobs used {statistics.median(loads):.2f} cores (median; max {max(loads):.2f}) during the "
+          f"kept rounds; {res['rounds_discarded_for_load']} rounds redone for load")
   goal = {who: all(res["rows"][who]["torch_over_this"] >= 1.2 for res in results.values())
           for who in ("jax full", "jax masked")}
-  print(f"goal (>= 1.2x faster than torch at every shape run): full logits {'met' if goal['jax full'] else 'NOT met'}, "
-        f"masked positions {'met' if goal['jax masked'] else 'NOT met'}")
+  out(f"goal (>= 1.2x faster than torch at every shape run): full logits {'met' if goal['jax full'] else 'NOT met'}, "
+      f"masked positions {'met' if goal['jax masked'] else 'NOT met'}")
+  print("\n".join(table))
   summary = {"bench": "train_step", "shapes": names, "results": results, "machine": machine, "versions": versions,
              "optimizer": mlm_optimizer()[1], "vocab": VOCAB, "mask_fraction": MASK_FRACTION,
              "command": command, "date": datetime.date.today().isoformat(), "loadavg_before": load_before,
@@ -647,6 +655,25 @@ def main() -> None:
       json.dump(summary, f, indent=1)
       f.write("\n")
   print(json.dumps(summary))
+  if args.record:
+    path = _record.save("train_step", figures=_figures(results), table="\n".join(table), result=summary)
+    print(f"# recorded {path}", file=sys.stderr)
+
+
+def _figures(results: dict) -> list[dict]:
+  """B2's headline figures per shape: torch time / ours (goal >= 1.2x) and ms per step of each contender."""
+  out = []
+  for name, res in results.items():
+    for who, row in res["rows"].items():
+      key = f"B2.{name}.{who.replace(' ', '_')}"
+      if who != BASELINE:
+        ratio = row["torch_over_this"]
+        goal = name != "tiny"  # --quick checks the plumbing, not the speed
+        out.append(_record.figure(f"{key}.torch_over_ours", f"torch time / {who} time, shape {name} "
+                                  f"({DESCRIPTIONS[name]})", ratio, "x", goal=">= 1.2x" if goal else None,
+                                  met=ratio >= 1.2 if goal else None))
+      out.append(_record.figure(f"{key}.ms_per_step", f"{who}: ms per train step, shape {name}", row["ms"], "ms"))
+  return out
 
 
 def _machine_and_versions() -> tuple[dict, dict]:
