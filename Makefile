@@ -1,7 +1,8 @@
 # One command per job on a fresh machine:
 #   make test    create .venv (Python 3.12) if missing, install pinned deps, run the test suite
 #   make train   create .venv if missing, run the default (offline, CPU) training config
-#   make bench   create .venv if missing, run the benchmarks in bench/ (figures go in docs/benchmarks.md)
+#   make bench   create .venv if missing, run the benchmarks in bench/, record their figures in
+#                docs/bench_results/ and regenerate the summary block of docs/benchmarks.md
 #   make figures regenerate docs/figures/*.png
 SHELL := /bin/bash
 VENV := .venv
@@ -31,13 +32,17 @@ test: venv
 train: venv
 	$(PY) train.py --config configs/default.py --workdir workdirs/default
 
+# Each bench saves its figures to docs/bench_results/<bench>.json (--record); bench/report.py
+# then regenerates the summary block of docs/benchmarks.md from those files.
 bench: venv
-	$(PY) bench/rope.py
-	$(PY) bench/rope_precision.py
-	$(PY) bench/attention.py
-	$(PY) bench/decode.py
-	$(PY) bench/train_step.py
-	$(PY) bench/default_config.py
+	$(PY) bench/rope.py --record
+	$(PY) bench/rope_precision.py --record
+	$(PY) bench/attention.py --record
+	$(PY) bench/decode.py --record
+	$(PY) bench/train_step.py --record
+	$(PY) bench/default_config.py --record
+	$(PY) bench/gpu_mlm.py --record
+	$(PY) bench/report.py
 
 figures: venv
 	$(PY) scripts/plot_long_term_decay.py
