@@ -1,0 +1,385 @@
+"""B3: the RoFormer-base MLM pre-training step at seq 512 in bf16 on a GPU.
+
+Run (from the repository root):
+  .venv/bin/python bench/gpu_mlm.py                   # a GPU: roformer-base, B=64 x T=512 (about 3 min)
+  .venv/bin/python bench/gpu_mlm.py --batch 128 --trace /tmp/b3_trace
+  .venv/bin/python bench/gpu_mlm.py --smoke           # any machine: a tiny model, checks the plumbing
+Without a GPU (and without --smoke) it prints why and exits 0, so `make bench` runs anywhere.
+
+The step is the trainer's own (`trainer.create_state` + `trainer._train_step`, jitted with the
+trainer's shardings over every local device, state donated): forward, the MLM loss at the
+masked positions only (M = `pipeline.mlm_max_predictions` slots per row, 15% of the tokens
+scored), backward and the Sec. 4.2 AdamW update. Parameters and optimiser moments are float32;
+the model computes in bfloat16 (`model.dtype`), with float32 LayerNorm statistics, softmax and
+logits. One fixed synthetic batch per variant (random ids, so the loss stays near log V).
+
+Variants, each compiled and timed separately from the same initial weights:
+- "auto": full 512-token rows (no padding, no packing: no dense mask) and dropout 0, so
+  `attention_implementation="auto"` takes cuDNN's fused attention on a GPU;
+- "xla": the same with `attention_implementation="xla"`: cuDNN vs XLA attention;
+- "no-rope": "auto" with the rotation made the identity while tracing (the cos/sin
+  tables then fold away). 1 - t(no-rope) / t(auto) is RoPE's share of the step (goal <= 2%);
+- "packed": the pipeline's packed rows (4 documents of T/4 per row: segment ids, positions
+  restarting per document), whose dense segment mask sends attention to XLA;
+- "bert-dropout": "auto" with configs/bert_base_mlm.py's dropout 0.1 (hidden and attention
+  probabilities), which takes the explicit XLA attention path: what that config runs today.
+Timing: after compilation (lower + compile wall time, per variant) and --warmup steps, each
+of --rounds rounds runs --steps steps of every variant in turn (the order rotates), and a
+round's time is read after the last step's loss is on the host. The table gives the median and
+min..max over rounds of ms/step, tokens/s (B x T per step) and model TFLOP/s.
+
+MFU: model FLOPs per token are `metrics.mlm_train_flops_per_token`: 6 x the parameters, with
+the MLM head and the tied vocabulary projection counted at the M/T scored positions only,
+plus softmax attention's 12 x L x T x D. The issue's plain "6N + attention" (every parameter
+at every position) is reported beside it, and XLA's own FLOP count of the compiled step as a
+check. The peak is read off the device (`metrics.peak_flops_info`: SMs x max SM clock x the
+architecture's bf16 FLOP/clock/SM), and a bf16 [8192^3] matmul is timed in the same run as
+the achievable rate. --smoke on a CPU reports the fraction of a float32 matmul instead.
+
+--trace DIR writes a profiler trace of one round of the "auto" and "xla" variants (Perfetto
+JSON as well as XPlane), for reading kernel times by hand.
+The last line printed is one JSON object with every figure, the machine and the versions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import functools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from unittest import mock
+
+ROOT = os.path.dirname(os.path.abspath(os.path.dirname(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from _machine import cpu_name  # noqa: E402
+from roformer_jax import mesh as mesh_lib, metrics, models, positional, trainer  # noqa: E402
+from roformer_jax.data import pipeline  # noqa: E402
+
+GOAL_MFU = 0.45
+GOAL_ROPE_SHARE = 0.02
+VARIANTS = ("auto", "xla", "no-rope", "packed", "bert-dropout")
+SMOKE_MODEL = dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, d_ff=256)
+
+
+def load_config(smoke: bool, batch: int, seq: int):
+  """configs/bert_base_mlm.py in bf16 compute (its model, optimiser and masking settings)."""
+  sys.path.insert(0, ROOT)
+  from configs import bert_base_mlm
+  config = bert_base_mlm.get_config()
+  config.batch_size = batch
+  config.data.max_length = seq
+  config.model.dtype = "bfloat16"
+  config.model.param_dtype = "float32"
+  config.model.max_position = max(config.model.max_position, seq)
+  if smoke:
+    config.model.update(SMOKE_MODEL)
+    config.data.vocab_size = SMOKE_MODEL["vocab_size"]
+  return config
+
+
+def variant_config(config, name: str):
+  c = config.copy_and_resolve_references()
+  dropout = 0.1 if name == "bert-dropout" else 0.0
+  c.model.dropout = c.model.attention_dropout = dropout
+  c.model.attention_implementation = "xla" if name == "xla" else "auto"
+  return c
+
+
+def make_batch(config, name: str, *, seed: int = 0) -> dict[str, np.ndarray | None]:
+  """One global batch in the pipeline's MLM format (unpacked rows unless `name` is "packed")."""
+  b, t = config.batch_size, config.data.max_length
+  v = config.model.vocab_size
+  m = pipeline.mlm_max_predictions(config.data, t)
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(5, v, (b, t)).astype(np.int32)
+  scored = max(1, round(config.data.mlm_probability * t))
+  pos = np.sort(np.stack([rng.choice(t, scored, replace=False) for _ in range(b)]), axis=1)
+  masked_positions = np.zeros((b, m), np.int32)
+  masked_positions[:, :scored] = pos
+  masked_weights = np.zeros((b, m), np.float32)
+  masked_weights[:, :scored] = 1.0
+  rows = np.arange(b)[:, None]
+  masked_targets = np.zeros((b, m), np.int32)
+  masked_targets[:, :scored] = ids[rows, pos]
+  inputs = ids.copy()
+  inputs[rows, pos] = 4  # the mask id
+  weights = np.zeros((b, t), np.float32)
+  weights[rows, pos] = 1.0
+  batch = {"inputs": inputs, "targets": ids, "weights": weights, "masked_positions": masked_positions,
+           "masked_targets": masked_targets, "masked_weights": masked_weights,
+           "segment_ids": None, "positions": None}
+  if name == "packed":
+    docs = 4
+    batch["segment_ids"] = np.repeat(np.arange(1, docs + 1, dtype=np.int32), t // docs)[None].repeat(b, 0)
+    batch["positions"] = np.tile(np.arange(t // docs, dtype=np.int32), docs)[None].repeat(b, 0)
+  return batch
+
+
+@contextlib.contextmanager
+def rope_disabled():
+  """The rotation made the identity while tracing: the ablation behind RoPE's share."""
+  with mock.patch.object(positional.RotaryConfig, "apply", lambda self, x, positions: x), \
+       mock.patch.object(positional.RotaryConfig, "rotate", lambda self, x, cos_sin: x):
+    yield
+
+
+class Variant:
+  """One compiled train step, its state and its batch."""
+
+  def __init__(self, name: str, config, mesh, rules):
+    self.name, self.config = name, variant_config(config, name)
+    tx, _, _ = trainer.make_optimizer(self.config)
+    self.graphdef, self.state = trainer.create_state(self.config, mesh, rules, tx)
+    local = make_batch(self.config, name)
+    self.tokens = local["inputs"].size
+    sharding = mesh_lib.batch_sharding(mesh)
+    self.batch = {k: None if v is None else jax.device_put(v, sharding) for k, v in local.items()}
+    state_sharding = jax.tree.map(lambda x: x.sharding, self.state)
+    step = functools.partial(trainer._train_step, self.graphdef, task="mlm", label_smoothing=0.0)
+    jitted = jax.jit(step, in_shardings=(state_sharding, sharding), out_shardings=(state_sharding, None),
+                     donate_argnums=(0,))
+    t0 = time.perf_counter()
+    with rope_disabled() if name == "no-rope" else contextlib.nullcontext():
+      lowered = jitted.lower(self.state, self.batch)
+    t1 = time.perf_counter()
+    self.compiled = lowered.compile()
+    t2 = time.perf_counter()
+    self.lower_s, self.compile_s = t1 - t0, t2 - t1
+    cost = self.compiled.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    # XLA counts the FLOPs of one device's shard of the SPMD program; the batch is split evenly.
+    self.xla_flops = float(cost.get("flops", 0.0)) * mesh.size if cost else 0.0
+    self.attention_kernel = attention_kernel(lowered.as_text())
+    self.losses: list[float] = []
+    self.round_ms: list[float] = []
+
+  def run(self, steps: int) -> float:
+    """Runs `steps` steps; returns ms per step, timed until the last loss is on the host."""
+    t0 = time.perf_counter()
+    for _ in range(steps):
+      self.state, out = self.compiled(self.state, self.batch)
+    loss = float(out["loss"])
+    ms = 1000 * (time.perf_counter() - t0) / steps
+    self.losses.append(loss)
+    if not np.isfinite(loss):
+      raise FloatingPointError(f"variant {self.name!r}: loss {loss} after {len(self.losses)} blocks")
+    return ms
+
+
+def attention_kernel(stablehlo: str) -> str:
+  """"cudnn" if the lowered step calls cuDNN's fused attention, else "xla"."""
+  return "cudnn" if "__cudnn$fmha" in stablehlo else "xla"
+
+
+def matmul_tflops(dtype, n: int, repeats: int = 10) -> float:
+  """TFLOP/s of one jitted [n, n] x [n, n] product in `dtype` (median of `repeats`)."""
+  a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+  b = jax.random.normal(jax.random.key(1), (n, n), dtype)
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, b).block_until_ready()
+  times = []
+  for _ in range(repeats):
+    t0 = time.perf_counter()
+    f(a, b).block_until_ready()
+    times.append(time.perf_counter() - t0)
+  return 2 * n ** 3 / statistics.median(times) / 1e12
+
+
+def flop_counts(variant: Variant) -> dict[str, float]:
+  """Model FLOPs per token: masked-head count, the plain 6N + attention, and XLA's count."""
+  cfg = variant.config
+  model, _ = nnx.merge(variant.graphdef, variant.state)
+  n = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  head = sum(x.size for x in jax.tree.leaves(nnx.state(model.mlm, nnx.Param)))
+  if cfg.model.tie_embeddings:
+    head += model.roformer.embeddings.word.embedding[...].size
+  t = cfg.data.max_length
+  m = pipeline.mlm_max_predictions(cfg.data, t)
+  common = dict(num_layers=cfg.model.num_layers, seq_len=t, d_model=cfg.model.d_model)
+  return {"params": n, "head_params": head, "scored_slots_per_row": m,
+          "model": metrics.mlm_train_flops_per_token(n, head, scored_fraction=m / t, **common),
+          "six_n_plus_attention": metrics.train_flops_per_token(n, causal=False, **common),
+          "xla": variant.xla_flops / variant.tokens}
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--batch", type=int, default=0, help="global batch (default 64; --smoke 2 per device)")
+  parser.add_argument("--seq", type=int, default=0, help="tokens per row (default 512; --smoke 128)")
+  parser.add_argument("--rounds", type=int, default=0, help="timed rounds (default 7; --smoke 2)")
+  parser.add_argument("--steps", type=int, default=0, help="steps per variant per round (default 5; --smoke 1)")
+  parser.add_argument("--warmup", type=int, default=2, help="untimed steps per variant after compiling")
+  parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
+  parser.add_argument("--smoke", action="store_true", help="a tiny model on any backend: checks the plumbing only")
+  parser.add_argument("--trace", default="", help="write a profiler trace of one round of 'auto' and 'xla' here")
+  parser.add_argument("--json-out", default="", help="also write the JSON summary to this file")
+  parser.add_argument("--record", action="store_true",
+                      help="save the figures to docs/bench_results/ for bench/report.py")
+  args = parser.parse_args(argv)
+  names = [v.strip() for v in args.variants.split(",") if v.strip()]
+  unknown = [v for v in names if v not in VARIANTS]
+  if unknown or not names:
+    parser.error(f"--variants {args.variants!r}: unknown {unknown}; choose from {', '.join(VARIANTS)}")
+  backend = jax.default_backend()
+  if backend != "gpu" and not args.smoke:
+    print(f"B3 needs a GPU (the default JAX backend is {backend!r}); skipped. "
+          "`python bench/gpu_mlm.py --smoke` checks the plumbing on any machine.")
+    return 0
+  batch = args.batch or (2 * jax.device_count() if args.smoke else 64)
+  seq = args.seq or (128 if args.smoke else 512)
+  rounds = args.rounds or (2 if args.smoke else 7)
+  steps = args.steps or (1 if args.smoke else 5)
+  if seq % 4:
+    parser.error(f"--seq {seq} must be a multiple of 4 (the packed variant packs 4 documents per row)")
+
+  compile_events: list[float] = []
+  jax.monitoring.register_event_duration_secs_listener(
+      lambda event, duration, **kw: compile_events.append(duration) if event.endswith("backend_compile_duration") else None)
+  config = load_config(args.smoke, batch, seq)
+  devices = jax.devices()
+  mesh = mesh_lib.make_mesh(config.mesh, devices)
+  mesh_lib.check_batch_size(batch, mesh)
+  rules = mesh_lib.rules_from_config(config.logical_axis_rules)
+  gpu = backend == "gpu"
+  matmul_dtype, matmul_n = (jnp.bfloat16, 8192) if gpu else (jnp.float32, 1024)
+  matmul_before = matmul_tflops(matmul_dtype, matmul_n)
+  peak = metrics.peak_flops_info(devices[0])
+
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+    variants = [Variant(name, config, mesh, rules) for name in names]
+  for v in variants:
+    for _ in range(args.warmup):
+      v.run(1)
+  if args.trace:
+    traced = [v for v in variants if v.name in ("auto", "xla")] or variants[:1]
+    with jax.profiler.trace(args.trace, create_perfetto_trace=True):
+      for v in traced:
+        v.run(steps)
+  for r in range(rounds):
+    order = variants[r % len(variants):] + variants[:r % len(variants)]
+    for v in order:
+      v.round_ms.append(v.run(steps))
+  matmul_after = matmul_tflops(matmul_dtype, matmul_n)
+  matmul_rate = statistics.mean([matmul_before, matmul_after])
+
+  flops = flop_counts(variants[0])
+  num_devices = len(devices)
+  rows = {}
+  for v in variants:
+    ms = statistics.median(v.round_ms)
+    tokens_per_s = v.tokens / (ms / 1000)
+    model_tflops = tokens_per_s * flops["model"] / 1e12
+    row = {"ms": ms, "ms_min": min(v.round_ms), "ms_max": max(v.round_ms), "ms_per_round": v.round_ms,
+           "tokens_per_s": tokens_per_s, "model_tflops": model_tflops,
+           "attention_kernel": v.attention_kernel, "lower_s": v.lower_s, "compile_s": v.compile_s,
+           "xla_flops_per_token": v.xla_flops / v.tokens, "first_loss": v.losses[0]}
+    row["fraction_of_matmul"] = model_tflops / (matmul_rate * num_devices)
+    if peak:
+      row["mfu"] = model_tflops * 1e12 / (peak["flops"] * num_devices)
+      row["mfu_6n_plus_attention"] = tokens_per_s * flops["six_n_plus_attention"] / (peak["flops"] * num_devices)
+    rows[v.name] = row
+  rope_share = None
+  if "auto" in rows and "no-rope" in rows:
+    rope_share = 1.0 - rows["no-rope"]["ms"] / rows["auto"]["ms"]
+  # The same weights and batch: "auto" and "xla" differ only in the attention kernel.
+  loss_check = None
+  if "auto" in rows and "xla" in rows:
+    a, x = rows["auto"]["first_loss"], rows["xla"]["first_loss"]
+    loss_check = {"auto": a, "xla": x, "rel_diff": abs(a - x) / abs(x)}
+
+  device = devices[0]
+  kind = device.device_kind
+  lines = [f"B3: RoFormer MLM train step, bf16 compute / fp32 master weights, B={batch} x T={seq}, "
+           f"{flops['params'] / 1e6:.1f}M params, {num_devices} x {kind}, jax {jax.__version__}"
+           + ("  [--smoke: plumbing only, not the B3 figure]" if args.smoke else "")]
+  lines.append(f"model FLOPs/token {flops['model'] / 1e9:.4g} G (MLM head at {flops['scored_slots_per_row']}/{seq} "
+               f"positions); plain 6N+attention {flops['six_n_plus_attention'] / 1e9:.4g} G; XLA's count of the "
+               f"'{variants[0].name}' step {flops['xla'] / 1e9:.4g} G")
+  unit = "bf16" if gpu else "fp32"
+  peak_text = f"{peak['detail']} = {peak['flops'] / 1e12:.0f} TFLOP/s" if peak else "unknown for this device"
+  lines.append(f"peak: {peak_text}; measured {unit} [{matmul_n}^3] matmul {matmul_rate:.1f} TFLOP/s per device")
+  lines.append(f"{'variant':<16}{'attention':>10}{'ms/step':>10}{'min..max':>18}{'tokens/s':>12}{'TFLOP/s':>9}"
+               f"{'MFU':>7}{'of matmul':>10}{'compile s':>10}")
+  for name, r in rows.items():
+    mfu = f"{r['mfu']:.1%}" if "mfu" in r else "-"
+    lines.append(f"{name:<16}{r['attention_kernel']:>10}{r['ms']:>10.2f}{r['ms_min']:>9.2f}..{r['ms_max']:<7.2f}"
+                 f"{r['tokens_per_s']:>12,.0f}{r['model_tflops']:>9.2f}{mfu:>7}{r['fraction_of_matmul']:>10.1%}"
+                 f"{r['lower_s'] + r['compile_s']:>10.2f}")
+  if rope_share is not None:
+    lines.append(f"RoPE share of the step (1 - t(no-rope)/t(auto)): {rope_share:.2%} (goal <= {GOAL_ROPE_SHARE:.0%})")
+  if loss_check:
+    lines.append(f"xla / auto time: {rows['xla']['ms'] / rows['auto']['ms']:.3f} ({rows['auto']['attention_kernel']} "
+                 f"attention in 'auto'); first losses {loss_check['auto']:.5f} vs {loss_check['xla']:.5f}")
+  if "auto" in rows and "mfu" in rows["auto"]:
+    lines.append(f"MFU of 'auto': {rows['auto']['mfu']:.1%} (goal >= {GOAL_MFU:.0%} on an H100/H200)")
+  table = "\n".join(lines)
+  print(table)
+
+  summary = {
+      "bench": "gpu_mlm", "smoke": args.smoke, "batch": batch, "seq": seq, "rounds": rounds, "steps_per_round": steps,
+      "warmup": args.warmup, "flops_per_token": flops, "peak": peak, "matmul_tflops": matmul_rate,
+      "matmul_tflops_before_after": [matmul_before, matmul_after], "matmul": {"dtype": unit, "n": matmul_n},
+      "rows": rows, "rope_share": rope_share, "loss_check": loss_check,
+      "xla_compile_events_s": sum(compile_events), "xla_compile_events": len(compile_events),
+      "goal_mfu_ge_45pct": (rows["auto"]["mfu"] >= GOAL_MFU) if "auto" in rows and "mfu" in rows["auto"] else None,
+      "goal_rope_share_le_2pct": None if rope_share is None else rope_share <= GOAL_ROPE_SHARE,
+      "machine": {"platform": device.platform, "device_kind": kind, "device_count": num_devices,
+                  "cpu": cpu_name(), "cpu_count": os.cpu_count(), "os": platform.platform()},
+      "versions": {"python": platform.python_version(), "jax": jax.__version__, "jaxlib": _version("jaxlib"),
+                   "flax": _version("flax"), "optax": _version("optax")},
+      "command": "python bench/gpu_mlm.py " + " ".join(sys.argv[1:] if argv is None else argv),
+      "date": datetime.date.today().isoformat(),
+  }
+  if args.json_out:
+    with open(args.json_out, "w") as f:
+      json.dump(summary, f, indent=1)
+      f.write("\n")
+  if args.record:
+    _record(summary, rows, rope_share, table)
+  print(json.dumps(summary))
+  return 0
+
+
+def _record(summary: dict, rows: dict, rope_share: float | None, table: str) -> None:
+  import _record as record
+  figures = []
+  for name, r in rows.items():
+    key = name.replace(", ", "_").replace(" ", "_").lower()
+    figures.append({"id": f"B3.{key}.tokens_per_s", "name": f"B3 {name}: tokens/s ({r['attention_kernel']} attention)",
+                    "value": r["tokens_per_s"], "unit": "tokens/s", "goal": None, "met": None})
+    if "mfu" in r:
+      goal = name == "auto"
+      figures.append({"id": f"B3.{key}.mfu", "name": f"B3 {name}: MFU", "value": 100 * r["mfu"], "unit": "%",
+                      "goal": f">= {GOAL_MFU:.0%}" if goal else None, "met": (r["mfu"] >= GOAL_MFU) if goal else None})
+    figures.append({"id": f"B3.{key}.compile_s", "name": f"B3 {name}: compile time", "value": r["lower_s"] + r["compile_s"],
+                    "unit": "s", "goal": None, "met": None})
+  if rope_share is not None:
+    figures.append({"id": "B3.rope_share", "name": "B3 RoPE share of the step", "value": 100 * rope_share, "unit": "%",
+                    "goal": f"<= {GOAL_ROPE_SHARE:.0%}", "met": rope_share <= GOAL_ROPE_SHARE})
+  record.save("gpu_mlm_smoke" if summary["smoke"] else "gpu_mlm", figures=figures,
+              table=table, result=summary)
+
+
+def _version(pkg: str) -> str | None:
+  try:
+    from importlib.metadata import version
+    return version(pkg)
+  except Exception:  # noqa: BLE001
+    return None
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,86 @@
+"""bench/gpu_mlm.py (B3) on the CPU: the plumbing, the batches and the RoPE ablation.
+
+The figures themselves need a GPU; these tests check that the script runs end to end, that
+its variants compute what they claim, and that its FLOP count agrees with XLA's."""
+
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+sys.path.insert(0, BENCH)
+import gpu_mlm  # noqa: E402
+
+from roformer_jax import models  # noqa: E402
+
+
+def test_smoke_run_end_to_end(tmp_path, capsys):
+  out = tmp_path / "b3.json"
+  assert gpu_mlm.main(["--smoke", "--rounds", "1", "--warmup", "0", "--json-out", str(out)]) == 0
+  summary = json.loads(out.read_text())
+  assert summary["smoke"] and list(summary["rows"]) == list(gpu_mlm.VARIANTS)
+  rows = summary["rows"]
+  assert all(r["attention_kernel"] == "xla" and r["tokens_per_s"] > 0 for r in rows.values())  # CPU
+  # "auto" and "xla" are the same computation on a CPU: same weights, batch and first loss.
+  assert summary["loss_check"]["rel_diff"] < 1e-6
+  assert rows["no-rope"]["first_loss"] != rows["auto"]["first_loss"]  # the ablation changes the model
+  flops = summary["flops_per_token"]
+  # Our count vs XLA's for the sharded bf16 step (XLA also counts the casts, softmax, GELU and
+  # LayerNorm; tests/test_metrics.py checks the formula to 5% on a float32 step).
+  assert flops["model"] == pytest.approx(flops["xla"], rel=0.15)
+  assert flops["six_n_plus_attention"] > flops["model"]
+  assert summary["peak"] is None and "mfu" not in rows["auto"]  # a CPU has no bf16 peak here
+  printed = capsys.readouterr().out
+  assert "RoPE share of the step" in printed and "--smoke: plumbing only" in printed
+
+
+def test_without_a_gpu_it_skips(capsys):
+  assert gpu_mlm.main([]) == 0
+  assert "B3 needs a GPU" in capsys.readouterr().out
+
+
+def test_bad_variant_is_named():
+  with pytest.raises(SystemExit):
+    gpu_mlm.main(["--smoke", "--variants", "auto,flash"])
+
+
+def test_batches_unpacked_and_packed():
+  config = gpu_mlm.load_config(True, batch=2, seq=16)
+  plain = gpu_mlm.make_batch(config, "auto")
+  assert plain["segment_ids"] is None and plain["positions"] is None  # no dense mask: cuDNN can run
+  m = plain["masked_positions"].shape[1]
+  scored = int(plain["masked_weights"].sum(1)[0])
+  assert scored == round(0.15 * 16) and m >= scored
+  rows = np.arange(2)[:, None]
+  np.testing.assert_array_equal(plain["masked_targets"][:, :scored],
+                                plain["targets"][rows, plain["masked_positions"][:, :scored]])
+  assert (plain["inputs"][rows, plain["masked_positions"][:, :scored]] == 4).all()
+  packed = gpu_mlm.make_batch(config, "packed")
+  np.testing.assert_array_equal(packed["segment_ids"][0], np.repeat([1, 2, 3, 4], 4))
+  np.testing.assert_array_equal(packed["positions"][0], np.tile(np.arange(4), 4))
+
+
+def test_rope_ablation_equals_a_model_without_position_encoding():
+  """With the rotation disabled, a RoPE model computes exactly what position='none' computes
+  (same parameters: RoPE has none), so 'no-rope' removes RoPE and nothing else."""
+  cfg = models.ModelConfig(vocab_size=64, d_model=32, num_layers=2, num_heads=4, d_ff=64, dropout=0.0,
+                           attention_dropout=0.0, init_std=0.5)  # sharp attention: RoPE matters
+  rope_model = models.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0))
+  none_model = models.RoFormerForMaskedLM(cfg.replace(position="none"), rngs=nnx.Rngs(0))
+  ids = jax.random.randint(jax.random.key(1), (2, 12), 5, 64)
+  with gpu_mlm.rope_disabled():
+    ablated = rope_model(ids)
+  np.testing.assert_allclose(ablated, none_model(ids), atol=1e-6)
+  assert np.abs(rope_model(ids) - ablated).max() > 0.1  # outside the context RoPE is back
+
+
+def test_attention_kernel_is_read_from_the_lowered_step():
+  f = jax.jit(lambda q: jax.nn.dot_product_attention(q, q, q))
+  assert gpu_mlm.attention_kernel(f.lower(jnp.ones((1, 4, 2, 8))).as_text()) == "xla"
+  assert gpu_mlm.attention_kernel('stablehlo.custom_call @"__cudnn$fmhaSoftmax"(%0)') == "cudnn"
