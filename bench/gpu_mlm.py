@@ -65,7 +65,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from _machine import cpu_name  # noqa: E402
-from roformer_jax import mesh as mesh_lib, metrics, models, positional, trainer  # noqa: E402
+from roformer_jax import mesh as mesh_lib, metrics, positional, trainer  # noqa: E402
 from roformer_jax.data import pipeline  # noqa: E402
 
 GOAL_MFU = 0.45
