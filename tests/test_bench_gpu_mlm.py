@@ -20,9 +20,10 @@ import gpu_mlm  # noqa: E402
 from roformer_jax import models  # noqa: E402
 
 
-def test_smoke_run_end_to_end(tmp_path, capsys):
+def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
   out = tmp_path / "b3.json"
-  assert gpu_mlm.main(["--smoke", "--rounds", "1", "--warmup", "0", "--json-out", str(out)]) == 0
+  monkeypatch.setenv("ROFORMER_BENCH_RESULTS", str(tmp_path / "results"))
+  assert gpu_mlm.main(["--smoke", "--rounds", "1", "--warmup", "0", "--json-out", str(out), "--record"]) == 0
   summary = json.loads(out.read_text())
   assert summary["smoke"] and list(summary["rows"]) == list(gpu_mlm.VARIANTS)
   rows = summary["rows"]
@@ -38,6 +39,11 @@ def test_smoke_run_end_to_end(tmp_path, capsys):
   assert summary["peak"] is None and "mfu" not in rows["auto"]  # a CPU has no bf16 peak here
   printed = capsys.readouterr().out
   assert "RoPE share of the step" in printed and "--smoke: plumbing only" in printed
+  # --record: a smoke run never overwrites the GPU figures (its own file name)
+  recorded = json.loads((tmp_path / "results" / "gpu_mlm_smoke.json").read_text())
+  ids = {f["id"] for f in recorded["figures"]}
+  assert {"B3.auto.tokens_per_s", "B3.rope_share", "B3.xla.compile_s"} <= ids
+  assert "RoPE share" in recorded["table"]
 
 
 def test_without_a_gpu_it_skips(capsys):
