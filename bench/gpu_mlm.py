@@ -36,6 +36,11 @@ check. The peak is read off the device (`metrics.peak_flops_info`: SMs x max SM 
 architecture's bf16 FLOP/clock/SM), and a bf16 [8192^3] matmul is timed in the same run as
 the achievable rate. --smoke on a CPU reports the fraction of a float32 matmul instead.
 
+--remat none|full|dots sets `model.remat` for every variant (more batch per GPU for some
+recomputation); the "temp GiB" column is XLA's temporary buffer size of the compiled step
+(`memory_analysis`), mostly the activations kept for the backward pass. --smoke
+--base-on-cpu runs the full model on a CPU (slow), e.g. to read that column there.
+
 --trace DIR writes a profiler trace of one round of the "auto" and "xla" variants (Perfetto
 JSON as well as XPlane), for reading kernel times by hand.
 The last line printed is one JSON object with every figure, the machine and the versions.
@@ -74,7 +79,7 @@ VARIANTS = ("auto", "xla", "no-rope", "packed", "bert-dropout")
 SMOKE_MODEL = dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, d_ff=256)
 
 
-def load_config(smoke: bool, batch: int, seq: int):
+def load_config(smoke: bool, batch: int, seq: int, remat: str = "none"):
   """configs/bert_base_mlm.py in bf16 compute (its model, optimiser and masking settings)."""
   sys.path.insert(0, ROOT)
   from configs import bert_base_mlm
@@ -84,6 +89,7 @@ def load_config(smoke: bool, batch: int, seq: int):
   config.model.dtype = "bfloat16"
   config.model.param_dtype = "float32"
   config.model.max_position = max(config.model.max_position, seq)
+  config.model.remat = remat
   if smoke:
     config.model.update(SMOKE_MODEL)
     config.data.vocab_size = SMOKE_MODEL["vocab_size"]
@@ -163,6 +169,8 @@ class Variant:
     # XLA counts the FLOPs of one device's shard of the SPMD program; the batch is split evenly.
     self.xla_flops = float(cost.get("flops", 0.0)) * mesh.size if cost else 0.0
     self.attention_kernel = attention_kernel(lowered.as_text())
+    memory = self.compiled.memory_analysis()  # XLA's temporary buffers: activations kept for backward
+    self.temp_gib = memory.temp_size_in_bytes / 2 ** 30 if memory is not None else None
     self.losses: list[float] = []
     self.round_ms: list[float] = []
 
@@ -224,6 +232,9 @@ def main(argv=None) -> int:
   parser.add_argument("--warmup", type=int, default=2, help="untimed steps per variant after compiling")
   parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
   parser.add_argument("--smoke", action="store_true", help="a tiny model on any backend: checks the plumbing only")
+  parser.add_argument("--base-on-cpu", action="store_true",
+                      help="with --smoke: the full roformer-base model instead of the tiny one (slow)")
+  parser.add_argument("--remat", default="none", choices=("none", "full", "dots"), help="model.remat for every variant")
   parser.add_argument("--trace", default="", help="write a profiler trace of one round of 'auto' and 'xla' here")
   parser.add_argument("--json-out", default="", help="also write the JSON summary to this file")
   parser.add_argument("--record", action="store_true",
@@ -248,7 +259,7 @@ def main(argv=None) -> int:
   compile_events: list[float] = []
   jax.monitoring.register_event_duration_secs_listener(
       lambda event, duration, **kw: compile_events.append(duration) if event.endswith("backend_compile_duration") else None)
-  config = load_config(args.smoke, batch, seq)
+  config = load_config(args.smoke and not args.base_on_cpu, batch, seq, args.remat)
   devices = jax.devices()
   mesh = mesh_lib.make_mesh(config.mesh, devices)
   mesh_lib.check_batch_size(batch, mesh)
@@ -285,7 +296,7 @@ def main(argv=None) -> int:
     row = {"ms": ms, "ms_min": min(v.round_ms), "ms_max": max(v.round_ms), "ms_per_round": v.round_ms,
            "tokens_per_s": tokens_per_s, "model_tflops": model_tflops,
            "attention_kernel": v.attention_kernel, "lower_s": v.lower_s, "compile_s": v.compile_s,
-           "xla_flops_per_token": v.xla_flops / v.tokens, "first_loss": v.losses[0]}
+           "xla_flops_per_token": v.xla_flops / v.tokens, "first_loss": v.losses[0], "temp_gib": v.temp_gib}
     row["fraction_of_matmul"] = model_tflops / (matmul_rate * num_devices)
     if peak:
       row["mfu"] = model_tflops * 1e12 / (peak["flops"] * num_devices)
@@ -302,7 +313,7 @@ def main(argv=None) -> int:
 
   device = devices[0]
   kind = device.device_kind
-  lines = [f"B3: RoFormer MLM train step, bf16 compute / fp32 master weights, B={batch} x T={seq}, "
+  lines = [f"B3: RoFormer MLM train step, bf16 compute / fp32 master weights, remat {args.remat}, B={batch} x T={seq}, "
            f"{flops['params'] / 1e6:.1f}M params, {num_devices} x {kind}, jax {jax.__version__}"
            + ("  [--smoke: plumbing only, not the B3 figure]" if args.smoke else "")]
   lines.append(f"model FLOPs/token {flops['model'] / 1e9:.4g} G (MLM head at {flops['scored_slots_per_row']}/{seq} "
@@ -312,12 +323,13 @@ def main(argv=None) -> int:
   peak_text = f"{peak['detail']} = {peak['flops'] / 1e12:.0f} TFLOP/s" if peak else "unknown for this device"
   lines.append(f"peak: {peak_text}; measured {unit} [{matmul_n}^3] matmul {matmul_rate:.1f} TFLOP/s per device")
   lines.append(f"{'variant':<16}{'attention':>10}{'ms/step':>10}{'min..max':>18}{'tokens/s':>12}{'TFLOP/s':>9}"
-               f"{'MFU':>7}{'of matmul':>10}{'compile s':>10}")
+               f"{'MFU':>7}{'of matmul':>10}{'compile s':>10}{'temp GiB':>10}")
   for name, r in rows.items():
     mfu = f"{r['mfu']:.1%}" if "mfu" in r else "-"
     lines.append(f"{name:<16}{r['attention_kernel']:>10}{r['ms']:>10.2f}{r['ms_min']:>9.2f}..{r['ms_max']:<7.2f}"
                  f"{r['tokens_per_s']:>12,.0f}{r['model_tflops']:>9.2f}{mfu:>7}{r['fraction_of_matmul']:>10.1%}"
-                 f"{r['lower_s'] + r['compile_s']:>10.2f}")
+                 f"{r['lower_s'] + r['compile_s']:>10.2f}"
+                 + (f"{r['temp_gib']:>10.2f}" if r["temp_gib"] is not None else f"{'-':>10}"))
   if rope_share is not None:
     lines.append(f"RoPE share of the step (1 - t(no-rope)/t(auto)): {rope_share:.2%} (goal <= {GOAL_ROPE_SHARE:.0%})")
   if loss_check:
@@ -329,7 +341,7 @@ def main(argv=None) -> int:
   print(table)
 
   summary = {
-      "bench": "gpu_mlm", "smoke": args.smoke, "batch": batch, "seq": seq, "rounds": rounds, "steps_per_round": steps,
+      "bench": "gpu_mlm", "smoke": args.smoke, "remat": args.remat, "batch": batch, "seq": seq, "rounds": rounds, "steps_per_round": steps,
       "warmup": args.warmup, "flops_per_token": flops, "peak": peak, "matmul_tflops": matmul_rate,
       "matmul_tflops_before_after": [matmul_before, matmul_after], "matmul": {"dtype": unit, "n": matmul_n},
       "rows": rows, "rope_share": rope_share, "loss_check": loss_check,

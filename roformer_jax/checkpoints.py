@@ -122,7 +122,8 @@ __all__ = ["Checkpointer", "average_checkpoints"]
 
 ENCODER = "roformer"  # the shared encoder's attribute in RoFormerForMaskedLM / ...ForSequenceClassification
 # ModelConfig fields that may differ between pre-training and fine-tuning.
-_FREE_FIELDS = {"dropout", "attention_dropout", "dtype", "param_dtype", "max_position", "attention_implementation"}
+_FREE_FIELDS = {"dropout", "attention_dropout", "dtype", "param_dtype", "max_position", "attention_implementation",
+               "remat"}
 
 
 class InitFromError(ValueError):

@@ -39,6 +39,12 @@ ACTIVATIONS = {
     "silu": jax.nn.silu,
 }
 NORM_PLACEMENTS = ("post", "pre")
+# ModelConfig.remat -> the jax.checkpoint policy of each layer (None: no remat).
+REMAT_POLICIES = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +78,10 @@ class ModelConfig:
   # no dense mask, no dropout), XLA elsewhere; "xla" or "cudnn" forces one (not architecture:
   # checkpoints load under any value).
   attention_implementation: str = "auto"
+  # Activation rematerialisation per layer (not architecture): "none" keeps every activation
+  # for the backward pass; "full" recomputes each layer's forward in the backward pass and
+  # keeps only its input; "dots" keeps the matmul outputs and recomputes the rest.
+  remat: str = "none"
   num_features: int = 256  # FAVOR+ random features
   tie_embeddings: bool = True  # output projection = embedding table
   scale_embeddings: bool = False  # multiply embeddings by sqrt(D) (Vaswani et al.)
@@ -100,6 +110,8 @@ class ModelConfig:
       raise ValueError(f"attention={self.attention!r}; expected one of {ATTENTION_KINDS}.")
     if self.feature_map not in FEATURE_MAPS:
       raise ValueError(f"feature_map={self.feature_map!r}; expected one of {FEATURE_MAPS}.")
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(f"remat={self.remat!r}; expected one of {tuple(REMAT_POLICIES)}.")
     if self.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
       raise ValueError(f"attention_implementation={self.attention_implementation!r}; expected one of "
                        f"{ATTENTION_IMPLEMENTATIONS}.")
@@ -302,6 +314,18 @@ def _stack(cfg: ModelConfig, *, causal: bool, cross: bool, rngs: nnx.Rngs) -> nn
   return nnx.List([Block(cfg, causal=causal, cross=cross, rngs=rngs) for _ in range(cfg.num_layers)])
 
 
+def _run_layers(cfg: ModelConfig, layers, x: jax.Array, **kw) -> jax.Array:
+  """x through every layer, each under `cfg.remat`'s checkpoint policy (if any)."""
+  if cfg.remat == "none":
+    for layer in layers:
+      x = layer(x, **kw)
+    return x
+  step = nnx.remat(lambda layer, h: layer(h, **kw), policy=REMAT_POLICIES[cfg.remat])
+  for layer in layers:
+    x = step(layer, x)
+  return x
+
+
 def _self_attention_mask(cfg: ModelConfig, *, valid, segment_ids, causal: bool, length: int):
   if cfg.attention == "linear":
     return None  # linear attention takes kv_valid / segment_ids directly
@@ -361,8 +385,7 @@ class RoFormerModel(nnx.Module):
       positions = positional.default_positions(input_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(input_ids, positions=positions, token_type_ids=token_type_ids, deterministic=deterministic)
     mask = _self_attention_mask(cfg, valid=valid, segment_ids=segment_ids, causal=False, length=input_ids.shape[1])
-    for layer in self.layers:
-      x = layer(x, positions=positions, mask=mask, kv_valid=valid, deterministic=deterministic)
+    x = _run_layers(cfg, self.layers, x, positions=positions, mask=mask, kv_valid=valid, deterministic=deterministic)
     return x if self.final_norm is None else self.final_norm(x)
 
   __call__ = encode
@@ -517,9 +540,8 @@ class CausalLM(nnx.Module):
     x = self.embeddings(tokens, positions=positions, deterministic=deterministic)
     mask = _self_attention_mask(self.config, valid=valid, segment_ids=segment_ids, causal=True,
                                 length=tokens.shape[1])
-    for layer in self.layers:
-      x = layer(x, positions=positions, mask=mask, kv_valid=valid, segment_ids=segment_ids,
-                deterministic=deterministic)
+    x = _run_layers(self.config, self.layers, x, positions=positions, mask=mask, kv_valid=valid,
+                    segment_ids=segment_ids, deterministic=deterministic)
     return self._logits(x)
 
   def init_cache(self, batch: int, max_len: int, dtype=None) -> dict[str, Any]:
@@ -585,8 +607,7 @@ class TransformerSeq2Seq(nnx.Module):
       positions = positional.default_positions(src_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(src_ids, positions=positions, deterministic=deterministic)
     mask = make_attention_mask(kv_valid=valid, q_segment_ids=segment_ids)
-    for layer in self.encoder:
-      x = layer(x, positions=positions, mask=mask, deterministic=deterministic)
+    x = _run_layers(self.config, self.encoder, x, positions=positions, mask=mask, deterministic=deterministic)
     return x if self.encoder_norm is None else self.encoder_norm(x).astype(self.config.compute_dtype)
 
   def _logits(self, h):
@@ -617,9 +638,8 @@ class TransformerSeq2Seq(nnx.Module):
                                kv_index=idx)
     cross_mask = make_attention_mask(kv_valid=jnp.asarray(src_mask, bool), q_segment_ids=tgt_segment_ids,
                                      kv_segment_ids=src_segment_ids)
-    for layer in self.decoder:
-      x = layer(x, positions=positions, mask=mask, context=encoded, context_mask=cross_mask,
-                deterministic=deterministic)
+    x = _run_layers(self.config, self.decoder, x, positions=positions, mask=mask, context=encoded,
+                    context_mask=cross_mask, deterministic=deterministic)
     return self._logits(x)
 
   def __call__(self, src_ids, tgt_ids, *, src_mask=None, tgt_mask=None, src_segment_ids=None,
