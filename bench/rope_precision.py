@@ -69,7 +69,7 @@ def main():
     for name, key, _ in CASES:
       err = rows[name]["exact"]
       figures.append(_record.figure(f"precision.exact.{key}", f"max cos/sin error vs float64, exact, {name}", err,
-                                    "", goal=f"<= {EXACT_BOUND:g}", met=err <= EXACT_BOUND))
+                                    "", goal="<= 1e-5", met=err <= EXACT_BOUND))
       figures.append(_record.figure(f"precision.plain_fp32.{key}",
                                     f"max cos/sin error vs float64, plain float32 product, {name}",
                                     rows[name]["plain_fp32"], ""))
