@@ -90,3 +90,20 @@ def test_attention_kernel_is_read_from_the_lowered_step():
   f = jax.jit(lambda q: jax.nn.dot_product_attention(q, q, q))
   assert gpu_mlm.attention_kernel(f.lower(jnp.ones((1, 4, 2, 8))).as_text()) == "xla"
   assert gpu_mlm.attention_kernel('stablehlo.custom_call @"__cudnn$fmhaSoftmax"(%0)') == "cudnn"
+
+
+def test_mfu_lines_with_a_known_peak(monkeypatch, capsys):
+  """The GPU-only branch (MFU against the device's and the datasheet's peak), on a CPU with a
+  stand-in peak of 1 TFLOP/s from the device and 2 from the datasheet."""
+  def fake_peak(device, max_sm_clock_mhz=None):
+    from_device = max_sm_clock_mhz is None
+    return {"flops": 1e12 if from_device else 2e12, "source": "device" if from_device else "datasheet table",
+            "detail": "stand-in"}
+  monkeypatch.setattr(gpu_mlm.metrics, "peak_flops_info", fake_peak)
+  assert gpu_mlm.main(["--smoke", "--rounds", "1", "--warmup", "0", "--variants", "auto"]) == 0
+  summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  auto = summary["rows"]["auto"]
+  devices = summary["machine"]["device_count"]
+  assert auto["mfu"] == pytest.approx(auto["model_tflops"] / devices)
+  assert auto["mfu_datasheet_peak"] == pytest.approx(auto["mfu"] / 2)
+  assert summary["goal_mfu_ge_45pct"] is (auto["mfu"] >= 0.45)
