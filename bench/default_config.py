@@ -37,6 +37,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from bench import _record  # noqa: E402
+from bench._machine import matmul_flops  # noqa: E402
 from roformer_jax import metrics as metrics_lib, tasks, trainer  # noqa: E402
 
 
@@ -49,18 +50,9 @@ def load_config(spec: str):
   return module.get_config(arg) if arg else module.get_config()
 
 
-def matmul_gflops(n: int = 2048, repeats: int = 10) -> float:
-  """float32 GFLOP/s of one jitted [n, n] x [n, n] product (median of `repeats`)."""
-  a = jax.random.normal(jax.random.key(0), (n, n), jnp.float32)
-  b = jax.random.normal(jax.random.key(1), (n, n), jnp.float32)
-  f = jax.jit(lambda x, y: x @ y)
-  f(a, b).block_until_ready()
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    f(a, b).block_until_ready()
-    times.append(time.perf_counter() - t0)
-  return 2 * n ** 3 / statistics.median(times) / 1e9
+def matmul_gflops(n: int = 2048) -> float:
+  """float32 GFLOP/s of one jitted [n, n] x [n, n] product."""
+  return matmul_flops(jnp.float32, n) / 1e9
 
 
 def main():

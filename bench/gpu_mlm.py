@@ -54,7 +54,6 @@ import datetime
 import functools
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -69,7 +68,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from _machine import cpu_name  # noqa: E402
+import _record as record  # noqa: E402
+from _machine import matmul_flops  # noqa: E402
 from roformer_jax import mesh as mesh_lib, metrics, positional, trainer  # noqa: E402
 from roformer_jax.data import pipeline  # noqa: E402
 
@@ -192,18 +192,8 @@ def attention_kernel(stablehlo: str) -> str:
   return "cudnn" if "__cudnn$fmha" in stablehlo else "xla"
 
 
-def matmul_tflops(dtype, n: int, repeats: int = 10) -> float:
-  """TFLOP/s of one jitted [n, n] x [n, n] product in `dtype` (median of `repeats`)."""
-  a = jax.random.normal(jax.random.key(0), (n, n), dtype)
-  b = jax.random.normal(jax.random.key(1), (n, n), dtype)
-  f = jax.jit(lambda x, y: x @ y)
-  f(a, b).block_until_ready()
-  times = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    f(a, b).block_until_ready()
-    times.append(time.perf_counter() - t0)
-  return 2 * n ** 3 / statistics.median(times) / 1e12
+def matmul_tflops(dtype, n: int) -> float:
+  return matmul_flops(dtype, n) / 1e12
 
 
 def flop_counts(variant: Variant) -> dict[str, float]:
@@ -356,10 +346,7 @@ def main(argv=None) -> int:
       "xla_compile_events_s": sum(compile_events), "xla_compile_events": len(compile_events),
       "goal_mfu_ge_45pct": (rows["auto"]["mfu"] >= GOAL_MFU) if "auto" in rows and "mfu" in rows["auto"] else None,
       "goal_rope_share_le_2pct": None if rope_share is None else rope_share <= GOAL_ROPE_SHARE,
-      "machine": {"platform": device.platform, "device_kind": kind, "device_count": num_devices,
-                  "cpu": cpu_name(), "cpu_count": os.cpu_count(), "os": platform.platform()},
-      "versions": {"python": platform.python_version(), "jax": jax.__version__, "jaxlib": _version("jaxlib"),
-                   "flax": _version("flax"), "optax": _version("optax")},
+      "machine": record.machine(), "versions": record.versions(),
       "command": "python bench/gpu_mlm.py " + " ".join(sys.argv[1:] if argv is None else argv),
       "date": datetime.date.today().isoformat(),
   }
@@ -374,7 +361,6 @@ def main(argv=None) -> int:
 
 
 def _record(summary: dict, rows: dict, rope_share: float | None, table: str) -> None:
-  import _record as record
   figures = []
   for name, r in rows.items():
     key = name.replace(", ", "_").replace(" ", "_").lower()
@@ -391,14 +377,6 @@ def _record(summary: dict, rows: dict, rope_share: float | None, table: str) -> 
                     "goal": f"<= {GOAL_ROPE_SHARE:.0%}", "met": rope_share <= GOAL_ROPE_SHARE})
   record.save("gpu_mlm_smoke" if summary["smoke"] else "gpu_mlm", figures=figures,
               table=table, result=summary)
-
-
-def _version(pkg: str) -> str | None:
-  try:
-    from importlib.metadata import version
-    return version(pkg)
-  except Exception:  # noqa: BLE001
-    return None
 
 
 if __name__ == "__main__":

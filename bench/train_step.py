@@ -65,7 +65,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -81,7 +80,6 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from bench import _record  # noqa: E402
-from bench._machine import cpu_name  # noqa: E402
 from roformer_jax import hf, losses, models, optim  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -677,20 +675,7 @@ def _figures(results: dict) -> list[dict]:
 
 
 def _machine_and_versions() -> tuple[dict, dict]:
-  device = jax.devices()[0]
-  machine = {"platform": device.platform, "device_kind": device.device_kind, "device_count": jax.device_count(),
-             "cpu": cpu_name(), "cpu_count": os.cpu_count(), "os": platform.platform()}
-  versions = {"python": platform.python_version(), "jax": jax.__version__, "jaxlib": _version("jaxlib"),
-              "flax": _version("flax"), "optax": _version("optax")}
-  return machine, versions
-
-
-def _version(pkg: str) -> str | None:
-  try:
-    from importlib.metadata import version
-    return version(pkg)
-  except Exception:  # noqa: BLE001
-    return None
+  return _record.machine(), _record.versions()
 
 
 if __name__ == "__main__":
