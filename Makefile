@@ -41,6 +41,7 @@ bench: venv
 	$(PY) bench/decode.py --record
 	$(PY) bench/train_step.py --record
 	$(PY) bench/default_config.py --record
+	$(PY) bench/remat.py --record
 	$(PY) bench/gpu_mlm.py --record
 	$(PY) bench/report.py
 

@@ -85,3 +85,21 @@ def test_train_step_full_and_masked_agree(bench):
   # Same gradients, so the same parameters after two AdamW steps.
   for a, b in zip(jax.tree.leaves(out[False]), jax.tree.leaves(out[True])):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_remat_bench_runs_and_records(tmp_path):
+  """bench/remat.py on the tiny shape: three policies, identical first losses, a record."""
+  import json
+  import subprocess
+  import sys
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = {**os.environ, "ROFORMER_BENCH_RESULTS": str(tmp_path)}
+  done = subprocess.run([sys.executable, os.path.join(root, "bench", "remat.py"), "--shapes", "tiny", "--rounds", "1",
+                         "--steps", "1", "--record"], capture_output=True, text=True, env=env, cwd=root, timeout=300)
+  assert done.returncode == 0, done.stderr[-2000:]
+  summary = json.loads(done.stdout.strip().splitlines()[-1])
+  rows = summary["results"]["tiny"]["rows"]
+  assert rows["full"]["temp_gib"] < rows["none"]["temp_gib"] and rows["dots"]["temp_gib"] < rows["none"]["temp_gib"]
+  assert rows["full"]["losses"][0] == pytest.approx(rows["none"]["losses"][0], rel=1e-5)
+  recorded = json.loads((tmp_path / "remat.json").read_text())
+  assert {f["id"] for f in recorded["figures"]} >= {"remat.tiny.full.memory_vs_none", "remat.tiny.dots.time_vs_none"}

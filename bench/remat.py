@@ -1,0 +1,116 @@
+"""Rematerialisation (`model.remat`): XLA's temporary memory and the step time it costs.
+
+Run (from the repository root):
+  .venv/bin/python bench/remat.py                    # B2's shapes a and c (about 4 min on 2 cores)
+  .venv/bin/python bench/remat.py --shapes tiny --rounds 2
+
+The step is B2's JAX "masked" step (bench/train_step.py: forward, MLM loss at the masked
+positions, backward, AdamW; float32, dropout 0) of a freshly initialised model, compiled once
+per policy: "none" (every activation kept for the backward pass), "full" (each layer keeps
+only its input and recomputes its forward pass) and "dots" (the matmul outputs are kept).
+For each it reports XLA's temporary buffer size of the compiled step (`memory_analysis`,
+exact) and the median ms/step over --rounds rounds, the policies alternating (order rotated)
+with one untimed step at the start of each block. The ratio is the time against "none" in
+the same run. The last line printed is one JSON object with every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import jax  # noqa: E402
+from flax import nnx  # noqa: E402
+
+from bench import _record, train_step as b2  # noqa: E402
+from roformer_jax import models  # noqa: E402
+
+POLICIES = ("none", "full", "dots")
+
+
+class Policy:
+  def __init__(self, remat: str, spec: dict, batch, tx):
+    cfg = models.ModelConfig(**spec["model"], dropout=0.0, attention_dropout=0.0, remat=remat)
+    graphdef, self.state = b2.new_state(models.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0)), tx)
+    self.step = jax.jit(b2.make_train_step(graphdef, masked=True), donate_argnums=0).lower(self.state, batch).compile()
+    self.temp_gib = self.step.memory_analysis().temp_size_in_bytes / 2 ** 30
+    self.batch, self.ms, self.losses = batch, [], []
+
+  def block(self, steps: int) -> None:
+    self.state, loss = self.step(self.state, self.batch)  # untimed: the first step after another policy's block
+    float(loss)
+    start = time.perf_counter()
+    for _ in range(steps):
+      self.state, loss = self.step(self.state, self.batch)
+      self.losses.append(float(loss))
+    self.ms.append(1000 * (time.perf_counter() - start) / steps)
+
+
+def bench_shape(name: str, rounds: int, steps: int) -> tuple[dict, list[str]]:
+  spec = b2.SHAPES[name]
+  batch = b2.jax_batch(b2.make_batch(spec["batch"], spec["seq"], spec["model"]["vocab_size"]))
+  tx, _ = b2.mlm_optimizer()
+  runs = {p: Policy(p, spec, batch, tx) for p in POLICIES}
+  for r in range(rounds):
+    for p in POLICIES[r % 3:] + POLICIES[:r % 3]:
+      runs[p].block(steps)
+  base = statistics.median(runs["none"].ms)
+  rows, lines = {}, []
+  for p, run in runs.items():
+    ms = statistics.median(run.ms)
+    rows[p] = {"temp_gib": run.temp_gib, "ms": ms, "ms_min": min(run.ms), "ms_max": max(run.ms),
+               "time_vs_none": ms / base, "memory_vs_none": run.temp_gib / runs["none"].temp_gib,
+               "losses": run.losses}
+    lines.append(f"{name:<5} {p:<6} {run.temp_gib:>9.3f} {rows[p]['memory_vs_none']:>8.2f} {ms:>10.1f} "
+                 f"{min(run.ms):>9.1f}..{max(run.ms):<9.1f} {rows[p]['time_vs_none']:>7.2f}")
+  # Same initial weights and batch: the policies must train identically.
+  first = {p: run.losses[0] for p, run in runs.items()}
+  assert max(first.values()) - min(first.values()) <= 1e-5 * abs(first["none"]), first
+  return {"description": b2.DESCRIPTIONS[name], "rows": rows}, lines
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--shapes", default="a,c", help=f"comma-separated subset of {','.join(b2.SHAPES)}")
+  parser.add_argument("--rounds", type=int, default=3)
+  parser.add_argument("--steps", type=int, default=0, help="timed steps per block (0: 3 for a/b/tiny, 1 for c)")
+  _record.add_record_arg(parser)
+  args = parser.parse_args()
+  names = [s for s in args.shapes.split(",") if s]
+  unknown = [s for s in names if s not in b2.SHAPES]
+  if unknown or not names:
+    parser.error(f"--shapes {args.shapes!r}: unknown {unknown}; expected some of {list(b2.SHAPES)}")
+  results, lines = {}, [f"{'shape':<5} {'remat':<6} {'temp GiB':>9} {'vs none':>8} {'ms/step':>10} "
+                        f"{'min..max':>20} {'time x':>7}"]
+  for name in names:
+    steps = args.steps or (1 if name == "c" else 3)
+    results[name], shape_lines = bench_shape(name, args.rounds, steps)
+    lines += shape_lines
+  table = "\n".join([f"model.remat on B2's masked MLM step, float32, {args.rounds} rounds, jax {jax.__version__}"] + lines)
+  print(table)
+  summary = {"bench": "remat", "shapes": names, "rounds": args.rounds, "results": results,
+             "machine": _record.machine(), "versions": _record.versions(),
+             "command": "python bench/remat.py " + " ".join(sys.argv[1:])}
+  if args.record:
+    figures = []
+    for name, res in results.items():
+      for p in ("full", "dots"):
+        row = res["rows"][p]
+        figures.append(_record.figure(f"remat.{name}.{p}.memory_vs_none", f"remat={p}: XLA temp memory / none, shape {name}",
+                                      row["memory_vs_none"], "x"))
+        figures.append(_record.figure(f"remat.{name}.{p}.time_vs_none", f"remat={p}: step time / none, shape {name}",
+                                      row["time_vs_none"], "x"))
+    path = _record.save("remat", figures=figures, table=table, result=summary)
+    print(f"# recorded {path}", file=sys.stderr)
+  print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+  main()
