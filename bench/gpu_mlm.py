@@ -201,9 +201,7 @@ def flop_counts(variant: Variant) -> dict[str, float]:
   cfg = variant.config
   model, _ = nnx.merge(variant.graphdef, variant.state)
   n = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
-  head = sum(x.size for x in jax.tree.leaves(nnx.state(model.mlm, nnx.Param)))
-  if cfg.model.tie_embeddings:
-    head += model.roformer.embeddings.word.embedding[...].size
+  head = metrics.mlm_head_params(model)
   t = cfg.data.max_length
   m = pipeline.mlm_max_predictions(cfg.data, t)
   common = dict(num_layers=cfg.model.num_layers, seq_len=t, d_model=cfg.model.d_model)

@@ -102,7 +102,7 @@ def train_flops_per_token(num_params: int, *, num_layers: int, seq_len: int, d_m
 
 
 def mlm_train_flops_per_token(num_params: int, head_params: int, *, scored_fraction: float, num_layers: int,
-                              seq_len: int, d_model: int) -> float:
+                              seq_len: int, d_model: int, linear_features: int | None = None) -> float:
   """`train_flops_per_token` for an MLM whose head scores only a fraction of the positions.
 
   With `masked_positions` the head (its transform and the vocabulary projection, i.e. the
@@ -113,8 +113,19 @@ def mlm_train_flops_per_token(num_params: int, head_params: int, *, scored_fract
     raise ValueError(f"scored_fraction={scored_fraction} must be in (0, 1] (M / T).")
   if not 0 <= head_params <= num_params:
     raise ValueError(f"head_params={head_params} must be between 0 and num_params={num_params}.")
-  full = train_flops_per_token(num_params, num_layers=num_layers, seq_len=seq_len, d_model=d_model, causal=False)
+  full = train_flops_per_token(num_params, num_layers=num_layers, seq_len=seq_len, d_model=d_model, causal=False,
+                               linear_features=linear_features)
   return full - 6.0 * head_params * (1.0 - scored_fraction)
+
+
+def mlm_head_params(model) -> int:
+  """Parameters an MLM uses per scored position: its head, plus the tied embedding table."""
+  from flax import nnx
+  count = lambda tree: sum(x.size for x in jax.tree.leaves(nnx.state(tree, nnx.Param)))
+  head = count(model.mlm)
+  if model.config.tie_embeddings:
+    head += model.roformer.embeddings.word.embedding[...].size
+  return head
 
 
 class MetricsWriter:

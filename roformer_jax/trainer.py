@@ -28,6 +28,7 @@ from flax import nnx
 from roformer_jax import data, mesh as mesh_lib, metrics as metrics_lib, optim, tasks
 from roformer_jax import checkpoints as checkpoints_lib
 from roformer_jax.checkpoints import Checkpointer
+from roformer_jax.data import pipeline
 
 REQUIRED_KEYS = ("seed", "total_steps", "batch_size", "checkpoint_every_steps", "eval_every_steps", "mesh")
 
@@ -248,11 +249,18 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
   peak = metrics_lib.device_peak_flops()
   cfg = tasks.model_config(config)
-  flops_per_token = lambda st: metrics_lib.train_flops_per_token(
-      num_params, num_layers=cfg.num_layers, seq_len=st.max_length, d_model=cfg.d_model,
-      causal=config.task == "lm",
-      linear_features=None if cfg.attention == "softmax" else
-      (cfg.num_features if cfg.feature_map == "favor" else cfg.head_size))
+  linear_features = None if cfg.attention == "softmax" else (
+      cfg.num_features if cfg.feature_map == "favor" else cfg.head_size)
+  if config.task == "mlm":  # the head scores M of T positions (the pipeline's masked_positions)
+    head_params = metrics_lib.mlm_head_params(nnx.merge(graphdef, state)[0])
+    flops_per_token = lambda st: metrics_lib.mlm_train_flops_per_token(
+        num_params, head_params, num_layers=cfg.num_layers, seq_len=st.max_length, d_model=cfg.d_model,
+        scored_fraction=pipeline.mlm_max_predictions(config.data, st.max_length) / st.max_length,
+        linear_features=linear_features)
+  else:
+    flops_per_token = lambda st: metrics_lib.train_flops_per_token(
+        num_params, num_layers=cfg.num_layers, seq_len=st.max_length, d_model=cfg.d_model,
+        causal=config.task == "lm", linear_features=linear_features)
   progress = metrics_lib.Progress(config.total_steps, start)
   progress.write(f"{config.task}: {num_params / 1e6:.2f}M parameters, mesh {dict(mesh.shape)}, "
                  f"global batch {stage.batch_size}, stage {stage.index + 1}/{len(stages)}, steps {start}..{config.total_steps}, workdir {workdir}")

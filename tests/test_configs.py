@@ -232,9 +232,11 @@ def offline_data(name, data_dir):
 
 
 @pytest.mark.parametrize("name,arg", SMOKE_RUNS)
-def test_smoke_variant_trains_two_steps(name, arg, tmp_path, no_network):
+def test_smoke_variant_trains_two_steps(name, arg, tmp_path, no_network, monkeypatch):
   config = load(name, arg)
   config.data.data_dir = str(tmp_path / "data")
+  # A stand-in accelerator peak of 1 TFLOP/s, so the MFU path (GPU/TPU only) runs here too.
+  monkeypatch.setattr(trainer.metrics_lib, "device_peak_flops", lambda *a, **k: 1e12)
   with offline_data(name, tmp_path / "data"):
     result = trainer.train_and_evaluate(config, str(tmp_path / "work"))
   assert result["step"] == 2 and math.isfinite(result["loss"])
@@ -242,6 +244,7 @@ def test_smoke_variant_trains_two_steps(name, arg, tmp_path, no_network):
   train = [r for r in rows(tmp_path / "work") if "loss" in r]
   evals = [r for r in rows(tmp_path / "work") if "eval_loss" in r]
   assert [r["step"] for r in train] == [1, 2] and all(math.isfinite(r["grad_norm"]) for r in train)
+  assert all(0 < r["mfu"] < 1 for r in train), train
   assert [r["step"] for r in evals] == [2] and math.isfinite(evals[0]["eval_loss"])
   if config.task != "classification":  # a freshly initialised model is near uniform over the vocabulary
     assert evals[0]["eval_loss"] < math.log(config.model.vocab_size) + 2.0, evals
