@@ -74,14 +74,6 @@ class ModelConfig:
   attention_dropout: float = 0.1  # on attention probabilities (softmax only)
   attention: str = "softmax"  # softmax | linear (eq. 19)
   feature_map: str = "elu"  # linear attention: elu | favor
-  # Softmax attention kernel: "auto" = cuDNN's fused kernel on a GPU where it applies (bf16/fp16,
-  # no dense mask, no dropout), XLA elsewhere; "xla" or "cudnn" forces one (not architecture:
-  # checkpoints load under any value).
-  attention_implementation: str = "auto"
-  # Activation rematerialisation per layer (not architecture): "none" keeps every activation
-  # for the backward pass; "full" recomputes each layer's forward in the backward pass and
-  # keeps only its input; "dots" keeps the matmul outputs and recomputes the rest.
-  remat: str = "none"
   num_features: int = 256  # FAVOR+ random features
   tie_embeddings: bool = True  # output projection = embedding table
   scale_embeddings: bool = False  # multiply embeddings by sqrt(D) (Vaswani et al.)
@@ -91,6 +83,14 @@ class ModelConfig:
   pad_id: int = 0
   dtype: str = "float32"  # compute dtype (bfloat16 for mixed precision)
   param_dtype: str = "float32"
+  # Softmax attention kernel: "auto" = cuDNN's fused kernel on a GPU where it applies (bf16/fp16,
+  # no dense mask, no dropout), XLA elsewhere; "xla" or "cudnn" forces one (not architecture:
+  # checkpoints load under any value).
+  attention_implementation: str = "auto"
+  # Activation rematerialisation per layer (not architecture): "none" keeps every activation
+  # for the backward pass; "full" recomputes each layer's forward in the backward pass and
+  # keeps only its input; "dots" keeps the matmul outputs and recomputes the rest.
+  remat: str = "none"
 
   def __post_init__(self):
     object.__setattr__(self, "rope_scaling", positional.freeze_scaling(self.rope_scaling))
