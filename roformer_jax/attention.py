@@ -128,8 +128,8 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     rotary: RoPE settings (default `RotaryConfig()`).
     rotary_value: also rotate v by the key positions (HF compatibility only).
     scale: logit scale, default 1/sqrt(H).
-    implementation: None or "auto" (the choice above), "xla", or "cudnn" (a GPU only; an error
-      elsewhere, and cuDNN's own error where it does not support the call).
+    implementation: None or "auto" (the choice above), "xla", or "cudnn" (a GPU only, without
+      dropout; an error otherwise, and cuDNN's own error where it does not support the call).
 
   Returns:
     float[B, T, N, Hv] in q's dtype.
@@ -151,20 +151,25 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     scale = 1.0 / math.sqrt(q.shape[-1])
   if mask is not None:
     mask = jnp.broadcast_to(jnp.asarray(mask, bool), (q.shape[0], q.shape[2], q.shape[1], k.shape[1]))
+  if implementation == "auto":
+    implementation = None
+  if implementation is not None and implementation not in ATTENTION_IMPLEMENTATIONS:
+    raise ValueError(f"implementation={implementation!r}; expected None or one of {ATTENTION_IMPLEMENTATIONS}.")
   dropout = dropout_rate > 0.0 and dropout_rng is not None
+  if implementation == "cudnn":
+    if jax.default_backend() != "gpu":
+      raise ValueError(f"implementation='cudnn' needs a GPU, but the default backend is {jax.default_backend()!r}; "
+                       "use 'auto' (cuDNN where it applies, XLA elsewhere) or 'xla'.")
+    if dropout or v.shape[-1] != q.shape[-1]:
+      raise ValueError("implementation='cudnn' cannot run attention-probability dropout or values wider than "
+                       f"keys (dropout_rate={dropout_rate}, value dim {v.shape[-1]} vs {q.shape[-1]}); set "
+                       "attention_dropout=0 or use 'auto'.")
   if dropout or v.shape[-1] != q.shape[-1]:
     if is_causal:
       t, s = q.shape[1], k.shape[1]
       causal = make_attention_mask(causal=True, q_index=jnp.arange(t), kv_index=jnp.arange(s))
       mask = causal if mask is None else jnp.logical_and(mask, causal)
     return _xla_attention_with_dropout(q, k, v, mask, scale, dropout_rate if dropout else 0.0, dropout_rng)
-  if implementation == "auto":
-    implementation = None
-  if implementation not in (None, "xla", "cudnn"):
-    raise ValueError(f"implementation={implementation!r}; expected None/'auto', 'xla' or 'cudnn'.")
-  if implementation == "cudnn" and jax.default_backend() != "gpu":
-    raise ValueError(f"implementation='cudnn' needs a GPU, but the default backend is {jax.default_backend()!r}; "
-                     "use 'auto' (cuDNN where it applies, XLA elsewhere) or 'xla'.")
   if implementation is None:
     implementation = attention_implementation(backend=jax.default_backend(), dtype=q.dtype, head_dim=q.shape[-1],
                                               dense_mask=mask is not None, dropout=False)

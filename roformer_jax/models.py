@@ -83,9 +83,10 @@ class ModelConfig:
   pad_id: int = 0
   dtype: str = "float32"  # compute dtype (bfloat16 for mixed precision)
   param_dtype: str = "float32"
-  # Softmax attention kernel: "auto" = cuDNN's fused kernel on a GPU where it applies (bf16/fp16,
-  # no dense mask, no dropout), XLA elsewhere; "xla" or "cudnn" forces one (not architecture:
-  # checkpoints load under any value).
+  # Softmax attention kernel of full-sequence calls: "auto" = cuDNN's fused kernel on a GPU where
+  # it applies (bf16/fp16, no dense mask, no dropout), XLA elsewhere; "xla" or "cudnn" forces
+  # one. Cached decoding always chooses itself (its dense masks take XLA). Not architecture:
+  # checkpoints load under any value.
   attention_implementation: str = "auto"
   # Activation rematerialisation per layer (not architecture): "none" keeps every activation
   # for the backward pass; "full" recomputes each layer's forward in the backward pass and

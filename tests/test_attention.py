@@ -762,6 +762,10 @@ def test_forced_implementation_is_checked_and_xla_matches_auto():
     attn.dot_product_attention(q, q, q, implementation="cudnn")
   with pytest.raises(ValueError, match="implementation='flash'"):
     attn.dot_product_attention(q, q, q, implementation="flash")
+  with pytest.raises(ValueError, match="implementation='flash'"):  # also on the dropout path
+    attn.dot_product_attention(q, q, q, implementation="flash", dropout_rate=0.1, dropout_rng=jax.random.key(0))
+  with pytest.raises(ValueError, match="'cudnn' needs a GPU"):
+    attn.dot_product_attention(q, q, q, implementation="cudnn", dropout_rate=0.1, dropout_rng=jax.random.key(0))
   with pytest.raises(ValueError, match="implementation='flash'"):
     attn.MultiHeadAttention(16, 2, implementation="flash", rngs=nnx.Rngs(0))
 
@@ -776,3 +780,14 @@ def test_model_config_attention_implementation_reaches_every_layer():
   assert all(layer.attention.implementation == "cudnn" for layer in model.roformer.layers)
   with pytest.raises(ValueError, match="'cudnn' needs a GPU"):  # the trace-time error reaches the user
     model(jnp.ones((1, 4), jnp.int32))
+
+
+def test_forced_cudnn_with_dropout_is_refused_before_any_kernel(monkeypatch):
+  """On a GPU (stood in for by the backend name), forced cuDNN with attention dropout or wider
+  values is an error naming the fix, not a silent fall back to XLA."""
+  monkeypatch.setattr(attn.jax, "default_backend", lambda: "gpu")
+  q = jax.random.normal(jax.random.key(5), (1, 4, 2, 8))
+  with pytest.raises(ValueError, match="cannot run attention-probability dropout.*attention_dropout=0"):
+    attn.dot_product_attention(q, q, q, implementation="cudnn", dropout_rate=0.1, dropout_rng=jax.random.key(0))
+  with pytest.raises(ValueError, match="value dim 16 vs 8"):
+    attn.dot_product_attention(q, q, jnp.ones((1, 4, 2, 16)), implementation="cudnn")
