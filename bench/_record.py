@@ -102,6 +102,7 @@ def save(bench: str, *, figures: list[dict], table: str, result: dict, out_dir: 
       f.write(text)
       f.flush()
       os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)  # mkstemp makes it 0600; a results file is for everyone to read
     os.replace(tmp, path)
   except BaseException:
     if os.path.exists(tmp):

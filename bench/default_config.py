@@ -97,7 +97,7 @@ def main():
   cfg = tasks.model_config(config)
   from flax import nnx
   model = nnx.eval_shape(lambda: tasks.build_model(config, nnx.Rngs(0)))
-  num_params = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  num_params = metrics_lib.count_params(model)
   flops_per_token = metrics_lib.train_flops_per_token(
       num_params, num_layers=cfg.num_layers, seq_len=config.data.max_length, d_model=cfg.d_model,
       causal=config.task == "lm")

@@ -61,15 +61,14 @@ from unittest import mock
 
 ROOT = os.path.dirname(os.path.abspath(os.path.dirname(__file__)))
 sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-import _record as record  # noqa: E402
-from _machine import matmul_flops  # noqa: E402
+from bench import _record as record  # noqa: E402
+from bench._machine import matmul_flops  # noqa: E402
 from roformer_jax import mesh as mesh_lib, metrics, positional, trainer  # noqa: E402
 from roformer_jax.data import pipeline  # noqa: E402
 
@@ -81,7 +80,6 @@ SMOKE_MODEL = dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, d_ff=2
 
 def load_config(smoke: bool, batch: int, seq: int, remat: str = "none"):
   """configs/bert_base_mlm.py in bf16 compute (its model, optimiser and masking settings)."""
-  sys.path.insert(0, ROOT)
   from configs import bert_base_mlm
   config = bert_base_mlm.get_config()
   config.batch_size = batch
@@ -192,15 +190,11 @@ def attention_kernel(stablehlo: str) -> str:
   return "cudnn" if "__cudnn$fmha" in stablehlo else "xla"
 
 
-def matmul_tflops(dtype, n: int) -> float:
-  return matmul_flops(dtype, n) / 1e12
-
-
 def flop_counts(variant: Variant) -> dict[str, float]:
   """Model FLOPs per token: masked-head count, the plain 6N + attention, and XLA's count."""
   cfg = variant.config
   model, _ = nnx.merge(variant.graphdef, variant.state)
-  n = sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
+  n = metrics.count_params(model)
   head = metrics.mlm_head_params(model)
   t = cfg.data.max_length
   m = pipeline.mlm_max_predictions(cfg.data, t)
@@ -225,8 +219,7 @@ def main(argv=None) -> int:
   parser.add_argument("--remat", default="none", choices=("none", "full", "dots"), help="model.remat for every variant")
   parser.add_argument("--trace", default="", help="write a profiler trace of one round of 'auto' and 'xla' here")
   parser.add_argument("--json-out", default="", help="also write the JSON summary to this file")
-  parser.add_argument("--record", action="store_true",
-                      help="save the figures to docs/bench_results/ for bench/report.py")
+  record.add_record_arg(parser)
   args = parser.parse_args(argv)
   names = [v.strip() for v in args.variants.split(",") if v.strip()]
   unknown = [v for v in names if v not in VARIANTS]
@@ -254,7 +247,7 @@ def main(argv=None) -> int:
   rules = mesh_lib.rules_from_config(config.logical_axis_rules)
   gpu = backend == "gpu"
   matmul_dtype, matmul_n = (jnp.bfloat16, 8192) if gpu else (jnp.float32, 1024)
-  matmul_before = matmul_tflops(matmul_dtype, matmul_n)
+  matmul_before = matmul_flops(matmul_dtype, matmul_n) / 1e12
   peak = metrics.peak_flops_info(devices[0])
   # The datasheet figure too: MaxText's and llm-foundry's published MFUs use it.
   datasheet = metrics.peak_flops_info(devices[0], max_sm_clock_mhz=lambda d: None)
@@ -273,10 +266,12 @@ def main(argv=None) -> int:
     order = variants[r % len(variants):] + variants[:r % len(variants)]
     for v in order:
       v.round_ms.append(v.run(steps))
-  matmul_after = matmul_tflops(matmul_dtype, matmul_n)
+  matmul_after = matmul_flops(matmul_dtype, matmul_n) / 1e12
   matmul_rate = statistics.mean([matmul_before, matmul_after])
 
-  flops = flop_counts(variants[0])
+  # XLA's FLOP count of a step without custom calls: cuDNN's attention kernel counts as none.
+  counted = next((v for v in variants if v.name == "xla"), variants[0])
+  flops = flop_counts(counted)
   num_devices = len(devices)
   rows = {}
   for v in variants:
@@ -310,7 +305,7 @@ def main(argv=None) -> int:
            + ("  [--smoke: plumbing only, not the B3 figure]" if args.smoke else "")]
   lines.append(f"model FLOPs/token {flops['model'] / 1e9:.4g} G (MLM head at {flops['scored_slots_per_row']}/{seq} "
                f"positions); plain 6N+attention {flops['six_n_plus_attention'] / 1e9:.4g} G; XLA's count of the "
-               f"'{variants[0].name}' step {flops['xla'] / 1e9:.4g} G")
+               f"'{counted.name}' step {flops['xla'] / 1e9:.4g} G")
   unit = "bf16" if gpu else "fp32"
   peak_text = f"{peak['detail']} = {peak['flops'] / 1e12:.0f} TFLOP/s" if peak else "unknown for this device"
   lines.append(f"peak: {peak_text}; measured {unit} [{matmul_n}^3] matmul {matmul_rate:.1f} TFLOP/s per device")
@@ -345,7 +340,8 @@ def main(argv=None) -> int:
       "goal_mfu_ge_45pct": (rows["auto"]["mfu"] >= GOAL_MFU) if "auto" in rows and "mfu" in rows["auto"] else None,
       "goal_rope_share_le_2pct": None if rope_share is None else rope_share <= GOAL_ROPE_SHARE,
       "machine": record.machine(), "versions": record.versions(),
-      "command": "python bench/gpu_mlm.py " + " ".join(sys.argv[1:] if argv is None else argv),
+      "argv": list(sys.argv[1:] if argv is None else argv),
+      "command": record.command_line([__file__, *(sys.argv[1:] if argv is None else argv)]),
       "date": datetime.date.today().isoformat(),
   }
   if args.json_out:
@@ -353,28 +349,26 @@ def main(argv=None) -> int:
       json.dump(summary, f, indent=1)
       f.write("\n")
   if args.record:
-    _record(summary, rows, rope_share, table)
+    _save_record(summary, rows, rope_share, table)
   print(json.dumps(summary))
   return 0
 
 
-def _record(summary: dict, rows: dict, rope_share: float | None, table: str) -> None:
+def _save_record(summary: dict, rows: dict, rope_share: float | None, table: str) -> None:
   figures = []
   for name, r in rows.items():
-    key = name.replace(", ", "_").replace(" ", "_").lower()
-    figures.append({"id": f"B3.{key}.tokens_per_s", "name": f"B3 {name}: tokens/s ({r['attention_kernel']} attention)",
-                    "value": r["tokens_per_s"], "unit": "tokens/s", "goal": None, "met": None})
+    figures.append(record.figure(f"B3.{name}.tokens_per_s", f"B3 {name}: tokens/s ({r['attention_kernel']} attention)",
+                                 r["tokens_per_s"], "tokens/s"))
     if "mfu" in r:
-      goal = name == "auto"
-      figures.append({"id": f"B3.{key}.mfu", "name": f"B3 {name}: MFU", "value": 100 * r["mfu"], "unit": "%",
-                      "goal": f">= {GOAL_MFU:.0%}" if goal else None, "met": (r["mfu"] >= GOAL_MFU) if goal else None})
-    figures.append({"id": f"B3.{key}.compile_s", "name": f"B3 {name}: compile time", "value": r["lower_s"] + r["compile_s"],
-                    "unit": "s", "goal": None, "met": None})
+      goal = dict(goal=f">= {GOAL_MFU:.0%}", met=r["mfu"] >= GOAL_MFU) if name == "auto" else {}
+      figures.append(record.figure(f"B3.{name}.mfu", f"B3 {name}: MFU", 100 * r["mfu"], "%", **goal))
+    figures.append(record.figure(f"B3.{name}.compile_s", f"B3 {name}: compile time", r["lower_s"] + r["compile_s"], "s"))
   if rope_share is not None:
-    figures.append({"id": "B3.rope_share", "name": "B3 RoPE share of the step", "value": 100 * rope_share, "unit": "%",
-                    "goal": f"<= {GOAL_ROPE_SHARE:.0%}", "met": rope_share <= GOAL_ROPE_SHARE})
-  record.save("gpu_mlm_smoke" if summary["smoke"] else "gpu_mlm", figures=figures,
-              table=table, result=summary)
+    figures.append(record.figure("B3.rope_share", "B3 RoPE share of the step", 100 * rope_share, "%",
+                                 goal=f"<= {GOAL_ROPE_SHARE:.0%}", met=rope_share <= GOAL_ROPE_SHARE))
+  argv = [__file__, *summary["argv"]]
+  record.save("gpu_mlm_smoke" if summary["smoke"] else "gpu_mlm", figures=figures, table=table, result=summary,
+              argv=argv)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import math
 import os
 import sys
 import tempfile
@@ -60,13 +59,10 @@ def _check_record(rec, path: str) -> None:
   if missing:
     raise ValueError(f"{path}: missing {missing}; files here are written by bench/_record.py save() "
                      "(run the bench with --record).")
-  if not isinstance(rec["figures"], list):
-    raise ValueError(f"{path}: 'figures' must be a list.")
-  for i, fig in enumerate(rec["figures"]):
-    if not isinstance(fig, dict) or any(k not in fig for k in ("id", "name", "value", "unit")):
-      raise ValueError(f"{path}: figures[{i}] needs id, name, value and unit.")
-    if not isinstance(fig["value"], (int, float)) or not math.isfinite(fig["value"]):
-      raise ValueError(f"{path}: figures[{i}] ({fig['id']}): value {fig['value']!r} is not a finite number.")
+  try:  # the same checks save() made when it wrote the file
+    _record._check_figures(rec["figures"])
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{path}: {e}") from e
 
 
 # --------------------------------------------------------------------------------------

@@ -118,11 +118,15 @@ def mlm_train_flops_per_token(num_params: int, head_params: int, *, scored_fract
   return full - 6.0 * head_params * (1.0 - scored_fraction)
 
 
+def count_params(module) -> int:
+  """The number of trainable parameters (`nnx.Param` entries) of an nnx module."""
+  from flax import nnx
+  return sum(x.size for x in jax.tree.leaves(nnx.state(module, nnx.Param)))
+
+
 def mlm_head_params(model) -> int:
   """Parameters an MLM uses per scored position: its head, plus the tied embedding table."""
-  from flax import nnx
-  count = lambda tree: sum(x.size for x in jax.tree.leaves(nnx.state(tree, nnx.Param)))
-  head = count(model.mlm)
+  head = count_params(model.mlm)
   if model.config.tie_embeddings:
     head += model.roformer.embeddings.word.embedding[...].size
   return head

@@ -464,9 +464,9 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "inter
   cos, sin = cos[..., None, :], sin[..., None, :]  # [..., T, 1, K]: broadcast over heads.
   xr = x[..., :rd].astype(cdt)
   half = rd // 2
-  # Both layouts view the rotated features as a pair axis and a K axis and write the result
-  # with one stack, which XLA emits as a single streaming loop (a concatenate of the two
-  # halves was 1.7x slower on CPU).
+  # bf16/fp16 x and the half layout view the rotated features as a pair axis and a K axis and
+  # write the result with one stack, which XLA emits as a single streaming loop (a concatenate
+  # of the two halves was 1.7x slower on CPU).
   if layout == "interleaved" and x.dtype == cdt:
     # float32/float64 x: out = x * C + swap(x) * S with the tables widened to [..., T, 1, R]
     # (C = cos repeated per pair, S = (-sin, sin) per pair) and swap(x) exchanging each pair's

@@ -203,7 +203,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   # ------------------------------------------------------------------ build model and optimiser
   tx, schedule, accum = make_optimizer(config)
   graphdef, state = create_state(config, mesh, rules, tx)
-  num_params = sum(x.size for x in jax.tree.leaves(nnx.state(nnx.merge(graphdef, state)[0], nnx.Param)))
+  model = nnx.merge(graphdef, state)[0]
+  num_params = metrics_lib.count_params(model)
+  # MLM: the head scores M of T positions (the pipeline's masked_positions), so MFU counts it there only.
+  head_params = metrics_lib.mlm_head_params(model) if config.task == "mlm" else 0
+  del model
 
   # ------------------------------------------------------------------ restore
   if start:
@@ -251,8 +255,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   cfg = tasks.model_config(config)
   linear_features = None if cfg.attention == "softmax" else (
       cfg.num_features if cfg.feature_map == "favor" else cfg.head_size)
-  if config.task == "mlm":  # the head scores M of T positions (the pipeline's masked_positions)
-    head_params = metrics_lib.mlm_head_params(nnx.merge(graphdef, state)[0])
+  if config.task == "mlm":
     flops_per_token = lambda st: metrics_lib.mlm_train_flops_per_token(
         num_params, head_params, num_layers=cfg.num_layers, seq_len=st.max_length, d_model=cfg.d_model,
         scored_fraction=pipeline.mlm_max_predictions(config.data, st.max_length) / st.max_length,

@@ -30,12 +30,10 @@ def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
   assert all(r["attention_kernel"] == "xla" and r["tokens_per_s"] > 0 for r in rows.values())  # CPU
   # "auto" and "xla" are the same computation on a CPU: same weights, batch and first loss.
   assert summary["loss_check"]["rel_diff"] < 1e-6
-  assert rows["no-rope"]["first_loss"] != rows["auto"]["first_loss"]  # the ablation changes the model
   flops = summary["flops_per_token"]
   # Our count vs XLA's for the sharded bf16 step (XLA also counts the casts, softmax, GELU and
   # LayerNorm; tests/test_metrics.py checks the formula to 5% on a float32 step).
   assert flops["model"] == pytest.approx(flops["xla"], rel=0.15)
-  assert flops["six_n_plus_attention"] > flops["model"]
   assert summary["peak"] is None and "mfu" not in rows["auto"]  # a CPU has no bf16 peak here
   printed = capsys.readouterr().out
   assert "RoPE share of the step" in printed and "--smoke: plumbing only" in printed
@@ -44,6 +42,7 @@ def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
   ids = {f["id"] for f in recorded["figures"]}
   assert {"B3.auto.tokens_per_s", "B3.rope_share", "B3.xla.compile_s"} <= ids
   assert "RoPE share" in recorded["table"]
+  assert "python bench/gpu_mlm.py --smoke" in recorded["command"]  # not pytest's command line
 
 
 def test_without_a_gpu_it_skips(capsys):
@@ -106,4 +105,4 @@ def test_mfu_lines_with_a_known_peak(monkeypatch, capsys):
   devices = summary["machine"]["device_count"]
   assert auto["mfu"] == pytest.approx(auto["model_tflops"] / devices)
   assert auto["mfu_datasheet_peak"] == pytest.approx(auto["mfu"] / 2)
-  assert summary["goal_mfu_ge_45pct"] is (auto["mfu"] >= 0.45)
+  assert auto["mfu_6n_plus_attention"] > auto["mfu"]  # the plain count also charges the head at every position

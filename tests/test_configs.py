@@ -245,6 +245,17 @@ def test_smoke_variant_trains_two_steps(name, arg, tmp_path, no_network, monkeyp
   evals = [r for r in rows(tmp_path / "work") if "eval_loss" in r]
   assert [r["step"] for r in train] == [1, 2] and all(math.isfinite(r["grad_norm"]) for r in train)
   assert all(0 < r["mfu"] < 1 for r in train), train
+  if config.task == "mlm":  # MFU = tokens/s x FLOPs per token / (peak x devices), head at the scored slots
+    import jax
+    from roformer_jax import metrics
+    from roformer_jax.data import pipeline
+    model = tasks.build_model(config, nnx.Rngs(0))
+    t = config.data.max_length
+    per_token = metrics.mlm_train_flops_per_token(
+        metrics.count_params(model), metrics.mlm_head_params(model), num_layers=config.model.num_layers,
+        seq_len=t, d_model=config.model.d_model, scored_fraction=pipeline.mlm_max_predictions(config.data, t) / t)
+    for r in train:
+      assert r["mfu"] == pytest.approx(r["tokens_per_sec"] * per_token / (1e12 * jax.device_count()), rel=1e-6)
   assert [r["step"] for r in evals] == [2] and math.isfinite(evals[0]["eval_loss"])
   if config.task != "classification":  # a freshly initialised model is near uniform over the vocabulary
     assert evals[0]["eval_loss"] < math.log(config.model.vocab_size) + 2.0, evals

@@ -32,6 +32,7 @@ def test_train_flops_match_xla_count_of_the_backward_pass(masked):
 
   xla_per_token = _xla_flops(jax.grad(loss), params) / (b * t)
   n = sum(x.size for x in jax.tree.leaves(params))
+  assert metrics.count_params(model) == n
   head = sum(x.size for x in jax.tree.leaves(nnx.state(model.mlm, nnx.Param))) + cfg.vocab_size * cfg.d_model
   assert metrics.mlm_head_params(model) == head  # the head's transform and bias, and the tied table
   if masked:
