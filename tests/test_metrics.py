@@ -78,3 +78,21 @@ def test_peak_falls_back_to_the_table_then_to_none():
   assert metrics.peak_flops_info(_FakeGpu("NVIDIA Future", 100, "12.0"), max_sm_clock_mhz=lambda d: 2000) is None
   assert metrics.peak_flops_info(jax.devices("cpu")[0]) is None
   assert metrics.device_peak_flops(jax.devices("cpu")[0]) is None
+
+
+def test_max_sm_clock_is_parsed_from_nvidia_smi(monkeypatch):
+  import shutil
+  import subprocess
+  from types import SimpleNamespace
+  out = {"text": "1980\n"}
+  monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+  monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=out["text"]))
+  device = SimpleNamespace(local_hardware_id=1)
+  assert metrics._nvidia_smi_max_sm_clock_mhz(device) == 1980.0
+  out["text"] = "1980\n1755\n"  # two different GPUs: the device's own row
+  assert metrics._nvidia_smi_max_sm_clock_mhz(device) == 1755.0
+  assert metrics._nvidia_smi_max_sm_clock_mhz(SimpleNamespace()) is None  # no id: no guess
+  out["text"] = "[N/A]\n"
+  assert metrics._nvidia_smi_max_sm_clock_mhz(device) is None
+  monkeypatch.setattr(shutil, "which", lambda name: None)
+  assert metrics._nvidia_smi_max_sm_clock_mhz(device) is None
