@@ -11,7 +11,7 @@ Multi-process evaluation takes the same flags as train.py (--coordinator_address
 
 import json
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from roformer_jax import launch
@@ -36,4 +36,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  launch.run(main)

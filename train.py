@@ -8,7 +8,7 @@ Re-running the same command resumes from the newest checkpoint in DIR. For sever
 finds them itself (--distributed). --cpu_devices N fakes N CPU devices per process.
 """
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from roformer_jax import launch
@@ -31,4 +31,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  launch.run(main)

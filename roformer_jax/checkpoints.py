@@ -1,4 +1,4 @@
-"""Orbax checkpoints of the training state and the Grain data iterator.
+"""Orbax checkpoints of the training state and the Grain data iterator, verified and fault-tolerant.
 
 `<workdir>/checkpoints/<step>/` holds two items:
 - `state`: the model and optimiser state (an `nnx.State` as a pure dict of arrays, RNG
@@ -6,14 +6,31 @@
 - `data`: the Grain iterator's position, so a resumed run reads exactly the batches an
   uninterrupted run would have read.
 
-Orbax writes each step into a temporary directory and renames it when complete, so a run
-killed mid-save leaves the previous checkpoint intact.
+What can go wrong, and what happens:
+- **Killed mid-save.** Orbax writes each step into a temporary directory and renames it when
+  complete, so the previous checkpoint stays intact; the trainer's manager removes leftover
+  temporary directories when it starts.
+- **Damaged after the commit** (a truncated or deleted file, a flipped byte). Orbax reads a
+  flipped byte in an array file back without complaint, so after each commit the trainer
+  records a SHA-256 of every file in `<step>/digest.json`, and restore checks it first. A
+  checkpoint that fails the check, or that orbax cannot read, is moved to
+  `<workdir>/checkpoints.damaged/<step>/` (never deleted; `WHY.txt` says what was wrong) and
+  the next older one is tried. With none readable, `NoUsableCheckpoint` lists each and why.
+  A checkpoint that was killed between its commit and its digest has no digest: it is
+  restored on orbax's own checks, and the warning says so.
+- **A failed write** (disk full, I/O error, permissions) stops the run with `CheckpointWriteError`
+  naming the path and the cause; the previous checkpoint stays readable and the same command
+  resumes from it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shutil
+import sys
 from typing import Any
 
 import grain
@@ -22,20 +39,152 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
+from roformer_jax.errors import RunFault, UserError
+
+DIGEST_FILE = "digest.json"
+DAMAGED_DIR_SUFFIX = ".damaged"  # <workdir>/checkpoints.damaged/<step>/
+
+
+class NoUsableCheckpoint(UserError):
+  """Every checkpoint in the directory is damaged."""
+
+
+class CheckpointMismatch(UserError):
+  """A readable checkpoint that does not fit this config (another model or optimiser)."""
+
+
+class CheckpointWriteError(RunFault):
+  """Saving a checkpoint failed (disk full, I/O error, permissions)."""
+
 
 def _abstract(tree):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
 
 
+def warn(message: str) -> None:
+  """A warning a person must not miss (process 0 only): on stderr, framed."""
+  if jax.process_index() == 0:
+    print(f"\n{'!' * 78}\nWARNING: {message}\n{'!' * 78}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# Content digests: silent corruption (a flipped byte) is caught at restore.
+# --------------------------------------------------------------------------------------
+
+
+def _files(step_dir: str) -> list[str]:
+  out = []
+  for root, _, names in os.walk(step_dir):
+    out += [os.path.relpath(os.path.join(root, n), step_dir) for n in names]
+  return sorted(f for f in out if f != DIGEST_FILE)
+
+
+def _sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    while chunk := f.read(1 << 20):
+      h.update(chunk)
+  return h.hexdigest()
+
+
+def write_digest(step_dir: str) -> None:
+  """Records size and SHA-256 of every file of a committed checkpoint in `<step_dir>/digest.json`
+  (written to a temporary name and renamed, so a digest is whole or absent)."""
+  files = {f: [os.path.getsize(os.path.join(step_dir, f)), _sha256(os.path.join(step_dir, f))]
+           for f in _files(step_dir)}
+  tmp = os.path.join(step_dir, f".{DIGEST_FILE}.tmp")
+  with open(tmp, "w") as f:
+    json.dump({"algorithm": "sha256", "files": files}, f, indent=0)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, os.path.join(step_dir, DIGEST_FILE))
+
+
+def verify_digest(step_dir: str) -> str | None:
+  """None if every file matches the recorded digest (or there is no digest: `has_digest`
+  tells); otherwise what is wrong, naming the first bad file."""
+  path = os.path.join(step_dir, DIGEST_FILE)
+  if not os.path.isfile(path):
+    return None
+  try:
+    with open(path) as f:
+      recorded = json.load(f)["files"]
+  except (OSError, ValueError, KeyError) as e:
+    return f"its digest file is unreadable ({e})"
+  present = set(_files(step_dir))
+  for name, (size, digest) in sorted(recorded.items()):
+    full = os.path.join(step_dir, name)
+    if name not in present:
+      return f"file {name} is missing"
+    actual = os.path.getsize(full)
+    if actual != size:
+      return f"file {name} has {actual} bytes, {size} were written"
+    if _sha256(full) != digest:
+      return f"file {name} has changed since it was written (SHA-256 mismatch)"
+  return None
+
+
+def has_digest(step_dir: str) -> bool:
+  return os.path.isfile(os.path.join(step_dir, DIGEST_FILE))
+
+
+_OS_ERROR_TEXT = re.compile(r"\[Errno \d+\]|OS error|No space left|Disk quota|Input/output error|Read-only file "
+                            r"system|Permission denied|File too large|RESOURCE_EXHAUSTED", re.I)
+
+
+def _is_write_error(error: BaseException) -> bool:
+  """An OSError somewhere in the chain, or tensorstore's text for one (it raises ValueError)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) or _OS_ERROR_TEXT.search(str(error)):
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+def _short(error: BaseException, limit: int = 300) -> str:
+  text = " ".join(str(error).split())
+  return f"{type(error).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
+
+
+def _paths(tree) -> dict[str, tuple]:
+  """'0/layers/0/attention/query/kernel' -> shape, for a state tree or orbax's metadata tree."""
+  out = {}
+  for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+    keys = [str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k)))) for k in path]
+    if keys and keys[-1] == "value":
+      keys = keys[:-1]
+    shape = tuple(getattr(leaf, "shape", ()))
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+      shape += tuple(jax.eval_shape(jax.random.key_data, jax.ShapeDtypeStruct((), dtype)).shape)  # stored as key data
+    out["/".join(keys)] = shape
+  return out
+
+
 class Checkpointer:
-  """`ocp.CheckpointManager` for {state, data}: keep-last-N, async saves, exact resume."""
+  """`ocp.CheckpointManager` for {state, data}: keep-last-N, async saves, exact resume,
+  digests after each commit, and restore that falls back past damaged checkpoints.
+
+  `read_only=True` (eval, generate) never writes, moves or cleans anything: a trainer may be
+  saving into the same directory.
+  """
 
   def __init__(self, directory: str | os.PathLike, *, keep: int = 3, save_every: int = 1000,
-               async_save: bool = True):
+               async_save: bool = True, read_only: bool = False):
     self.directory = os.path.abspath(os.fspath(directory))
-    options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=save_every,
-                                           enable_async_checkpointing=async_save, create=True)
+    self.read_only = read_only
+    if read_only:
+      options = ocp.CheckpointManagerOptions(read_only=True)
+    else:
+      options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=save_every,
+                                             enable_async_checkpointing=async_save, create=True,
+                                             cleanup_tmp_directories=True)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
+    self._undigested: list[int] = []  # saved steps whose digest is not written yet
+    self._in_flight: int | None = None  # the step an async save is writing
+    self._failed = False
 
   def latest_step(self) -> int | None:
     return self.manager.latest_step()
@@ -43,32 +192,167 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     return sorted(self.manager.all_steps())
 
+  def step_dir(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
+
   def due(self, step: int) -> bool:
     """Whether `save(step)` would write a checkpoint (without force)."""
     return self.manager.should_save(step)
 
+  # ------------------------------------------------------------------ saving
+  def _write_failed(self, error: BaseException, step: int | None) -> CheckpointWriteError:
+    self._failed = True
+    good = [s for s in self.all_steps() if s != step]
+    last = f"step {good[-1]}" if good else "none yet"
+    return CheckpointWriteError(
+        f"saving checkpoint step {step} to {self.step_dir(step)} failed: {_short(error)}. The newest complete "
+        f"checkpoint ({last}) is intact. Free disk space or fix the directory's permissions, then re-run the "
+        "same command to resume from it.")
+
+  def _finish_pending(self) -> None:
+    """Waits for the in-flight save, then records the digests of the steps it committed."""
+    try:
+      self.manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 -- classified below; a bug keeps its traceback
+      if _is_write_error(e):
+        raise self._write_failed(e, self._in_flight) from e
+      raise
+    self._in_flight = None
+    if jax.process_index() == 0:
+      for step in self._undigested:
+        if os.path.isdir(self.step_dir(step)):  # keep-last-N may have removed it already
+          try:
+            write_digest(self.step_dir(step))
+          except OSError as e:
+            raise self._write_failed(e, step) from e
+    self._undigested = []
+
   def save(self, step: int, state, iterator=None, *, force: bool = False) -> bool:
     """Saves if `step` is due (or `force`); returns whether a save started."""
+    if not (force or self.due(step)):
+      return False
+    self._finish_pending()  # orbax waits for the previous save anyway; its digest is written now
     items = {"state": ocp.args.StandardSave(state)}
     if iterator is not None:
       items["data"] = grain.checkpoint.CheckpointSave(iterator)
-    return self.manager.save(step, args=ocp.args.Composite(**items), force=force)
+    self._in_flight = step
+    try:
+      started = self.manager.save(step, args=ocp.args.Composite(**items), force=force)
+    except Exception as e:  # noqa: BLE001
+      if _is_write_error(e):
+        raise self._write_failed(e, step) from e
+      raise
+    if started:
+      self._undigested.append(step)
+    return started
 
+  def wait(self) -> None:
+    self._finish_pending()
+
+  def close(self) -> None:
+    """Finishes the last save and its digest. After a failed save it only releases orbax."""
+    try:
+      if not self._failed and not self.read_only:
+        self._finish_pending()
+    finally:
+      try:
+        self.manager.close()
+      except Exception:  # noqa: BLE001 -- the failed save was already reported
+        if not self._failed:
+          raise
+
+  # ------------------------------------------------------------------ restoring
   def restore(self, step: int, target_state, iterator=None):
-    """Restores into the shardings of `target_state` (arrays or ShapeDtypeStructs), and the
-    iterator in place. Returns the state."""
+    """Restores step `step` into the shardings of `target_state` (arrays or ShapeDtypeStructs),
+    and the iterator in place. Returns the state. No integrity checks: `restore_newest`."""
     items = {"state": ocp.args.StandardRestore(_abstract(target_state))}
     if iterator is not None:
       items["data"] = grain.checkpoint.CheckpointRestore(iterator)
     restored = self.manager.restore(step, args=ocp.args.Composite(**items))
     return restored["state"]
 
-  def wait(self) -> None:
-    self.manager.wait_until_finished()
+  def problem(self, step: int, target_state=None) -> str | None:
+    """Why step `step` cannot be restored (damage), or None. Raises `CheckpointMismatch` if it
+    is intact but holds another model's state (then every older one does too)."""
+    step_dir = self.step_dir(step)
+    damage = verify_digest(step_dir)
+    if damage:
+      return damage
+    try:
+      saved = _paths(ocp.StandardCheckpointer().metadata(os.path.join(step_dir, "state")).item_metadata.tree)
+    except Exception as e:  # noqa: BLE001 -- unreadable metadata is damage, whatever orbax raises
+      return f"its metadata cannot be read ({_short(e, 200)})"
+    if target_state is not None:
+      wanted = _paths(target_state)
+      if saved != wanted:
+        missing = sorted(set(wanted) - set(saved))[:3]
+        extra = sorted(set(saved) - set(wanted))[:3]
+        shapes = [f"{k}: saved {saved[k]} vs {wanted[k]}" for k in sorted(set(saved) & set(wanted))
+                  if saved[k] != wanted[k]][:3]
+        raise CheckpointMismatch(
+            f"checkpoint {step_dir} holds another model or optimiser than this config builds (missing "
+            f"{missing}, unexpected {extra}, shapes {shapes}). Use the config the run was trained with, "
+            "including the same --config overrides, or another --workdir.")
+    return None
 
-  def close(self) -> None:
-    self.manager.wait_until_finished()
-    self.manager.close()
+  def quarantine(self, step: int, why: str) -> str:
+    """Moves a damaged step out of orbax's directory (never deletes it); returns where."""
+    root = self.directory + DAMAGED_DIR_SUFFIX
+    os.makedirs(root, exist_ok=True)
+    dest, n = os.path.join(root, str(step)), 1
+    while os.path.exists(dest):
+      n += 1
+      dest = os.path.join(root, f"{step}.{n}")
+    shutil.move(self.step_dir(step), dest)
+    with open(os.path.join(dest, "WHY.txt"), "w") as f:
+      f.write(f"checkpoint step {step} was moved here from {self.step_dir(step)} because {why}.\n")
+    return dest
+
+  def restore_newest(self, target_state, make_iterator=None, *, quarantine: bool = True):
+    """The newest checkpoint that verifies and restores: (step, state, iterator), or
+    (None, None, None) if there is none.
+
+    Args:
+      target_state: the state to restore into (its shardings are kept).
+      make_iterator: optional step -> a fresh data iterator for that step (its stage); the
+        chosen step's data position is restored into it.
+      quarantine: move damaged checkpoints to `checkpoints.damaged/` (process 0; never with
+        `read_only`). Either way each is skipped with a warning naming the step and why.
+
+    Raises:
+      NoUsableCheckpoint: there are checkpoints, and none can be read (each is listed).
+      CheckpointMismatch: a checkpoint is intact but holds another model's state.
+    """
+    steps = self.all_steps()
+    move = quarantine and not self.read_only
+    problems = []
+    for step in reversed(steps):
+      why = self.problem(step, target_state)
+      if why is None:
+        iterator = make_iterator(step) if make_iterator else None
+        try:
+          state = self.restore(step, target_state, iterator)
+          if problems and move:
+            self.manager.reload()  # the quarantined steps are gone from orbax's list
+          return step, state, iterator
+        except Exception as e:  # noqa: BLE001 -- a tree that matches but does not read is damage
+          why = f"orbax could not read it ({_short(e)})"
+      problems.append((step, why))
+      moved = ""
+      if move and jax.process_index() == 0:
+        moved = f" It was moved to {self.quarantine(step, why)} (kept, not deleted)."
+      older = [s for s in steps if s < step]
+      warn(f"checkpoint step {step} in {self.directory} is damaged: {why}.{moved} "
+           + (f"Resuming from step {older[-1]} instead, if it reads." if older else "No older checkpoint is left."))
+    if move:
+      self.manager.reload()
+    if problems:
+      listing = "; ".join(f"step {s}: {why}" for s, why in problems)
+      kept = f"; the damaged ones are in {self.directory + DAMAGED_DIR_SUFFIX}" if move else ""
+      raise NoUsableCheckpoint(
+          f"no checkpoint in {self.directory} can be read ({listing}). Nothing was deleted{kept}. Start afresh "
+          "with another --workdir, or restore the checkpoints from a backup.")
+    return None, None, None
 
 
 def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int = 5,
@@ -126,7 +410,7 @@ _FREE_FIELDS = {"dropout", "attention_dropout", "dtype", "param_dtype", "max_pos
                "remat"}
 
 
-class InitFromError(ValueError):
+class InitFromError(UserError, ValueError):
   """`config.init_from` names something that cannot initialise this model."""
 
 

@@ -34,8 +34,9 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer_jax import data, mesh as mesh_lib, metrics as metrics_lib, tasks, trainer
+from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, tasks, trainer
 from roformer_jax.checkpoints import Checkpointer, average_checkpoints
+from roformer_jax.errors import UserError
 
 
 def eval_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
@@ -51,25 +52,29 @@ def eval_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
 
 
 def _restore(config, workdir: str, mesh, rules, settings) -> tuple[Any, Any, int, list[int]]:
+  """The newest checkpoint that verifies (damaged ones are skipped with a warning, never moved:
+  a trainer may be running), or the average of the last N. Read-only: eval takes no lock."""
   tx, _, _ = trainer.make_optimizer(config)
   graphdef, state = trainer.create_state(config, mesh, rules, tx)
   directory = os.path.join(workdir, "checkpoints")
-  ckpt = Checkpointer(directory) if os.path.isdir(directory) else None
-  steps = ckpt.all_steps() if ckpt else []
-  if not steps:
-    raise FileNotFoundError(f"no checkpoint in {directory}; train first: python train.py --config <the config> "
-                            f"--workdir {workdir}")
+  ckpt = Checkpointer(directory, read_only=True) if os.path.isdir(directory) else None
+  if not (ckpt and ckpt.all_steps()):
+    raise UserError(f"no checkpoint in {directory}; train first: python train.py --config <the config> "
+                    f"--workdir {workdir}")
   try:
     if settings["average_last"] and settings["average_last"] > 1:
-      ckpt.close()
       state, used = average_checkpoints(directory, state, last=settings["average_last"])
     else:
-      state, used = ckpt.restore(steps[-1], state), [steps[-1]]
-      ckpt.close()
+      step, state, _ = ckpt.restore_newest(state, quarantine=False)
+      used = [step]
   except (ValueError, KeyError, TypeError) as e:
-    raise ValueError(f"the checkpoints in {directory} do not match this config (model sizes, task or "
-                     f"optimiser differ): {str(e)[:500]}. Evaluate with the config the run was trained "
-                     "with, including the same --config overrides.") from e
+    if isinstance(e, UserError):
+      raise
+    raise UserError(f"the checkpoints in {directory} do not match this config (model sizes, task or "
+                    f"optimiser differ): {str(e)[:500]}. Evaluate with the config the run was trained "
+                    "with, including the same --config overrides.") from e
+  finally:
+    ckpt.close()
   return graphdef, state, used[-1], used
 
 
@@ -210,13 +215,15 @@ def _length_curve(config, graphdef, state, mesh, settings, local_batch) -> list[
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """Evaluates the run in `workdir`; writes eval_results.json and metrics rows; returns them."""
-  trainer.check_config(config)
-  settings = eval_settings(config)
+  with errors.user_errors("invalid config"):
+    trainer.check_config(config)
+    settings = eval_settings(config)
+    num_devices = config.get("num_devices", 0) or jax.device_count()
+    mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
+    rules = mesh_lib.rules_from_config(config.logical_axis_rules)
+  with errors.user_errors("data"):
+    data.check_data(config.data, splits=(settings["split"],))
   workdir = os.path.abspath(workdir)
-  num_devices = config.get("num_devices", 0) or jax.device_count()
-  mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
-  rules = mesh_lib.rules_from_config(config.logical_axis_rules)
-  data.check_data(config.data, splits=(settings["split"],))
   graphdef, state, step, used = _restore(config, workdir, mesh, rules, settings)
   graphdef, state = _model_only(graphdef, state)
   local_batch = config.batch_size // jax.process_count()

@@ -1,15 +1,26 @@
-"""Process start-up flags shared by train.py and eval.py: fake CPU devices and multi-process runs.
+"""What train.py and eval.py share: start-up flags, and how errors reach the person.
 
   --cpu_devices N                 N fake CPU devices per process (testing meshes on a CPU)
   --coordinator_address host:port --num_processes P --process_id i
                                   several processes (gloo collectives on CPU)
   --distributed                   jax.distributed.initialize() with auto-detection (SLURM, TPU
                                   pods, Open MPI)
+  --traceback                     show the Python traceback of every error (or
+                                  ROFORMER_JAX_TRACEBACK=1)
+
+`run(main)` replaces `absl.app.run(main)`: a mistake in the flags or the config, and a
+`UserError` or `RunFault` from the run, print their message alone (errors.py); bugs keep
+their traceback.
 """
 
 from __future__ import annotations
 
-from absl import flags, logging
+import os
+import sys
+
+from absl import app, flags, logging
+
+from roformer_jax import errors
 
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() with auto-detection "
                                  "(SLURM, TPU pods, Open MPI).")
@@ -17,6 +28,8 @@ _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of pr
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process runs).")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index (multi-process runs).")
 _CPU_DEVICES = flags.DEFINE_integer("cpu_devices", None, "Fake CPU devices per process (testing meshes on a CPU).")
+flags.DEFINE_bool("traceback", False, f"Show the Python traceback of every error (or {errors.TRACEBACK_ENV}=1); "
+                  "by default a mistake in the config, flags, data, workdir or checkpoints prints its message alone.")
 
 
 def initialize() -> None:
@@ -36,3 +49,53 @@ def initialize() -> None:
   # brings the INFO lines back.
   if jax.process_index() != 0 or not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
+
+
+def _flag_error_text(error: BaseException) -> str:
+  """One readable message for an error raised while the flags (and the config file) load."""
+  cause = error
+  text = errors.message_of(cause)
+  if isinstance(cause, (KeyError, AttributeError)):
+    text = f"no such config key {text}"  # a typo'd --config.<key>: ml_collections suggests the right one
+  elif not isinstance(cause, (flags.Error, ValueError, OSError)):
+    text = f"{type(cause).__name__}: {text}"
+  if "Traceback (most recent call last):" in text:  # config_flags pastes the config file's traceback
+    head, _, tail = text.partition("Traceback (most recent call last):")
+    last = [line for line in tail.strip().splitlines() if line and not line.startswith(" ")][-1:]
+    text = head.strip() + " " + " ".join(last)
+  return text
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with a mistake in a flag or the config reported in one message.
+
+  Config files load while the flags are parsed, so an error there (a bad variant, a typo'd
+  `--config.<key>`, a value of the wrong type, a missing file) surfaces here, whatever its type.
+  """
+  try:
+    rest = flags.FLAGS(argv)
+    config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
+    if config is not None:
+      config.get("seed")  # a config file that failed to load raises on first access: now, not mid-run
+    return rest
+  except Exception as e:  # noqa: BLE001 -- everything here comes from the command line or a config file
+    if errors.show_tracebacks(argv):
+      raise
+    prog = os.path.basename(argv[0])
+    sys.exit(errors.report(errors.UserError(f"{_flag_error_text(e)}\n(`{prog} --helpshort` lists the flags.)"),
+                           prog))
+
+
+def run(main) -> None:
+  """`absl.app.run(main)` for train.py and eval.py: user mistakes exit 2 with their message alone."""
+  prog = os.path.basename(sys.argv[0])
+
+  def guarded(argv):
+    try:
+      return main(argv)
+    except (errors.UserError, errors.RunFault) as e:
+      if errors.show_tracebacks(argv):
+        raise
+      sys.exit(errors.report(e, prog))
+
+  app.run(guarded, flags_parser=_parse_flags)

@@ -158,14 +158,28 @@ class MetricsWriter:
       self._tb.close()
 
 
+def read_rows(path: str) -> list[dict]:
+  """The rows of a metrics.jsonl file. A torn line (a run killed, or a disk that filled, in
+  the middle of a write) is skipped."""
+  rows = []
+  with open(path) as f:
+    for line in f:
+      try:
+        row = json.loads(line)
+      except ValueError:
+        continue
+      if isinstance(row, dict) and "step" in row:
+        rows.append(row)
+  return rows
+
+
 def truncate_after(workdir: str, step: int) -> None:
   """Drops metrics rows after `step` (rows logged after the checkpoint a resumed run restarts
   from would otherwise appear twice)."""
   path = os.path.join(workdir, "metrics.jsonl")
   if jax.process_index() != 0 or not os.path.exists(path):
     return
-  with open(path) as f:
-    rows = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
+  rows = [json.dumps(row) + "\n" for row in read_rows(path) if row["step"] <= step]
   tmp = path + ".tmp"
   with open(tmp, "w") as f:
     f.writelines(rows)
@@ -207,13 +221,11 @@ def plot_loss(workdir: str, out: str | None = None) -> str | None:
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   train, evals = [], []
-  with open(path) as f:
-    for line in f:
-      row = json.loads(line)
-      if "loss" in row:
-        train.append((row["step"], row["loss"]))
-      if "eval_loss" in row:
-        evals.append((row["step"], row["eval_loss"]))
+  for row in read_rows(path):
+    if "loss" in row:
+      train.append((row["step"], row["loss"]))
+    if "eval_loss" in row:
+      evals.append((row["step"], row["eval_loss"]))
   if not train:
     return None
   fig, ax = plt.subplots(figsize=(6, 4))

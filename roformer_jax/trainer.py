@@ -5,16 +5,21 @@ restore, the jitted step, the loop (metrics, eval, checkpoints, preemption), the
 
 Re-running the same command resumes from the newest checkpoint in `<workdir>/checkpoints`,
 data position included, so an interrupted run ends with the same parameters as one that
-was never interrupted.
+was never interrupted. What the loop survives, and how (docs/reliability.md):
+- a second trainer on the workdir: refused at start (workdir_lock.py);
+- SIGTERM or Ctrl-C: the step finishes, a checkpoint is saved, the run exits (stopping.py);
+- SIGKILL, also mid-save: orbax commits by rename, so the newest committed checkpoint is whole;
+- a damaged checkpoint: restore falls back to the newest one that verifies (checkpoints.py);
+- a failed write (disk full, I/O error): the run stops naming the path; the last checkpoint stands.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import math
 import os
-import signal
 import time
 from typing import Any
 
@@ -25,10 +30,11 @@ import numpy as np
 import optax
 from flax import nnx
 
-from roformer_jax import data, mesh as mesh_lib, metrics as metrics_lib, optim, tasks
+from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, optim, stopping, tasks
 from roformer_jax import checkpoints as checkpoints_lib
 from roformer_jax.checkpoints import Checkpointer
 from roformer_jax.data import pipeline
+from roformer_jax.workdir_lock import lock_workdir
 
 REQUIRED_KEYS = ("seed", "total_steps", "batch_size", "checkpoint_every_steps", "eval_every_steps", "mesh")
 
@@ -159,36 +165,60 @@ def _check_finite(losses: list, param_norm, step: int, ckpt: Checkpointer) -> No
   norm = float(param_norm)
   if not (np.all(np.isfinite(values)) and math.isfinite(norm)):
     bad = [float(v) for v in values if not math.isfinite(v)]
-    raise FloatingPointError(
+    raise errors.TrainingDiverged(
         f"loss {bad[0] if bad else float(values[-1])} and parameter norm {norm} by step {step}; stopping without "
         f"saving. The last good checkpoint is step {ckpt.latest_step()} in {ckpt.directory}. Lower "
         "optim.learning_rate or enable optim.grad_clip_norm, then re-run the same command to resume from it.")
 
 
+# Write errors that a person can fix (space, quota, a read-only or unwritable directory).
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
-  """Trains `config` in `workdir`, resuming if it holds checkpoints. Returns final metrics."""
+  """Trains `config` in `workdir`, resuming if it holds checkpoints. Returns final metrics.
+
+  Raises `errors.UserError` for a wrong config, data, workdir or checkpoint (before any
+  training work, and before the workdir is created), and `errors.RunFault` when the
+  environment stops the run (a failed write, a non-finite loss).
+  """
   # ------------------------------------------------------------------ setup and checks
-  check_config(config)
+  with errors.user_errors("invalid config"):
+    check_config(config)
+    num_devices = config.get("num_devices", 0) or jax.device_count()  # 0 = all devices
+    mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
+    stages = stages_from_config(config)
+    for st in stages:
+      mesh_lib.check_batch_size(st.batch_size, mesh)
+    rules = mesh_lib.rules_from_config(config.logical_axis_rules)
+  with errors.user_errors("data"):
+    data.check_data(config.data, splits=("train", "validation"))  # missing dataset/tokenizer: fail now
+    tokenizer = data.make_tokenizer(config.data)
+  if tokenizer.vocab_size > config.model.vocab_size:
+    raise errors.UserError(f"the {config.data.tokenizer} tokenizer has {tokenizer.vocab_size} ids but "
+                           f"config.model.vocab_size={config.model.vocab_size}; set it to {tokenizer.vocab_size}.")
   workdir = os.path.abspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  with errors.user_errors(f"workdir {workdir}"):
+    os.makedirs(workdir, exist_ok=True)
+  with lock_workdir(workdir), stopping.StopRequests(mesh) as stops:
+    try:
+      return _train(config, workdir, mesh, rules, stages, stops)
+    except OSError as e:
+      if e.errno not in _WRITE_ERRNOS:
+        raise
+      raise errors.RunFault(f"writing {e.filename or workdir} failed: {e.strerror or e}. Checkpoints already "
+                            "committed are intact; free space or fix the permissions, then re-run the same command "
+                            "to resume.") from e
+
+
+def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stopping.StopRequests) -> dict[str, Any]:
+  """The run itself, with the workdir locked: data, model, restore, the loop."""
   if jax.process_index() == 0:  # the run's config, for people and for init_from's architecture check
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2))
-  num_devices = config.get("num_devices", 0) or jax.device_count()  # 0 = all devices
-  mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
-  stages = stages_from_config(config)
-  for st in stages:
-    mesh_lib.check_batch_size(st.batch_size, mesh)
-  data.check_data(config.data, splits=("train", "validation"))  # missing dataset/tokenizer: fail now
-  tokenizer = data.make_tokenizer(config.data)
-  if tokenizer.vocab_size > config.model.vocab_size:
-    raise ValueError(f"the {config.data.tokenizer} tokenizer has {tokenizer.vocab_size} ids but "
-                     f"config.model.vocab_size={config.model.vocab_size}; set it to {tokenizer.vocab_size}.")
-  rules = mesh_lib.rules_from_config(config.logical_axis_rules)
   process, processes = jax.process_index(), jax.process_count()
   ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.get("keep_checkpoints", 3),
                       save_every=config.checkpoint_every_steps, async_save=config.get("async_checkpoints", True))
-  start = ckpt.latest_step() or 0
 
   # ------------------------------------------------------------------ load dataset
   def iterator(split: str, stage: Stage, **kw):
@@ -196,9 +226,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     data_cfg.max_length = stage.max_length
     return data.make_iterator(data_cfg, task=config.task, split=split, batch_size=stage.batch_size // processes,
                               seed=config.seed + stage.index, process_index=process, process_count=processes, **kw)
-
-  stage = stage_at(stages, start)
-  train_iter = iterator("train", stage)  # the stage a resumed run is in: its checkpoint holds this one
 
   # ------------------------------------------------------------------ build model and optimiser
   tx, schedule, accum = make_optimizer(config)
@@ -210,10 +237,20 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   del model
 
   # ------------------------------------------------------------------ restore
+  # The newest checkpoint that verifies, with the data iterator of its stage; damaged ones are
+  # moved aside with a warning. A fresh run (start 0) may begin from a pre-trained encoder.
+  try:
+    start, restored, train_iter = ckpt.restore_newest(state, lambda step: iterator("train", stage_at(stages, step)))
+  except BaseException:
+    ckpt.close()
+    raise
+  stage = stage_at(stages, start or 0)
+  metrics_lib.truncate_after(workdir, start or 0)  # rows past the checkpoint will be logged again
   if start:
-    state = ckpt.restore(start, state, train_iter)
-    metrics_lib.truncate_after(workdir, start)  # rows past the checkpoint will be logged again
-  elif config.get("init_from"):  # a fresh run from a pre-trained encoder (its own checkpoints win later)
+    state = restored
+  else:
+    start, train_iter = 0, iterator("train", stage)
+  if not start and config.get("init_from"):  # a fresh run from a pre-trained encoder (its own checkpoints win later)
     model, optimizer = nnx.merge(graphdef, state)
     loaded = checkpoints_lib.init_from(model, config.init_from)
     graphdef, state = nnx.split((model, optimizer))
@@ -249,8 +286,6 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     return result
 
   # ------------------------------------------------------------------ main train loop
-  preempted = []
-  previous_handler = signal.signal(signal.SIGTERM, lambda *_: preempted.append(True))
   peak = metrics_lib.device_peak_flops()
   cfg = tasks.model_config(config)
   linear_features = None if cfg.attention == "softmax" else (
@@ -288,7 +323,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
       window_losses.append(out["loss"])
       at_log = step % log_every == 0 or step == config.total_steps
       at_eval = step % config.eval_every_steps == 0 or step == config.total_steps
-      stop = bool(preempted)  # read once: a SIGTERM arriving after the check waits for the next step
+      stop = stops.poll()  # SIGTERM / Ctrl-C: every process stops after the same step
       if step == start + 1 or at_log or at_eval or stop or ckpt.due(step):
         _check_finite(window_losses, out["param_norm"], step, ckpt)
       if redraw_every and step % redraw_every == 0:
@@ -310,12 +345,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
         window_start = time.perf_counter()  # eval time is not training throughput
       ckpt.save(step, state, train_iter, force=stop or step == config.total_steps)
       if stop:
-        progress.write(f"SIGTERM: saved step {step}; re-run the same command to resume.")
+        ckpt.wait()  # the save is committed (and its digest written) before we say so
+        progress.write(f"{stops.signal_name}: saved step {step}; re-run the same command to resume.")
         break
   finally:
-    ckpt.close()
-    progress.close()
-    signal.signal(signal.SIGTERM, previous_handler)
-    writer.close()
+    try:
+      ckpt.close()
+    finally:
+      progress.close()
+      writer.close()
   metrics_lib.plot_loss(workdir)
   return {"step": step, **last}

@@ -1,0 +1,206 @@
+"""One trainer per workdir: an exclusive lock held for the training process's whole life.
+
+Two trainers on one workdir would interleave their checkpoints and metrics rows, so a second
+`train.py` must stop at once and say who holds the workdir. The lock is `flock(2)` on
+`<workdir>/train.lock`: the kernel drops it when its process dies, however it dies, so a
+killed run never blocks the next one. The file also holds the holder's host, pid, start time
+and command, for the error message.
+
+Some filesystems (certain NFS and FUSE mounts) refuse `flock`. There the lock is the file
+itself, created with O_EXCL, and a background thread touches it every `HEARTBEAT_S` seconds.
+A lock file whose process is gone (same host) or whose heartbeat stopped more than `STALE_S`
+seconds ago (another host) is stale and taken over.
+
+`eval.py` and `generate.py` never take the lock: they read committed checkpoints only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import shlex
+import socket
+import sys
+import threading
+import time
+
+from roformer_jax.errors import UserError
+
+LOCK_FILE = "train.lock"
+HEARTBEAT_S = 30.0
+STALE_S = 300.0
+# flock's errors on filesystems without lock support (NFS without lockd, some FUSE mounts).
+_NO_FLOCK = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EINVAL}
+
+
+class WorkdirLocked(UserError):
+  """Another live process holds the workdir's lock."""
+
+
+def _holder_record() -> dict:
+  return {"host": socket.gethostname(), "pid": os.getpid(),
+          "started": datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+          "command": shlex.join([sys.executable, *sys.argv])}
+
+
+def _describe(record: dict | None) -> str:
+  if not record:
+    return "a process that is still starting (no holder details yet)"
+  return (f"pid {record.get('pid')} on host {record.get('host')}, started {record.get('started')}, "
+          f"running: {record.get('command')}")
+
+
+def _read_record(path: str) -> dict | None:
+  try:
+    with open(path) as f:
+      text = f.read()
+    return json.loads(text) if text.strip() else None
+  except (OSError, ValueError):
+    return None
+
+
+def _process_alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # exists, owned by someone else
+    return True
+  return True
+
+
+class WorkdirLock:
+  """`with WorkdirLock(workdir):` holds `<workdir>/train.lock` exclusively, or raises
+  `WorkdirLocked` naming the holder. Re-entrant use is not supported."""
+
+  def __init__(self, workdir: str):
+    self.path = os.path.join(os.path.abspath(workdir), LOCK_FILE)
+    self.mode: str | None = None  # "flock" or "file" once held
+    self._fd: int | None = None
+    self._stop = threading.Event()
+    self._heartbeat: threading.Thread | None = None
+
+  # ------------------------------------------------------------------ flock (the normal case)
+  def acquire(self) -> "WorkdirLock":
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(fd)
+      raise self._locked(_read_record(self.path)) from None
+    except OSError as e:
+      os.close(fd)
+      if e.errno not in _NO_FLOCK:
+        raise
+      return self._acquire_file()
+    self._fd, self.mode = fd, "flock"
+    record = json.dumps(_holder_record()).encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, record, 0)
+    os.fsync(fd)
+    return self
+
+  def _locked(self, record: dict | None) -> WorkdirLocked:
+    return WorkdirLocked(
+        f"the workdir {os.path.dirname(self.path)} is in use by another trainer: {_describe(record)}. "
+        "Two trainers on one workdir would overwrite each other's checkpoints and metrics. Wait for it to "
+        "finish, stop it (Ctrl-C or SIGTERM saves and exits), or give this run another --workdir.")
+
+  # ------------------------------------------------------------------ O_EXCL file (no flock)
+  def _stale(self, record: dict | None) -> bool:
+    if record and record.get("host") == socket.gethostname():
+      return not _process_alive(int(record.get("pid", -1)))
+    try:
+      return time.time() - os.stat(self.path).st_mtime > STALE_S
+    except FileNotFoundError:
+      return True
+
+  def _acquire_file(self) -> "WorkdirLock":
+    record = _holder_record()
+    for _ in range(3):
+      try:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+      except FileExistsError:
+        holder = _read_record(self.path)
+        if not self._stale(holder):
+          raise self._locked(holder) from None
+        # A stale lock: rename it away first, so two takers cannot both delete and create.
+        try:
+          os.replace(self.path, f"{self.path}.stale-{os.getpid()}")
+          os.unlink(f"{self.path}.stale-{os.getpid()}")
+        except FileNotFoundError:
+          pass
+        continue
+      with os.fdopen(fd, "w") as f:
+        json.dump(record, f)
+        f.flush()
+        os.fsync(f.fileno())
+      self.mode = "file"
+      self._heartbeat = threading.Thread(target=self._beat, name="workdir-lock-heartbeat", daemon=True)
+      self._heartbeat.start()
+      return self
+    raise self._locked(_read_record(self.path))
+
+  def _beat(self) -> None:
+    while not self._stop.wait(HEARTBEAT_S):
+      try:
+        os.utime(self.path)
+      except OSError:
+        pass
+
+  # ------------------------------------------------------------------ release
+  def release(self) -> None:
+    if self.mode == "flock" and self._fd is not None:
+      os.ftruncate(self._fd, 0)  # no holder; the file stays (unlinking a flock'd file races)
+      fcntl.flock(self._fd, fcntl.LOCK_UN)
+      os.close(self._fd)
+    elif self.mode == "file":
+      self._stop.set()
+      try:
+        os.unlink(self.path)
+      except FileNotFoundError:
+        pass
+    self._fd, self.mode = None, None
+
+  def __enter__(self) -> "WorkdirLock":
+    return self.acquire()
+
+  def __exit__(self, *exc) -> None:
+    self.release()
+
+
+
+
+@contextlib.contextmanager
+def lock_workdir(workdir: str):
+  """Holds the workdir's lock for the block: process 0 takes it, every process learns whether
+  it did, and all raise `WorkdirLocked` together if not (no process is left waiting on a
+  collective that the others never reach)."""
+  import jax
+  import numpy as np
+
+  lock, failure = None, None
+  if jax.process_index() == 0:
+    try:
+      lock = WorkdirLock(workdir).acquire()
+    except WorkdirLocked as e:
+      failure = e
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    held = bool(multihost_utils.broadcast_one_to_all(np.int32(failure is None)))
+    if not held and failure is None:
+      failure = WorkdirLocked(f"process 0 could not lock the workdir {workdir}; its error says who holds it.")
+  if failure is not None:
+    raise failure
+  try:
+    yield lock
+  finally:
+    if lock is not None:
+      lock.release()
+
+
+__all__ = ["LOCK_FILE", "WorkdirLock", "WorkdirLocked", "lock_workdir"]
