@@ -143,6 +143,21 @@ def _is_write_error(error: BaseException) -> bool:
   return False
 
 
+def _write_error_text(error: BaseException) -> str:
+  """'No space left on device (writing <path>)' from an OSError or tensorstore's message."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if isinstance(error, OSError) and error.strerror:
+      return f"{error.strerror} ({error.filename})" if error.filename else error.strerror
+    code = re.search(r"os_error_code='?(\d+)", str(error))
+    path = re.search(r'Failed writing: "([^"]+)"', str(error)) or re.search(r'local file "([^"]+)"', str(error))
+    if code:
+      return os.strerror(int(code.group(1))) + (f" (writing {path.group(1)})" if path else "")
+    error = error.__cause__ or error.__context__
+  return ""
+
+
 def _short(error: BaseException, limit: int = 300) -> str:
   text = " ".join(str(error).split())
   return f"{type(error).__name__}: {text[:limit]}{'...' if len(text) > limit else ''}"
@@ -205,7 +220,8 @@ class Checkpointer:
     good = [s for s in self.all_steps() if s != step]
     last = f"step {good[-1]}" if good else "none yet"
     return CheckpointWriteError(
-        f"saving checkpoint step {step} to {self.step_dir(step)} failed: {_short(error)}. The newest complete "
+        f"saving checkpoint step {step} to {self.step_dir(step)} failed: {_write_error_text(error) or _short(error)}. "
+        "The newest complete "
         f"checkpoint ({last}) is intact. Free disk space or fix the directory's permissions, then re-run the "
         "same command to resume from it.")
 

@@ -45,10 +45,19 @@ def initialize() -> None:
                                process_id=_PROCESS_ID.value)
   elif _DISTRIBUTED.value:
     jax.distributed.initialize()
+  if not errors.show_tracebacks():
+    # Orbax logs a failed background save at ERROR with its traceback, before the trainer's
+    # own one-line report: keep the log line, drop the traceback.
+    logging.get_absl_handler().addFilter(_without_traceback)
   # Orbax and JAX log every save at INFO; the progress bars say what matters. --verbosity=0
   # brings the INFO lines back.
   if jax.process_index() != 0 or not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
+
+
+def _without_traceback(record) -> bool:
+  record.exc_info, record.exc_text, record.stack_info = None, None, None
+  return True
 
 
 def _flag_error_text(error: BaseException) -> str:
