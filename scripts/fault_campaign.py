@@ -1,0 +1,439 @@
+"""A fault campaign: inject the faults real clusters cause into `train.py`, and count what is lost.
+
+  python scripts/fault_campaign.py                       # the full campaign (about 10 min on 2 cores)
+  python scripts/fault_campaign.py --record              # ... and write its table into docs/reliability.md
+  python scripts/fault_campaign.py --quick               # a few kills and one of each other fault (make test)
+
+Every trial runs the same command, `train.py --config configs/default.py:smoke` with more steps
+and frequent asynchronous checkpoints, and ends by comparing the final parameters and optimiser
+state with those of one uninterrupted run of that command: bitwise, every leaf.
+
+The faults:
+- SIGKILL at a random moment (uniform over the length of an uninterrupted run, so it lands in
+  start-up, restore, compilation, training and saves alike); a third of the kills wait for an
+  asynchronous save to be in flight (its temporary directory exists) and kill inside it. After
+  each kill the same command is started again.
+- A damaged newest checkpoint: a data file truncated to 1,000 bytes, one byte flipped (silent
+  corruption, which orbax itself reads back without complaint), a file deleted. Then every
+  checkpoint damaged: the run must refuse with a clear error and delete nothing.
+- Disk full: the workdir on a small tmpfs (a private mount namespace, via `unshare`) that fills up
+  mid-run; the run must stop with a message naming the cause; after space is freed the same
+  command resumes. Skipped, and said so, where mount namespaces are not allowed.
+- A second trainer on the same workdir: it must exit with status 2 naming the holder, and the
+  first must finish exactly.
+- SIGTERM, one Ctrl-C (SIGINT), and two Ctrl-Cs (the second aborts at once), each followed by
+  the same command.
+
+Each table row: the fault, how many times it was injected, how many runs ended bitwise equal to
+the uninterrupted run, the steps trained twice, and anything lost (metrics rows missing or
+doubled, checkpoints deleted, runs that did not finish).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import pathlib
+import platform
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "reliability.md"
+BEGIN, END = "<!-- fault-campaign:begin -->", "<!-- fault-campaign:end -->"
+
+
+# --------------------------------------------------------------------------------------
+# Running train.py
+# --------------------------------------------------------------------------------------
+
+
+def train_flags(steps: int) -> list[str]:
+  return [f"--config.total_steps={steps}", "--config.checkpoint_every_steps=10", "--config.eval_every_steps=100000",
+          "--config.log_every_steps=1", "--config.async_checkpoints=True", "--config.keep_checkpoints=3"]
+
+
+def command(workdir: str, steps: int) -> list[str]:
+  return [sys.executable, str(ROOT / "train.py"), "--config", f"{ROOT / 'configs/default.py'}:smoke",
+          "--workdir", workdir, *train_flags(steps)]
+
+
+def env() -> dict[str, str]:
+  return {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+
+
+def start(workdir: str, steps: int, log) -> subprocess.Popen:
+  return subprocess.Popen(command(workdir, steps), env=env(), stdout=log, stderr=subprocess.STDOUT, text=True,
+                          cwd=ROOT)
+
+
+def run(workdir: str, steps: int, timeout: float = 600) -> subprocess.CompletedProcess:
+  return subprocess.run(command(workdir, steps), env=env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def committed_steps(workdir: str) -> list[int]:
+  d = os.path.join(workdir, "checkpoints")
+  return sorted(int(p) for p in os.listdir(d) if p.isdigit()) if os.path.isdir(d) else []
+
+
+def saving(workdir: str) -> bool:
+  return bool(glob.glob(os.path.join(workdir, "checkpoints", "*.orbax-checkpoint-tmp*")))
+
+
+def last_logged_step(workdir: str) -> int:
+  path = os.path.join(workdir, "metrics.jsonl")
+  last = 0
+  if os.path.exists(path):
+    with open(path) as f:
+      for line in f:
+        try:
+          row = json.loads(line)
+        except ValueError:
+          continue
+        if "loss" in row:
+          last = max(last, row["step"])
+  return last
+
+
+def metric_rows_lost(workdir: str, steps: int) -> int:
+  """Training rows missing or doubled in metrics.jsonl (each step 1..steps should appear once)."""
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    logged = [json.loads(line)["step"] for line in f if '"loss"' in line]
+  return len(set(range(1, steps + 1)) ^ set(logged)) + (len(logged) - len(set(logged)))
+
+
+def final_state(workdir: str):
+  """The newest checkpoint's state as numpy arrays, read with orbax directly."""
+  import jax
+  import numpy as np
+  import orbax.checkpoint as ocp
+  ckdir = os.path.join(workdir, "checkpoints")
+  with ocp.CheckpointManager(ckdir, options=ocp.CheckpointManagerOptions(read_only=True)) as mgr:
+    step = mgr.latest_step()
+    state = mgr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+  as_numpy = lambda x: np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+  return step, jax.tree.map(as_numpy, state)
+
+
+def bitwise_equal(a, b) -> bool:
+  import jax
+  import numpy as np
+  (sa, ta), (sb, tb) = a, b
+  if sa != sb or jax.tree.structure(ta) != jax.tree.structure(tb):
+    return False
+  return all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(jax.tree.leaves(ta), jax.tree.leaves(tb)))
+
+
+class Campaign:
+  def __init__(self, args):
+    self.args = args
+    self.rng = random.Random(args.seed)
+    self.root = tempfile.mkdtemp(prefix="fault_campaign_", dir=args.tmp)
+    self.rows: list[dict] = []
+    self.steps = args.steps
+    self.reference = None
+    self.reference_seconds = 0.0
+
+  def log(self, message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+  def workdir(self, name: str) -> str:
+    path = os.path.join(self.root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    return path
+
+  def check(self, workdir: str) -> tuple[bool, int]:
+    """(bitwise equal to the reference, metrics rows lost)."""
+    return bitwise_equal(final_state(workdir), self.reference), metric_rows_lost(workdir, self.steps)
+
+  def row(self, fault: str, injected: int, runs: int, exact: int, redone: int, lost: str, note: str = "",
+          ok: bool | None = None) -> None:
+    """One table row; `ok` (default: every run exact) is whether the fault was survived as it must be."""
+    ok = exact == runs if ok is None else ok
+    self.rows.append(dict(fault=fault, injected=injected, runs=runs, exact=exact, redone=redone, lost=lost, note=note,
+                          ok=bool(ok)))
+    self.log(f"{fault}: injected {injected}, runs exact {exact}/{runs}, steps redone {redone}, lost: {lost}"
+             + (f" ({note})" if note else "") + ("" if ok else "  <-- FAILED"))
+
+  def finish(self, workdir: str, what: str) -> subprocess.CompletedProcess:
+    out = run(workdir, self.steps)
+    if out.returncode != 0:
+      raise RuntimeError(f"{what}: the re-run failed ({out.returncode}):\n{out.stdout[-3000:]}{out.stderr[-3000:]}")
+    return out
+
+  # ------------------------------------------------------------------ the faults
+  def uninterrupted(self) -> None:
+    workdir = self.workdir("reference")
+    t0 = time.perf_counter()
+    self.finish(workdir, "the uninterrupted run")
+    self.reference_seconds = time.perf_counter() - t0
+    self.reference = final_state(workdir)
+    self.reference_dir = workdir
+    self.log(f"uninterrupted run: {self.steps} steps in {self.reference_seconds:.1f} s; checkpoints "
+             f"{committed_steps(workdir)}")
+
+  def kills(self, total: int, per_run: int) -> None:
+    killed = in_save = runs = exact = redone = lost_rows = 0
+    while killed < total:
+      runs += 1
+      workdir = self.workdir(f"kill{runs}")
+      this_run = 0
+      with open(os.path.join(self.root, f"kill{runs}.log"), "w") as log:
+        while this_run < per_run and killed < total:
+          proc = start(workdir, self.steps, log)
+          target_save = (killed % 3) == 2
+          deadline = time.perf_counter() + (self.reference_seconds * 3 if target_save else
+                                            self.rng.uniform(0.0, self.reference_seconds))
+          while proc.poll() is None and time.perf_counter() < deadline:
+            if target_save and saving(workdir):
+              break
+            time.sleep(0.002 if target_save else 0.01)
+          if proc.poll() is not None:  # finished before the kill: this run is complete
+            break
+          was_saving = saving(workdir)
+          proc.send_signal(signal.SIGKILL)
+          proc.wait()
+          reached, saved = last_logged_step(workdir), committed_steps(workdir)
+          redone += max(reached - (saved[-1] if saved else 0), 0)
+          killed, this_run, in_save = killed + 1, this_run + 1, in_save + was_saving
+      self.finish(workdir, f"kill run {runs}")
+      same, lost = self.check(workdir)
+      exact += same
+      lost_rows += lost
+    self.row("SIGKILL at a random moment, then the same command", killed, runs, exact, redone,
+             f"{lost_rows} metrics rows", f"{in_save} of the kills landed inside an asynchronous save",
+             ok=exact == runs and not lost_rows)
+
+  def damage(self, kind: str) -> None:
+    workdir = self.workdir(f"damage_{kind}")
+    shutil.copytree(self.reference_dir, workdir)
+    *_, previous, newest = committed_steps(workdir)
+    step_dir = os.path.join(workdir, "checkpoints", str(newest))
+    data_files = sorted(glob.glob(os.path.join(step_dir, "state", "ocdbt.process_0", "d", "*")), key=os.path.getsize)
+    target = data_files[-1]  # the largest array file: the parameters and moments live there
+    if kind == "truncate":
+      os.truncate(target, 1000)
+    elif kind == "flip":
+      with open(target, "r+b") as f:
+        size = os.path.getsize(target)
+        f.seek(self.rng.randrange(size))
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ (1 << self.rng.randrange(8))]))
+    else:
+      os.remove(self.rng.choice(data_files))
+    out = self.finish(workdir, f"damaged checkpoint ({kind})")
+    warned = f"checkpoint step {newest}" in out.stderr and "is damaged" in out.stderr
+    kept = os.path.isdir(os.path.join(workdir, "checkpoints.damaged", str(newest)))
+    same, lost = self.check(workdir)
+    name = {"truncate": "newest checkpoint: a data file truncated to 1,000 bytes",
+            "flip": "newest checkpoint: one bit flipped in a data file",
+            "delete": "newest checkpoint: a data file deleted"}[kind]
+    self.row(name, 1, 1, int(same), newest - previous, f"{lost} metrics rows",
+             (f"warned, resumed from step {previous}, " if warned else "NO WARNING, ")
+             + ("the damaged one kept in checkpoints.damaged/" if kept else "NOT KEPT"),
+             ok=same and warned and kept and not lost)
+
+  def damage_all(self) -> None:
+    workdir = self.workdir("damage_all")
+    shutil.copytree(self.reference_dir, workdir)
+    for step in committed_steps(workdir):
+      for f in glob.glob(os.path.join(workdir, "checkpoints", str(step), "state", "ocdbt.process_0", "d", "*")):
+        os.truncate(f, 10)
+    files_before = sum(len(files) for _, _, files in os.walk(workdir))
+    out = run(workdir, self.steps)
+    files_after = sum(len(files) for _, _, files in os.walk(workdir))
+    listed = all(f"step {s}" in out.stderr for s in committed_steps(self.reference_dir))
+    clear = out.returncode == 2 and "Traceback" not in out.stderr and listed
+    kept = files_after >= files_before
+    self.row("every checkpoint damaged", 1, 0, 0, 0,
+             "nothing deleted" if kept else f"{files_before - files_after} files deleted",
+             ("refused: exit 2, each checkpoint listed with its reason, no traceback" if clear else
+              f"NOT CLEAR: exit {out.returncode}"), ok=clear and kept)
+
+  def disk_full(self) -> None:
+    if not shutil.which("unshare"):
+      self.row("disk full (ENOSPC) mid-run", 0, 0, 0, 0, "-", "skipped: no unshare here", ok=True)
+      return
+    workdir = self.workdir("disk_full")
+    os.makedirs(workdir)
+    result = os.path.join(self.root, "disk_full.json")
+    flags = [] if os.geteuid() == 0 else ["-r"]
+    out = subprocess.run(["unshare", *flags, "-m", sys.executable, __file__, "--_disk_full_trial", workdir, result,
+                          "--steps", str(self.steps)], env=env(), capture_output=True, text=True, timeout=900)
+    if not os.path.exists(result):
+      self.row("disk full (ENOSPC) mid-run", 0, 0, 0, 0, "-",
+               f"skipped: no private tmpfs here ({(out.stderr.strip().splitlines() or ['?'])[-1][:120]})", ok=True)
+      return
+    with open(result) as f:
+      trial = json.load(f)
+    same, lost = self.check(trial["copy"])
+    clear = trial["exit"] == 1 and "No space left on device" in trial["message"] and "Traceback" not in trial["message"]
+    self.row("disk full (ENOSPC) mid-run, then space freed", 1, 1, int(same), trial["redone"],
+             f"{lost} metrics rows", (f"stopped at step {trial['reached']} (exit 1): {trial['message'][:200]}" if clear
+                                      else f"NOT CLEAR: exit {trial['exit']}: {trial['message'][:200]}"),
+             ok=same and clear and not lost)
+
+  def second_trainer(self) -> None:
+    workdir = self.workdir("second")
+    with open(os.path.join(self.root, "second.log"), "w") as log:
+      first = start(workdir, self.steps, log)
+      while last_logged_step(workdir) < 1 and first.poll() is None:
+        time.sleep(0.05)
+      first.send_signal(signal.SIGSTOP)  # alive and holding the lock, however short the run
+      try:
+        t0 = time.perf_counter()
+        second = run(workdir, self.steps)
+        refused_in = time.perf_counter() - t0
+      finally:
+        first.send_signal(signal.SIGCONT)
+      first.wait(timeout=600)
+    refused = second.returncode == 2 and f"pid {first.pid}" in second.stderr and "Traceback" not in second.stderr
+    same, lost = self.check(workdir)
+    self.row("a second trainer on the same workdir", 1, 1, int(same), 0, f"{lost} metrics rows",
+             (f"refused in {refused_in:.1f} s: exit 2, naming the holder's pid; the first finished"
+              if refused else f"NOT REFUSED: exit {second.returncode}"),
+             ok=same and refused and first.returncode == 0 and not lost)
+
+  def signals(self, name: str, count: int, twice: bool = False) -> None:
+    runs = exact = redone = lost_rows = 0
+    notes, handled = set(), True
+    for i in range(count):
+      workdir = self.workdir(f"{name}{i}")
+      runs += 1
+      with open(os.path.join(self.root, f"{name}{i}.log"), "w") as log:
+        proc = start(workdir, self.steps, log)
+        goal = self.rng.randrange(2, self.steps - 5)
+        while last_logged_step(workdir) < goal and proc.poll() is None:
+          time.sleep(0.005)
+        sig = signal.SIGINT if name.startswith("sigint") else signal.SIGTERM
+        proc.send_signal(sig)
+        if twice:
+          time.sleep(0.05)
+          proc.send_signal(sig)
+        proc.wait(timeout=300)
+      with open(os.path.join(self.root, f"{name}{i}.log")) as f:
+        text = f.read()
+      reached, saved = last_logged_step(workdir), committed_steps(workdir)
+      if twice:
+        handled &= proc.returncode == -signal.SIGINT
+        notes.add("aborted at once (killed by the second SIGINT)" if proc.returncode == -signal.SIGINT else
+                  f"exit {proc.returncode}, NOT ABORTED")
+      else:
+        ok = proc.returncode == 0 and re.search(rf"{sig.name}: saved step {reached}\b", text)
+        handled &= bool(ok)
+        notes.add("exit 0 after saving the step it finished" if ok else f"exit {proc.returncode}, NO SAVE MESSAGE")
+      redone += max(reached - (saved[-1] if saved else 0), 0)
+      self.finish(workdir, name)
+      same, lost = self.check(workdir)
+      exact += same
+      lost_rows += lost
+    label = {"sigterm": "SIGTERM, then the same command", "sigint": "Ctrl-C (SIGINT), then the same command",
+             "sigint2": "Ctrl-C twice (abort), then the same command"}[name]
+    self.row(label, count, runs, exact, redone, f"{lost_rows} metrics rows", "; ".join(sorted(notes)),
+             ok=exact == runs and handled and not lost_rows)
+
+
+def disk_full_trial(workdir: str, result: str, steps: int) -> None:
+  """Inside a private mount namespace: the workdir on a tmpfs that fills, then space freed."""
+  subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", workdir], check=True)
+  filler = os.path.join(workdir, "filler")
+  with open(filler, "wb") as f:
+    f.write(b"\0" * (4 * 1024 * 1024 - 900 * 1024))  # leaves about 900 KiB: a few checkpoints' worth
+  run_dir = os.path.join(workdir, "run")
+  first = run(run_dir, steps)
+  reached, saved = last_logged_step(run_dir), committed_steps(run_dir)
+  os.remove(filler)
+  subprocess.run(["mount", "-o", "remount,size=64m", workdir], check=True)
+  second = run(run_dir, steps)
+  copy = os.path.join(os.path.dirname(result), "disk_full_copy")
+  shutil.copytree(run_dir, copy)
+  message = [line for line in first.stderr.splitlines() if line.startswith("train.py: ")]
+  with open(result, "w") as f:
+    json.dump({"exit": first.returncode, "message": " ".join(message) or first.stderr[-400:], "reached": reached,
+               "redone": max(reached - (saved[-1] if saved else 0), 0), "second_exit": second.returncode,
+               "copy": copy}, f)
+
+
+def table(rows: list[dict]) -> str:
+  lines = ["| fault | injected | runs bitwise exact | steps redone | lost | what happened |",
+           "|---|---|---|---|---|---|"]
+  for r in rows:
+    exact = f"{r['exact']}/{r['runs']}" if r["runs"] else "-"
+    lines.append(f"| {r['fault']} | {r['injected']} | {exact} | {r['redone']} | {r['lost']} | "
+                 f"{r['note']} |")
+  return "\n".join(lines)
+
+
+def record(text: str) -> None:
+  doc = DOC.read_text()
+  if BEGIN not in doc or END not in doc:
+    raise SystemExit(f"{DOC} has no {BEGIN} ... {END} block to replace.")
+  head, rest = doc.split(BEGIN, 1)
+  DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--kills", type=int, default=50, help="SIGKILLs in all")
+  parser.add_argument("--kills-per-run", type=int, default=5, help="SIGKILLs before a run is let finish")
+  parser.add_argument("--steps", type=int, default=300, help="total_steps of the trained command")
+  parser.add_argument("--signal-trials", type=int, default=3, help="trials of each of SIGTERM, SIGINT, 2x SIGINT")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--quick", action="store_true", help="3 kills, 60 steps, one trial of each other fault")
+  parser.add_argument("--record", action="store_true", help=f"write the table into {DOC.relative_to(ROOT)}")
+  parser.add_argument("--json", help="also write the rows to this JSON file")
+  parser.add_argument("--tmp", default=None, help="where the workdirs go (default: the system's temp dir)")
+  parser.add_argument("--keep", action="store_true", help="keep the workdirs")
+  parser.add_argument("--_disk_full_trial", nargs=2, help=argparse.SUPPRESS)
+  args = parser.parse_args()
+  if args._disk_full_trial:
+    disk_full_trial(*args._disk_full_trial, args.steps)
+    return
+  if args.quick:
+    args.kills, args.kills_per_run, args.steps, args.signal_trials = 3, 3, 60, 1
+
+  c = Campaign(args)
+  t0 = time.perf_counter()
+  try:
+    c.uninterrupted()
+    c.kills(args.kills, args.kills_per_run)
+    for kind in ("truncate", "flip", "delete"):
+      c.damage(kind)
+    c.damage_all()
+    c.disk_full()
+    c.second_trainer()
+    c.signals("sigterm", args.signal_trials)
+    c.signals("sigint", args.signal_trials)
+    c.signals("sigint2", args.signal_trials, twice=True)
+  finally:
+    if not args.keep:
+      shutil.rmtree(c.root, ignore_errors=True)
+  minutes = (time.perf_counter() - t0) / 60
+  shown = " ".join(["python", "scripts/fault_campaign.py", *sys.argv[1:]])
+  text = (f"{table(c.rows)}\n\nCommand: `{shown}` ({minutes:.1f} min; {args.steps}-step runs of "
+          f"`configs/default.py:smoke`, a checkpoint every 10 steps, asynchronous). Recorded "
+          f"{datetime.date.today().isoformat()} on {platform.node() or 'this machine'} ({os.cpu_count()} cores, "
+          f"Python {platform.python_version()}).")
+  print(text)
+  if args.json:
+    with open(args.json, "w") as f:
+      json.dump({"rows": c.rows, "minutes": minutes, "args": vars(args)}, f, indent=1)
+  if args.record:
+    record(text)
+  failed = [r for r in c.rows if not r["ok"]]
+  if failed:
+    raise SystemExit(f"{len(failed)} fault rows were not survived exactly: {[r['fault'] for r in failed]}")
+
+
+if __name__ == "__main__":
+  main()
