@@ -172,7 +172,7 @@ def _pretrained_encoder(source: str, cfg) -> tuple[dict[tuple[str, ...], np.ndar
     encoder = model if not hasattr(model, ENCODER) else getattr(model, ENCODER)
     params = _flat(nnx.to_pure_dict(nnx.state(encoder, nnx.Param)), strip_value=False)
     return {k: np.asarray(v) for k, v in params.items()}, f"transformers checkpoint {source}"
-  step_dir = _step_dir(source)
+  step_dir = os.path.abspath(_step_dir(source))  # <workdir>/checkpoints/<step>, however `source` is spelled
   state_dir = os.path.join(step_dir, "state")
   saved_config = os.path.join(os.path.dirname(os.path.dirname(step_dir)), "config.json")
   if os.path.isfile(saved_config):
@@ -224,7 +224,10 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
     {"source": description, "loaded": number of tensors, "fresh": paths left as initialised}.
   """
   from flax import nnx
-  source = os.fspath(source)
+  # Normalised (absolute, no trailing slash or `.`): the workdir's config.json is looked up two
+  # directories above the step directory, which `W/checkpoints/1/` would miss, skipping the
+  # architecture check.
+  source = os.path.abspath(os.fspath(source))
   if not hasattr(model, ENCODER):
     raise InitFromError(f"{type(model).__name__} has no '{ENCODER}' encoder to initialise; init_from serves "
                         "the RoFormerModel-based tasks (mlm, classification).")
