@@ -13,6 +13,7 @@ killed mid-save leaves the previous checkpoint intact.
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from typing import Any
 
@@ -78,21 +79,33 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
   Args:
     directory: `<workdir>/checkpoints`.
     target_state: a state pytree (arrays or ShapeDtypeStructs with shardings) to restore into.
-    last: how many of the newest checkpoints to average (ignored if `steps` is given).
-    steps: explicit steps to average.
+    last: how many of the newest checkpoints to average, at least 1 (ignored if `steps` is
+      given).
+    steps: explicit steps to average (at least one).
     select: optional function state -> sub-tree to average (e.g. only the parameters); the
       result then has that sub-tree's structure.
 
   Returns:
     (averaged state, the steps used). Float leaves are averaged in float32; integer leaves
     (step counters, RNG state) are taken from the newest checkpoint.
+
+  Raises:
+    FileNotFoundError: `directory` holds no checkpoint.
+    ValueError: `last` is not a positive integer, `steps` is empty, or names a step that is
+      not in `directory`.
   """
+  if steps is None and (isinstance(last, bool) or not isinstance(last, numbers.Integral) or last < 1):
+    raise ValueError(f"last={last!r} is not a number of checkpoints to average: pass a positive integer "
+                     "(last=1 is the newest checkpoint alone), or the steps themselves with steps=[...].")
+  if steps is not None and not list(steps):
+    raise ValueError(f"steps={list(steps)!r} names no checkpoint to average: pass at least one step, or "
+                     "steps=None to average the last N.")
   manager = ocp.CheckpointManager(os.path.abspath(os.fspath(directory)),
                                   options=ocp.CheckpointManagerOptions(read_only=True))
   available = sorted(manager.all_steps())
   if not available:
     raise FileNotFoundError(f"no checkpoints in {directory}; train first (python train.py ...).")
-  use = sorted(steps) if steps is not None else available[-last:]
+  use = sorted(steps) if steps is not None else available[-int(last):]
   missing = sorted(set(use) - set(available))
   if missing:
     raise ValueError(f"checkpoint steps {missing} are not in {directory} (available: {available}).")

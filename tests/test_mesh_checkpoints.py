@@ -98,3 +98,23 @@ def test_average_without_checkpoints_says_how_to_get_them(tmp_path):
   (tmp_path / "empty").mkdir()
   with pytest.raises(FileNotFoundError, match="train first"):
     checkpoints.average_checkpoints(tmp_path / "empty", _state(0))
+
+
+@pytest.mark.parametrize("last", [0, -2, 1.5])
+def test_average_rejects_a_last_that_is_not_a_positive_count(tmp_path, last):
+  ck = checkpoints.Checkpointer(tmp_path / "ck", save_every=1, keep=10)
+  for step in (1, 2, 3):
+    ck.save(step, _state(step), force=True)
+  ck.close()
+  # last=0 used to average every checkpoint (available[-0:]), a negative one to drop the oldest.
+  with pytest.raises(ValueError, match=rf"last={last!r}.*positive"):
+    checkpoints.average_checkpoints(tmp_path / "ck", _state(0), last=last)
+
+
+def test_average_of_no_steps_is_refused(tmp_path):
+  ck = checkpoints.Checkpointer(tmp_path / "ck", save_every=1)
+  ck.save(1, _state(1), force=True)
+  ck.close()
+  with pytest.raises(ValueError, match="steps=\\[\\]"):
+    checkpoints.average_checkpoints(tmp_path / "ck", _state(0), steps=[])
+
