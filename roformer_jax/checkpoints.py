@@ -72,9 +72,35 @@ class Checkpointer:
     self.manager.close()
 
 
+def _is_float(x) -> bool:
+  return jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def _map_by_kind(f, tree, *rest):
+  """`jax.tree.map(f(averaged, leaf, *others), tree, *rest)`, where `averaged` says whether
+  `average_checkpoints` averages the leaf: a floating-point array that is (the value of) an
+  `nnx.Param`, or any floating-point array of a tree without `nnx.Variable`s (a plain dict)."""
+  from flax import nnx
+
+  def per_node(node, *others):
+    trained = isinstance(node, nnx.Param) if isinstance(node, nnx.Variable) else True
+    return jax.tree.map(lambda x, *o: f(trained and _is_float(x), x, *o), node, *others)
+
+  return jax.tree.map(per_node, tree, *rest, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
 def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int = 5,
                         steps: list[int] | None = None, select=None):
-  """The element-wise mean of the last N checkpoints' states (Sec. 4.1 averages the last 5).
+  """The element-wise mean of the last N checkpoints' trained parameters (Sec. 4.1 averages the last 5).
+
+  Only trained parameters are averaged: the floating-point `nnx.Param` leaves (what the
+  optimiser updates). Everything else is the newest checkpoint's, bitwise: FAVOR+ feature
+  projections (`attention.FeatureProjection`, redrawn during training, never trained: a mean
+  of independent draws shrinks each row by about 1/sqrt(N), a model that never existed), RNG
+  keys and counters, step counters and the optimiser's moments and counts. The variable types
+  come from `target_state` (an `nnx.State` from `nnx.split`, as `trainer.create_state` returns);
+  a tree without `nnx.Variable`s (a plain dict, `nnx.to_pure_dict`) carries no types, so all its
+  floating-point leaves are averaged and its integer leaves are the newest's.
 
   Args:
     directory: `<workdir>/checkpoints`.
@@ -86,8 +112,8 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
       result then has that sub-tree's structure.
 
   Returns:
-    (averaged state, the steps used). Float leaves are averaged in float32; integer leaves
-    (step counters, RNG state) are taken from the newest checkpoint.
+    (averaged state, the steps used). Parameters are averaged in float32 and cast back to
+    their dtype.
 
   Raises:
     FileNotFoundError: `directory` holds no checkpoint.
@@ -111,18 +137,18 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
     raise ValueError(f"checkpoint steps {missing} are not in {directory} (available: {available}).")
   select = select or (lambda s: s)
   abstract = _abstract(target_state)
-  is_float = lambda x: jnp.issubdtype(x.dtype, jnp.floating)
   mean = None
   for k, step in enumerate(use, start=1):
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
     tree = select(restored["state"])
     if mean is None:
-      mean = jax.tree.map(lambda x: x.astype(jnp.float32) if is_float(x) else x, tree)
+      mean = _map_by_kind(lambda avg, x: x.astype(jnp.float32) if avg else x, tree)
     else:
-      # Running mean m += (x - m) / k: exact for identical checkpoints (x - m = 0).
-      mean = jax.tree.map(lambda m, x: m + (x.astype(jnp.float32) - m) / k if is_float(x) else x, mean, tree)
+      # Running mean m += (x - m) / k: exact for identical checkpoints (x - m = 0). The rest:
+      # each newer checkpoint's value replaces the older one's.
+      mean = _map_by_kind(lambda avg, m, x: m + (x.astype(jnp.float32) - m) / k if avg else x, mean, tree)
   manager.close()
-  mean = jax.tree.map(lambda m, x: m.astype(x.dtype) if is_float(x) else m, mean, tree)
+  mean = _map_by_kind(lambda avg, m, x: m.astype(x.dtype) if avg else m, mean, tree)
   return mean, use
 
 
