@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import numbers
 import os
 import re
 import shutil
@@ -371,45 +372,83 @@ class Checkpointer:
     return None, None, None
 
 
+def _is_float(x) -> bool:
+  return jnp.issubdtype(x.dtype, jnp.floating)
+
+
+def _map_by_kind(f, tree, *rest):
+  """`jax.tree.map(f(averaged, leaf, *others), tree, *rest)`, where `averaged` says whether
+  `average_checkpoints` averages the leaf: a floating-point array that is (the value of) an
+  `nnx.Param`, or any floating-point array of a tree without `nnx.Variable`s (a plain dict)."""
+  from flax import nnx
+
+  def per_node(node, *others):
+    trained = isinstance(node, nnx.Param) if isinstance(node, nnx.Variable) else True
+    return jax.tree.map(lambda x, *o: f(trained and _is_float(x), x, *o), node, *others)
+
+  return jax.tree.map(per_node, tree, *rest, is_leaf=lambda x: isinstance(x, nnx.Variable))
+
+
 def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int = 5,
                         steps: list[int] | None = None, select=None):
-  """The element-wise mean of the last N checkpoints' states (Sec. 4.1 averages the last 5).
+  """The element-wise mean of the last N checkpoints' trained parameters (Sec. 4.1 averages the last 5).
+
+  Only trained parameters are averaged: the floating-point `nnx.Param` leaves (what the
+  optimiser updates). Everything else is the newest checkpoint's, bitwise: FAVOR+ feature
+  projections (`attention.FeatureProjection`, redrawn during training, never trained: a mean
+  of independent draws shrinks each row by about 1/sqrt(N), a model that never existed), RNG
+  keys and counters, step counters and the optimiser's moments and counts. The variable types
+  come from `target_state` (an `nnx.State` from `nnx.split`, as `trainer.create_state` returns);
+  a tree without `nnx.Variable`s (a plain dict, `nnx.to_pure_dict`) carries no types, so all its
+  floating-point leaves are averaged and its integer leaves are the newest's.
 
   Args:
     directory: `<workdir>/checkpoints`.
     target_state: a state pytree (arrays or ShapeDtypeStructs with shardings) to restore into.
-    last: how many of the newest checkpoints to average (ignored if `steps` is given).
-    steps: explicit steps to average.
+    last: how many of the newest checkpoints to average, at least 1 (ignored if `steps` is
+      given).
+    steps: explicit steps to average (at least one).
     select: optional function state -> sub-tree to average (e.g. only the parameters); the
       result then has that sub-tree's structure.
 
   Returns:
-    (averaged state, the steps used). Float leaves are averaged in float32; integer leaves
-    (step counters, RNG state) are taken from the newest checkpoint.
+    (averaged state, the steps used). Parameters are averaged in float32 and cast back to
+    their dtype.
+
+  Raises:
+    FileNotFoundError: `directory` holds no checkpoint.
+    ValueError: `last` is not a positive integer, `steps` is empty, or names a step that is
+      not in `directory`.
   """
+  if steps is None and (isinstance(last, bool) or not isinstance(last, numbers.Integral) or last < 1):
+    raise ValueError(f"last={last!r} is not a number of checkpoints to average: pass a positive integer "
+                     "(last=1 is the newest checkpoint alone), or the steps themselves with steps=[...].")
+  if steps is not None and not list(steps):
+    raise ValueError(f"steps={list(steps)!r} names no checkpoint to average: pass at least one step, or "
+                     "steps=None to average the last N.")
   manager = ocp.CheckpointManager(os.path.abspath(os.fspath(directory)),
                                   options=ocp.CheckpointManagerOptions(read_only=True))
   available = sorted(manager.all_steps())
   if not available:
     raise FileNotFoundError(f"no checkpoints in {directory}; train first (python train.py ...).")
-  use = sorted(steps) if steps is not None else available[-last:]
+  use = sorted(steps) if steps is not None else available[-int(last):]
   missing = sorted(set(use) - set(available))
   if missing:
     raise ValueError(f"checkpoint steps {missing} are not in {directory} (available: {available}).")
   select = select or (lambda s: s)
   abstract = _abstract(target_state)
-  is_float = lambda x: jnp.issubdtype(x.dtype, jnp.floating)
   mean = None
   for k, step in enumerate(use, start=1):
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
     tree = select(restored["state"])
     if mean is None:
-      mean = jax.tree.map(lambda x: x.astype(jnp.float32) if is_float(x) else x, tree)
+      mean = _map_by_kind(lambda avg, x: x.astype(jnp.float32) if avg else x, tree)
     else:
-      # Running mean m += (x - m) / k: exact for identical checkpoints (x - m = 0).
-      mean = jax.tree.map(lambda m, x: m + (x.astype(jnp.float32) - m) / k if is_float(x) else x, mean, tree)
+      # Running mean m += (x - m) / k: exact for identical checkpoints (x - m = 0). The rest:
+      # each newer checkpoint's value replaces the older one's.
+      mean = _map_by_kind(lambda avg, m, x: m + (x.astype(jnp.float32) - m) / k if avg else x, mean, tree)
   manager.close()
-  mean = jax.tree.map(lambda m, x: m.astype(x.dtype) if is_float(x) else m, mean, tree)
+  mean = _map_by_kind(lambda avg, m, x: m.astype(x.dtype) if avg else m, mean, tree)
   return mean, use
 
 
@@ -472,7 +511,7 @@ def _pretrained_encoder(source: str, cfg) -> tuple[dict[tuple[str, ...], np.ndar
     encoder = model if not hasattr(model, ENCODER) else getattr(model, ENCODER)
     params = _flat(nnx.to_pure_dict(nnx.state(encoder, nnx.Param)), strip_value=False)
     return {k: np.asarray(v) for k, v in params.items()}, f"transformers checkpoint {source}"
-  step_dir = _step_dir(source)
+  step_dir = os.path.abspath(_step_dir(source))  # <workdir>/checkpoints/<step>, however `source` is spelled
   state_dir = os.path.join(step_dir, "state")
   saved_config = os.path.join(os.path.dirname(os.path.dirname(step_dir)), "config.json")
   if os.path.isfile(saved_config):
@@ -524,7 +563,10 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
     {"source": description, "loaded": number of tensors, "fresh": paths left as initialised}.
   """
   from flax import nnx
-  source = os.fspath(source)
+  # Normalised (absolute, no trailing slash or `.`): the workdir's config.json is looked up two
+  # directories above the step directory, which `W/checkpoints/1/` would miss, skipping the
+  # architecture check.
+  source = os.path.abspath(os.fspath(source))
   if not hasattr(model, ENCODER):
     raise InitFromError(f"{type(model).__name__} has no '{ENCODER}' encoder to initialise; init_from serves "
                         "the RoFormerModel-based tasks (mlm, classification).")

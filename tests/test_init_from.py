@@ -131,3 +131,14 @@ def test_attention_implementation_is_not_architecture():
   checkpoints._check_same_architecture(cfg, cfg.replace(attention_implementation="xla", remat="full"), "src")
   with pytest.raises(checkpoints.InitFromError, match="d_ff"):
     checkpoints._check_same_architecture(cfg, cfg.replace(d_ff=64), "src")
+
+
+@pytest.mark.parametrize("form", ["{w}", "{w}/", "{w}/checkpoints", "{w}/checkpoints/", "{w}/checkpoints/{step}",
+                                  "{w}/checkpoints/{step}/", "{w}/checkpoints/./{step}"])
+def test_every_spelling_of_the_source_gets_the_architecture_check(mlm_run, form):
+  # A trailing slash on a step directory used to miss <workdir>/config.json and skip the check:
+  # rope_theta changes no shape, so the mismatched encoder then loaded without an error.
+  step = max(int(d) for d in os.listdir(mlm_run / "checkpoints") if d.isdigit())
+  model = tasks.build_model(classifier_config(str(mlm_run), rope_theta=500.0), nnx.Rngs(0))
+  with pytest.raises(checkpoints.InitFromError, match=r"rope_theta: pre-trained 10000.0 vs config 500.0"):
+    checkpoints.init_from(model, form.format(w=mlm_run, step=step))

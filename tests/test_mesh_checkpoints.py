@@ -98,3 +98,82 @@ def test_average_without_checkpoints_says_how_to_get_them(tmp_path):
   (tmp_path / "empty").mkdir()
   with pytest.raises(FileNotFoundError, match="train first"):
     checkpoints.average_checkpoints(tmp_path / "empty", _state(0))
+
+
+@pytest.mark.parametrize("last", [0, -2, 1.5])
+def test_average_rejects_a_last_that_is_not_a_positive_count(tmp_path, last):
+  ck = checkpoints.Checkpointer(tmp_path / "ck", save_every=1, keep=10)
+  for step in (1, 2, 3):
+    ck.save(step, _state(step), force=True)
+  ck.close()
+  # last=0 used to average every checkpoint (available[-0:]), a negative one to drop the oldest.
+  with pytest.raises(ValueError, match=rf"last={last!r}.*positive"):
+    checkpoints.average_checkpoints(tmp_path / "ck", _state(0), last=last)
+
+
+def test_average_of_no_steps_is_refused(tmp_path):
+  ck = checkpoints.Checkpointer(tmp_path / "ck", save_every=1)
+  ck.save(1, _state(1), force=True)
+  ck.close()
+  with pytest.raises(ValueError, match="steps=\\[\\]"):
+    checkpoints.average_checkpoints(tmp_path / "ck", _state(0), steps=[])
+
+
+def _performer_state():
+  """(graphdef, state) of a tiny FAVOR+ Performer and its Adam optimiser, as train/eval build it."""
+  from configs import default
+  from roformer_jax import trainer
+  config = default.get_config("smoke")
+  config.model.update(dict(attention="linear", feature_map="favor", num_features=8))
+  tx, _, _ = trainer.make_optimizer(config)
+  return trainer.create_state(config, mesh_lib.make_mesh(config.mesh),
+                              mesh_lib.rules_from_config(config.logical_axis_rules), tx)
+
+
+def _variables(state) -> dict[str, tuple[type, np.ndarray]]:
+  """Path -> (variable type, value) for every array leaf of an nnx.State (RNG keys left out)."""
+  from flax import nnx
+  out = {}
+  for path, var in jax.tree_util.tree_flatten_with_path(state, is_leaf=lambda x: isinstance(x, nnx.Variable))[0]:
+    if not jnp.issubdtype(var.get_value().dtype, jax.dtypes.prng_key):
+      out[jax.tree_util.keystr(path)] = (type(var), np.asarray(var.get_value()))
+  return out
+
+
+def _redrawn(state, seed):
+  """`state` with every float leaf drawn afresh from `seed` (trained parameters, moments and
+  FAVOR+ projections all change between checkpoints) and every integer leaf set to `seed`."""
+  leaves, treedef = jax.tree.flatten(state)
+  keys = jax.random.split(jax.random.key(seed), len(leaves))
+  return treedef.unflatten([
+      jax.random.normal(k, x.shape, x.dtype) if jnp.issubdtype(x.dtype, jnp.floating)
+      else x if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else jnp.full_like(x, seed)
+      for k, x in zip(keys, leaves)])
+
+
+def test_average_takes_feature_projections_and_optimiser_state_from_the_newest(tmp_path):
+  from flax import nnx
+  from roformer_jax import attention
+  graphdef, state = _performer_state()
+  ck = checkpoints.Checkpointer(tmp_path / "ck", save_every=1, keep=10, async_save=False)
+  for step in range(1, 5):
+    ck.save(step, _redrawn(state, step), force=True)
+  ck.close()
+  mean, used = checkpoints.average_checkpoints(tmp_path / "ck", state, last=3)
+  assert used == [2, 3, 4]
+  got = _variables(mean)
+  saved = {s: _variables(_redrawn(state, s)) for s in used}
+  kinds = {kind for kind, _ in got.values()}
+  assert {nnx.Param, attention.FeatureProjection, nnx.OptVariable, nnx.OptState} <= kinds
+  for path, (kind, value) in got.items():
+    assert kind is saved[4][path][0], path  # the variable types survive: nnx.merge rebuilds the model
+    if kind is nnx.Param:  # trained: the mean of the last 3
+      np.testing.assert_allclose(value, np.mean([saved[s][path][1] for s in used], axis=0), rtol=1e-5,
+                                 atol=1e-6, err_msg=path)
+    else:  # FAVOR+ projections (redrawn, never trained), moments, counters: the newest, bitwise
+      np.testing.assert_array_equal(value, saved[4][path][1], err_msg=path)
+  projection = next(path for path, (kind, _) in got.items() if kind is attention.FeatureProjection)
+  mean_projection = np.mean([saved[s][projection][1] for s in used], axis=0)
+  assert not np.allclose(got[projection][1], mean_projection)  # the old behaviour: a model that never existed
+  model, _ = nnx.merge(graphdef, mean)
+  assert isinstance(model.layers[0].attention.projection, attention.FeatureProjection)
