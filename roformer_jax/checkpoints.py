@@ -431,10 +431,25 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
   available = sorted(manager.all_steps())
   if not available:
     raise FileNotFoundError(f"no checkpoints in {directory}; train first (python train.py ...).")
-  use = sorted(steps) if steps is not None else available[-int(last):]
-  missing = sorted(set(use) - set(available))
+  missing = sorted(set(steps or ()) - set(available))
   if missing:
     raise ValueError(f"checkpoint steps {missing} are not in {directory} (available: {available}).")
+  # The same integrity check as a training restore: a damaged checkpoint named explicitly is an
+  # error; among "the last N" it is skipped with a warning, and an older one takes its place.
+  damaged = {}
+  for step in sorted(steps) if steps is not None else reversed(available):
+    why = verify_digest(os.path.join(manager.directory, str(step)))
+    if why:
+      damaged[step] = why
+      if steps is None:
+        warn(f"checkpoint step {step} in {directory} is damaged ({why}); it is left out of the average.")
+  if steps is not None and damaged:
+    raise UserError(f"cannot average checkpoints {sorted(steps)}: " + "; ".join(
+        f"step {s} is damaged ({why})" for s, why in sorted(damaged.items())) + ". Leave them out of steps=[...].")
+  use = sorted(steps) if steps is not None else [s for s in available if s not in damaged][-int(last):]
+  if not use:
+    raise UserError(f"every checkpoint in {directory} is damaged: " + "; ".join(
+        f"step {s}: {why}" for s, why in sorted(damaged.items())) + ".")
   select = select or (lambda s: s)
   abstract = _abstract(target_state)
   mean = None
@@ -470,12 +485,25 @@ class InitFromError(UserError, ValueError):
 
 
 def _step_dir(source: str) -> str:
-  """A training workdir, its checkpoints/ directory or one step directory -> that step's dir."""
+  """A training workdir, its checkpoints/ directory or one step directory -> that step's dir:
+  the newest that passes its digest check (damaged ones are skipped with a warning); an
+  explicitly named step directory that fails it is an error."""
   for candidate in (os.path.join(source, "checkpoints"), source):
     steps = [int(d) for d in os.listdir(candidate) if d.isdigit()] if os.path.isdir(candidate) else []
-    if steps:
-      return os.path.join(candidate, str(max(steps)))
+    problems = []
+    for step in sorted(steps, reverse=True):
+      why = verify_digest(os.path.join(candidate, str(step)))
+      if not why:
+        return os.path.join(candidate, str(step))
+      problems.append(f"step {step}: {why}")
+      warn(f"init_from: checkpoint step {step} in {candidate} is damaged ({why}); trying an older one.")
+    if problems:
+      raise InitFromError(f"init_from={source!r}: every checkpoint is damaged ({'; '.join(problems)}).")
   if os.path.isdir(os.path.join(source, "state")):
+    why = verify_digest(source)
+    if why:
+      raise InitFromError(f"init_from={source!r} is a damaged checkpoint: {why}. Name an older step directory, "
+                          "or the workdir to take its newest good checkpoint.")
     return source
   raise InitFromError(f"init_from={source!r} holds no checkpoint: expected a training workdir, its "
                       "checkpoints/ directory, one <step>/ directory, or a transformers RoFormer directory "

@@ -86,6 +86,7 @@ class WorkdirLock:
 
   # ------------------------------------------------------------------ flock (the normal case)
   def acquire(self) -> "WorkdirLock":
+    existed = os.path.exists(self.path)
     fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
       fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -96,6 +97,8 @@ class WorkdirLock:
       os.close(fd)
       if e.errno not in _NO_FLOCK:
         raise
+      if not existed:
+        os.unlink(self.path)  # the O_EXCL protocol below needs the file absent
       return self._acquire_file()
     self._fd, self.mode = fd, "flock"
     record = json.dumps(_holder_record()).encode()
@@ -115,9 +118,12 @@ class WorkdirLock:
     if record and record.get("host") == socket.gethostname():
       return not _process_alive(int(record.get("pid", -1)))
     try:
-      return time.time() - os.stat(self.path).st_mtime > STALE_S
+      age = time.time() - os.stat(self.path).st_mtime
     except FileNotFoundError:
       return True
+    # A holder writes its record right after creating the file: an empty one that is not brand
+    # new was left by a flock-mode run (which keeps the file) or a process killed in between.
+    return age > (STALE_S if record else 10.0)
 
   def _acquire_file(self) -> "WorkdirLock":
     record = _holder_record()

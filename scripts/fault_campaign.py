@@ -85,8 +85,16 @@ def committed_steps(workdir: str) -> list[int]:
   return sorted(int(p) for p in os.listdir(d) if p.isdigit()) if os.path.isdir(d) else []
 
 
-def saving(workdir: str) -> bool:
-  return bool(glob.glob(os.path.join(workdir, "checkpoints", "*.orbax-checkpoint-tmp*")))
+def saving(workdir: str) -> set[tuple[str, int]]:
+  """The temporary directories of saves in flight (name, inode); a set, so that one a previous
+  kill left behind can be told from a new one."""
+  out = set()
+  for path in glob.glob(os.path.join(workdir, "checkpoints", "*.orbax-checkpoint-tmp*")):
+    try:
+      out.add((path, os.stat(path).st_ino))
+    except FileNotFoundError:
+      pass
+  return out
 
 
 def last_logged_step(workdir: str) -> int:
@@ -189,17 +197,18 @@ class Campaign:
       this_run = 0
       with open(os.path.join(self.root, f"kill{runs}.log"), "w") as log:
         while this_run < per_run and killed < total:
+          leftover = saving(workdir)
           proc = start(workdir, self.steps, log)
           target_save = (killed % 3) == 2
           deadline = time.perf_counter() + (self.reference_seconds * 3 if target_save else
                                             self.rng.uniform(0.0, self.reference_seconds))
           while proc.poll() is None and time.perf_counter() < deadline:
-            if target_save and saving(workdir):
+            if target_save and saving(workdir) - leftover:
               break
             time.sleep(0.002 if target_save else 0.01)
           if proc.poll() is not None:  # finished before the kill: this run is complete
             break
-          was_saving = saving(workdir)
+          was_saving = bool(saving(workdir) - leftover)
           proc.send_signal(signal.SIGKILL)
           proc.wait()
           reached, saved = last_logged_step(workdir), committed_steps(workdir)
