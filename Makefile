@@ -43,6 +43,7 @@ bench: venv
 	$(PY) bench/default_config.py --record
 	$(PY) bench/remat.py --record
 	$(PY) bench/gpu_mlm.py --record
+	$(PY) bench/checkpoint_digest.py --record
 	$(PY) bench/report.py
 
 figures: venv

@@ -43,7 +43,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   """Fails fast, before any data or compile work, naming the bad key."""
   missing = [k for k in REQUIRED_KEYS if k not in config]
   if missing:
-    raise ValueError(f"config is missing {missing}; every training config has {REQUIRED_KEYS} (DESIGN.md).")
+    raise ValueError(f"config is missing {missing}; every training config has {REQUIRED_KEYS}.")
   for key in ("total_steps", "batch_size", "checkpoint_every_steps", "eval_every_steps", "log_every_steps"):
     value = config.get(key, 1)
     if not isinstance(value, int) or value < 1:
