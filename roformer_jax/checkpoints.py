@@ -46,11 +46,15 @@ DIGEST_FILE = "digest.json"
 DAMAGED_DIR_SUFFIX = ".damaged"  # <workdir>/checkpoints.damaged/<step>/
 
 
+class NoCheckpoint(UserError, FileNotFoundError):
+  """The directory holds no checkpoint at all (train first)."""
+
+
 class NoUsableCheckpoint(UserError):
   """Every checkpoint in the directory is damaged."""
 
 
-class CheckpointMismatch(UserError):
+class CheckpointMismatch(UserError, ValueError):
   """A readable checkpoint that does not fit this config (another model or optimiser)."""
 
 
@@ -307,7 +311,8 @@ class Checkpointer:
         shapes = [f"{k}: saved {saved[k]} vs {wanted[k]}" for k in sorted(set(saved) & set(wanted))
                   if saved[k] != wanted[k]][:3]
         raise CheckpointMismatch(
-            f"checkpoint {step_dir} holds another model or optimiser than this config builds (missing "
+            f"the checkpoints in {self.directory} do not match this config: step {step} holds another model or "
+            f"optimiser than this config builds (missing "
             f"{missing}, unexpected {extra}, shapes {shapes}). Use the config the run was trained with, "
             "including the same --config overrides, or another --workdir.")
     return None
@@ -430,7 +435,7 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
                                   options=ocp.CheckpointManagerOptions(read_only=True))
   available = sorted(manager.all_steps())
   if not available:
-    raise FileNotFoundError(f"no checkpoints in {directory}; train first (python train.py ...).")
+    raise NoCheckpoint(f"no checkpoints in {directory}; train first (python train.py ...).")
   missing = sorted(set(steps or ()) - set(available))
   if missing:
     raise ValueError(f"checkpoint steps {missing} are not in {directory} (available: {available}).")

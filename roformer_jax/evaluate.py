@@ -35,7 +35,7 @@ import numpy as np
 from flax import nnx
 
 from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, tasks, trainer
-from roformer_jax.checkpoints import Checkpointer, average_checkpoints
+from roformer_jax.checkpoints import Checkpointer, NoCheckpoint, average_checkpoints
 from roformer_jax.errors import UserError
 
 
@@ -59,7 +59,7 @@ def _restore(config, workdir: str, mesh, rules, settings) -> tuple[Any, Any, int
   directory = os.path.join(workdir, "checkpoints")
   ckpt = Checkpointer(directory, read_only=True) if os.path.isdir(directory) else None
   if not (ckpt and ckpt.all_steps()):
-    raise UserError(f"no checkpoint in {directory}; train first: python train.py --config <the config> "
+    raise NoCheckpoint(f"no checkpoint in {directory}; train first: python train.py --config <the config> "
                     f"--workdir {workdir}")
   try:
     if settings["average_last"] and settings["average_last"] > 1:

@@ -142,3 +142,21 @@ def test_every_spelling_of_the_source_gets_the_architecture_check(mlm_run, form)
   model = tasks.build_model(classifier_config(str(mlm_run), rope_theta=500.0), nnx.Rngs(0))
   with pytest.raises(checkpoints.InitFromError, match=r"rope_theta: pre-trained 10000.0 vs config 500.0"):
     checkpoints.init_from(model, form.format(w=mlm_run, step=step))
+
+
+def test_a_damaged_checkpoint_is_skipped_from_a_workdir_and_refused_by_name(mlm_run, tmp_path, capsys):
+  import shutil
+  copy = tmp_path / "mlm"
+  shutil.copytree(mlm_run, copy)
+  newest = max(int(p) for p in os.listdir(copy / "checkpoints") if p.isdigit())
+  data_file = max((copy / "checkpoints" / str(newest) / "state" / "ocdbt.process_0" / "d").iterdir(),
+                  key=lambda p: p.stat().st_size)
+  data = bytearray(data_file.read_bytes())
+  data[len(data) // 2] ^= 1  # silent corruption: only the digest sees it
+  data_file.write_bytes(bytes(data))
+  model = tasks.build_model(classifier_config(str(copy)), nnx.Rngs(0))
+  info = checkpoints.init_from(model, str(copy))
+  assert info["source"].endswith(f"checkpoints/{newest - 1}")
+  assert f"step {newest}" in capsys.readouterr().err
+  with pytest.raises(checkpoints.InitFromError, match="damaged checkpoint: file .*SHA-256"):
+    checkpoints.init_from(model, str(copy / "checkpoints" / str(newest)))

@@ -111,7 +111,7 @@ def test_every_checkpoint_damaged_is_a_clear_error_that_deletes_nothing(tmp_path
 def test_an_intact_checkpoint_of_another_model_is_a_mismatch_not_damage(tmp_path):
   directory = _saved(tmp_path, steps=(1,))
   ck = Checkpointer(directory, save_every=1)
-  with pytest.raises(checkpoints.CheckpointMismatch, match=r"w: saved \(64, 32\) vs \(64, 16\)"):
+  with pytest.raises(checkpoints.CheckpointMismatch, match=r"do not match this config: step 1 .*w: saved \(64, 32\) vs \(64, 16\)"):
     ck.restore_newest({"w": jnp.zeros((64, 16)), "count": jnp.array(0, jnp.int32)})
   ck.close()
   assert not (tmp_path / "checkpoints.damaged").exists() and (directory / "1").is_dir()
@@ -279,8 +279,10 @@ def test_a_workdir_that_is_a_file_and_tracebacks_on_request(tmp_path):
   (tmp_path / "w").write_text("")
   out = _cli("train.py", "--config", SMOKE, "--workdir", str(tmp_path / "w"))
   assert out.returncode == 2 and "workdir" in out.stderr and "Traceback" not in out.stderr, out.stderr
-  out = _cli("eval.py", "--config", SMOKE, "--workdir", str(tmp_path / "none"), env={errors.TRACEBACK_ENV: "1"})
-  assert out.returncode == 1 and "Traceback" in out.stderr and "train first" in out.stderr, out.stderr
+  out = _cli("eval.py", "--config", SMOKE, "--workdir", str(tmp_path / "none"))
+  assert out.returncode == 2 and "train first" in out.stderr and "Traceback" not in out.stderr, out.stderr
+  out = _cli("train.py", "--config", SMOKE, "--workdir", str(tmp_path / "w"), env={errors.TRACEBACK_ENV: "1"})
+  assert out.returncode == 1 and "Traceback" in out.stderr and "UserError" in out.stderr, out.stderr
 
 
 def test_bugs_keep_their_traceback():
