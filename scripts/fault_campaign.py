@@ -48,6 +48,10 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from roformer_jax.metrics import read_rows  # noqa: E402  (torn lines skipped, as the trainer does)
+
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- fault-campaign:begin -->", "<!-- fault-campaign:end -->"
 
@@ -99,23 +103,13 @@ def saving(workdir: str) -> set[tuple[str, int]]:
 
 def last_logged_step(workdir: str) -> int:
   path = os.path.join(workdir, "metrics.jsonl")
-  last = 0
-  if os.path.exists(path):
-    with open(path) as f:
-      for line in f:
-        try:
-          row = json.loads(line)
-        except ValueError:
-          continue
-        if "loss" in row:
-          last = max(last, row["step"])
-  return last
+  steps = [row["step"] for row in read_rows(path) if "loss" in row] if os.path.exists(path) else []
+  return max(steps, default=0)
 
 
 def metric_rows_lost(workdir: str, steps: int) -> int:
   """Training rows missing or doubled in metrics.jsonl (each step 1..steps should appear once)."""
-  with open(os.path.join(workdir, "metrics.jsonl")) as f:
-    logged = [json.loads(line)["step"] for line in f if '"loss"' in line]
+  logged = [row["step"] for row in read_rows(os.path.join(workdir, "metrics.jsonl")) if "loss" in row]
   return len(set(range(1, steps + 1)) ^ set(logged)) + (len(logged) - len(set(logged)))
 
 
