@@ -19,7 +19,6 @@ import time
 import jax
 import jax.numpy as jnp
 import numpy as np
-import orbax.checkpoint as ocp
 import pytest
 
 from roformer_jax import checkpoints, errors, evaluate, metrics, trainer, workdir_lock

@@ -1,18 +1,16 @@
-"""The training system end to end: smoke runs, resume exactness, sharding, signals, errors.
+"""The training system end to end: smoke runs, resume exactness, sharding, errors.
 
 These use the smoke variant of configs/default.py (a tiny model on a 40-file slice of the
-offline stdlib corpus), so each run takes seconds. Runs that must be killed or signalled
-start `train.py` in a subprocess.
+offline stdlib corpus), so each run takes seconds. Kills, signals and other faults are in
+tests/test_reliability.py and scripts/fault_campaign.py.
 """
 
 import json
 import os
 import pathlib
-import signal
 import socket
 import subprocess
 import sys
-import time
 
 import jax
 import numpy as np
@@ -94,22 +92,6 @@ def test_one_device_and_eight_devices_give_the_same_loss(tmp_path):
   b = [r["loss"] for r in rows(tmp_path / "eight") if "loss" in r]
   assert len(a) == len(b) == 3
   np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-
-
-def test_sigterm_saves_and_exits_cleanly(tmp_path):
-  proc = train_cli(tmp_path, "--config.total_steps=100000", "--config.checkpoint_every_steps=1000",
-                   wait=False)
-  deadline = time.time() + 240
-  while not (tmp_path / "metrics.jsonl").exists() or not rows(tmp_path):
-    assert proc.poll() is None, proc.stdout.read()
-    assert time.time() < deadline
-    time.sleep(0.05)
-  proc.send_signal(signal.SIGTERM)
-  out, _ = proc.communicate(timeout=120)
-  assert proc.returncode == 0, out
-  assert "SIGTERM: saved step" in out
-  saved = [int(p) for p in os.listdir(tmp_path / "checkpoints") if p.isdigit()]
-  assert saved and max(saved) < 100000
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
