@@ -55,7 +55,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.data.mlm_mask_ratio = 0.8  # of which 80% become <mask>,
   config.data.mlm_random_ratio = 0.1  # 10% a random token and 10% stay unchanged.
 
-  config.model = ml_collections.ConfigDict(dict(  # roformer_jax.models.ModelConfig fields.
+  config.model = common.model_config(dict(  # roformer_jax.models.ModelConfig fields.
       # models.PRESETS["roformer-base"]: bert-base-uncased sizes (Sec. 4.2).
       vocab_size=30522,  # = data.vocab_size.
       d_model=768,  # Sec. 4.2: BERT-base width.

@@ -8,9 +8,12 @@ their section of the paper fixes. `parse_variants` reads the `:variant,variant` 
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+
 import ml_collections
 
-from roformer_jax import data, mesh
+from roformer_jax import data, mesh, models
 
 SMOKE = "smoke"
 
@@ -46,6 +49,46 @@ def set_dotted(config: ml_collections.ConfigDict, overrides: dict) -> ml_collect
   return config
 
 
+# ModelConfig fields whose default is None take a placeholder of this type, so that the command
+# line can set them (`--config.model.head_dim=64`); rope_scaling is a dict, written on the
+# command line as a Python/JSON dict literal: --config.model.rope_scaling="{'rope_type': 'linear', 'factor': 4.0}".
+_PLACEHOLDER_TYPES = {"int | None": int, "float | None": float, "Any": object}
+
+
+def model_config(values: Mapping | None = None, /, **overrides) -> ml_collections.ConfigDict:
+  """`config.model` with every `ModelConfig` field: ModelConfig's default unless overridden.
+
+  The list of keys comes from the dataclass itself, so every field is settable from the
+  command line (`--config.model.<field>=...`) in every config. Fields whose default is None
+  are typed placeholders; `rope_scaling` (an HF-style dict) takes a dict literal.
+
+  Args:
+    values: field -> value, what the config's section of the paper fixes.
+    **overrides: more fields (applied after `values`).
+
+  Raises:
+    ValueError: a key that is not a ModelConfig field (naming the known ones).
+  """
+  given = {**(values or {}), **overrides}
+  fields = {f.name: f for f in dataclasses.fields(models.ModelConfig)}
+  unknown = sorted(set(given) - set(fields))
+  if unknown:
+    raise ValueError(f"unknown model keys {unknown}; ModelConfig's fields are {sorted(fields)}.")
+  config = ml_collections.ConfigDict()
+  for name, field in fields.items():
+    if field.default is None:
+      kind = _PLACEHOLDER_TYPES.get(str(field.type))
+      if kind is None:
+        raise TypeError(f"ModelConfig.{name}: {field.type} defaults to None; give it a placeholder type in "
+                        "configs/common.py's _PLACEHOLDER_TYPES.")
+      config[name] = ml_collections.config_dict.placeholder(kind)
+    else:
+      config[name] = field.default
+  for name, value in given.items():
+    config[name] = value
+  return config
+
+
 def base_config() -> ml_collections.ConfigDict:
   """Every key of configs/default.py, with run-length values for a multi-device machine.
 
@@ -69,7 +112,7 @@ def base_config() -> ml_collections.ConfigDict:
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})  # -1 = fill with devices.
   config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes.
   config.data = data.default_data_config()  # every key documented in roformer_jax/data/config.py.
-  config.model = ml_collections.ConfigDict()  # roformer_jax.models.ModelConfig fields.
+  config.model = model_config()  # every roformer_jax.models.ModelConfig field, at its default.
   config.optim = ml_collections.ConfigDict()  # roformer_jax.optim.default_optim_config keys.
   config.eval = eval_config()  # eval.py settings (roformer_jax/evaluate.py)
   return config

@@ -11,6 +11,7 @@ dataset on first use (under ~/.cache/roformer_jax/tfds, about 0.5 s).
 
 import ml_collections
 
+from configs import common
 from roformer_jax import data, mesh, optim
 
 
@@ -42,7 +43,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.eval.max_batches = 0  # 0 = a full pass over the split
   config.eval.length_factors = (1, 2, 4, 8)  # length curve: loss at L, 2L, 4L, 8L (lm, mlm)
   config.eval.length_batches = 4  # batches per length-curve point
-  config.eval.rope_scaling = ml_collections.config_dict.placeholder(dict)  # HF rope_parameters at eval only
+  config.eval.rope_scaling = ml_collections.config_dict.placeholder(object)  # HF rope_parameters at eval only
   config.eval.beam_size = 4  # seq2seq BLEU (Sec. 4.1)
   config.eval.length_penalty = 0.6  # GNMT alpha (Sec. 4.1)
   config.eval.max_decode_length = 0  # 0 = data.max_target_length or data.max_length
@@ -52,7 +53,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.data.tokenizer = "bytes"  # 256 bytes + pad/bos/eos/mask = 260 ids
   config.data.max_length = 128  # T: packed row length in bytes
 
-  config.model = ml_collections.ConfigDict(dict(
+  config.model = common.model_config(dict(
       vocab_size=260,  # the byte tokenizer's
       d_model=128,
       num_layers=4,

@@ -58,7 +58,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.data.tokenizer = "bytes"  # Sec. 4.4 is char-level; we model bytes (256 + 4 specials).
   config.data.max_length = 1024  # Sec. 4.4: fixed maximum sequence length 1024.
 
-  config.model = ml_collections.ConfigDict(dict(  # roformer_jax.models.ModelConfig fields.
+  config.model = common.model_config(dict(  # roformer_jax.models.ModelConfig fields.
       # models.PRESETS["performer-enwik8"], Sec. 4.4; vocab_size raised to the byte tokenizer's.
       vocab_size=260,  # 256 bytes + pad/bos/eos/mask (data.ByteTokenizer), as in the preset.
       d_model=768,  # Sec. 4.4: 768 dimensions.

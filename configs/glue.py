@@ -86,7 +86,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.data.vocab_size = 30522  # the MLM config's (bert-base-uncased size).
   config.data.tokenizer_path = ""  # "" = <data_dir>/tokenizers/glue_<task>_bpe30522.model
 
-  config.model = ml_collections.ConfigDict(dict(  # roformer_jax.models.ModelConfig fields.
+  config.model = common.model_config(dict(  # roformer_jax.models.ModelConfig fields.
       # models.PRESETS["roformer-base"]: the encoder of bert_base_mlm.py (Sec. 4.2/4.3).
       vocab_size=30522,  # = data.vocab_size.
       d_model=768,  # BERT-base width.

@@ -62,7 +62,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.data.max_target_length = 128  # ours: target tokens (BOS + target, target + EOS).
   config.data.drop_long_pairs = True  # training skips over-long pairs; evaluation truncates.
 
-  config.model = ml_collections.ConfigDict(dict(  # roformer_jax.models.ModelConfig fields.
+  config.model = common.model_config(dict(  # roformer_jax.models.ModelConfig fields.
       # models.PRESETS["transformer-base"], Sec. 4.1 (Vaswani et al.'s base model):
       vocab_size=37000,  # the shared 37k vocabulary (Sec. 4.1).
       d_model=512,  # Sec. 4.1: Transformer-base width.

@@ -8,11 +8,13 @@ switched off.
 """
 
 import contextlib
+import dataclasses
 import importlib
 import json
 import math
 import os
 import re
+import shlex
 import socket
 from pathlib import Path
 
@@ -291,3 +293,66 @@ def test_baseline_variant_takes_a_finite_gradient_step_on_its_data(name, arg, po
   loss, grads = nnx.jit(lambda m: nnx.value_and_grad(mean_loss)(m))(model)
   grad_norm = float(optax.tree.norm(grads))
   assert math.isfinite(float(loss)) and math.isfinite(grad_norm) and grad_norm > 0
+
+
+# --------------------------------------------------------------------------------------
+# Every ModelConfig field is settable, in every config and from the command line.
+# --------------------------------------------------------------------------------------
+
+MODEL_FIELDS = sorted(f.name for f in dataclasses.fields(models.ModelConfig))
+
+
+@pytest.mark.parametrize("name,arg", ALL + SMOKE + [("default", ""), ("default", "smoke"), ("multistage", ""),
+                                                   ("multistage", "smoke")])
+def test_every_model_field_is_a_key_of_every_config(name, arg):
+  assert sorted(load(name, arg).model) == MODEL_FIELDS
+
+
+def _parse_config_flags(*overrides):
+  """The config after the command line `--config=configs/default.py <overrides>`, as train.py parses it."""
+  from absl import flags
+  from ml_collections import config_flags
+  argv = ["train.py", f"--config={CONFIGS_DIR / 'default.py'}", *overrides]
+  values = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", flag_values=values, sys_argv=argv)
+  values(argv)
+  return values.config
+
+
+def _documented_model_flags():
+  root = CONFIGS_DIR.parent
+  texts = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+  found = []
+  for path in texts:
+    for line in path.read_text().splitlines():
+      for match in re.finditer(r"--config\.model\.(\w+)=(\"[^\"]*\"|'[^']*'|[^\s`)]+)", line):
+        found.append((path.name, match.group(1), shlex.split(match.group(2))[0]))
+  return found
+
+
+def test_documented_model_flags_exist():
+  assert len(_documented_model_flags()) >= 5  # docs/training.md's examples at least
+
+
+@pytest.mark.parametrize("doc,field,value", _documented_model_flags())
+def test_each_documented_model_flag_parses_and_validates(doc, field, value):
+  config = _parse_config_flags(f"--config.model.{field}={value}")
+  cfg = tasks.model_config(config)  # ModelConfig validates the value
+  assert getattr(cfg, field) is not None or value == "None"
+
+
+def test_dict_and_none_fields_take_values_from_the_command_line():
+  config = _parse_config_flags("--config.model.rope_scaling={'rope_type': 'yarn', 'factor': 4.0, "
+                               "'original_max_position_embeddings': 128}", "--config.model.head_dim=16",
+                               '--config.eval.rope_scaling={"rope_type": "linear", "factor": 2.0}')
+  cfg = tasks.model_config(config)
+  assert dict(cfg.rope_scaling) == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}
+  assert cfg.head_dim == 16 and cfg.head_size == 16
+  assert evaluate.eval_settings(config)["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+  config.model.rope_scaling = {"rope_type": "linear", "factor": 4.0}  # and from Python, as a plain dict
+  assert tasks.model_config(config).rope_scaling is not None
+
+
+def test_unknown_model_keys_are_named():
+  with pytest.raises(ValueError, match=r"unknown model keys \['d_modle'\]"):
+    common.model_config(d_modle=64)
