@@ -1,16 +1,24 @@
-"""Packaging: what each model module imports.
+"""Packaging: what each model module imports, and what the wheel holds and requires.
 
-Each model module is imported in a fresh interpreter, and the top-level packages it leaves in
-sys.modules are compared with those of the imports it is allowed: a stray import of a training
-library from a model module fails here.
+The core install (`pip install roformer-jax`) is jax, flax, numpy and safetensors; the
+trainer's stack is the [train] extra. Each model module is imported in a fresh interpreter,
+and the top-level packages it leaves in sys.modules are compared with those of the imports it
+is allowed, so a stray import of a training library fails here. The wheel is built offline
+from a copy of the checkout; its files and its Requires-Dist are checked, so a dependency moved
+out of its extra fails too.
 """
 
+import email.parser
 import functools
+import importlib.util
 import json
 import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
+import zipfile
 
 import pytest
 
@@ -90,3 +98,70 @@ def test_submodules_load_on_attribute_access():
                         env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert done.returncode == 0, done.stderr
   assert done.stdout.split() == ["ok", roformer_jax.__version__]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+  """The wheel built from a copy of this checkout, offline (no build isolation, no index)."""
+  if importlib.util.find_spec("setuptools") is None:
+    pytest.fail("setuptools is not installed: requirements.txt pins it (make venv installs it)")
+  tmp = tmp_path_factory.mktemp("wheel")
+  # A copy, so the build's build/ and *.egg-info stay out of the checkout. It keeps tests/,
+  # configs/ and the rest, which the wheel must leave out.
+  src = tmp / "src"
+  shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "workdirs", "build", "*.egg-info",
+                                                           "__pycache__", ".pytest_cache", ".hypothesis", "runs"))
+  out = tmp / "dist"
+  done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                         "--quiet", "-w", str(out), str(src)], capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"})
+  assert done.returncode == 0, done.stdout + done.stderr
+  wheels = list(out.glob("*.whl"))
+  assert [w.name for w in wheels] == [f"roformer_jax-{roformer_jax.__version__}-py3-none-any.whl"]
+  with zipfile.ZipFile(wheels[0]) as whl:
+    yield whl
+
+
+def test_wheel_holds_the_package_only(wheel):
+  names = set(wheel.namelist())
+  dist_info = f"roformer_jax-{roformer_jax.__version__}.dist-info/"
+  sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "roformer_jax").rglob("*.py") if "__pycache__" not in p.parts}
+  assert "roformer_jax/data/pipeline.py" in sources
+  assert sources <= names, sorted(sources - names)
+  assert "roformer_jax/py.typed" in names  # PEP 561: type checkers use the package's hints
+  strays = {n for n in names if not n.startswith(("roformer_jax/", dist_info))}
+  assert not strays, sorted(strays)  # no tests/, configs/, bench/, scripts/, experiments/, train.py ...
+  assert not {n for n in names if n.split("/")[0] in {"tests", "configs", "bench", "scripts", "experiments", "docs"}}
+
+
+def _canonical(name: str) -> str:
+  return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def test_wheel_metadata_core_and_extras(wheel):
+  dist_info = f"roformer_jax-{roformer_jax.__version__}.dist-info/"
+  metadata = email.parser.Parser().parsestr(wheel.read(dist_info + "METADATA").decode())
+  assert metadata["Name"] == "roformer-jax"
+  assert metadata["Version"] == roformer_jax.__version__
+  requires: dict[str, set[str]] = {}  # extra ("" for the core) -> canonical names
+  for line in metadata.get_all("Requires-Dist"):
+    match = re.fullmatch(r'([A-Za-z0-9._-]+)(\[[^\]]*\])?\s*[^;]*?(?:;\s*extra\s*==\s*"([^"]+)")?', line.strip())
+    assert match, f"unexpected requirement (a marker other than extra?): {line!r}"
+    name, extras, extra = match.groups()
+    if _canonical(name) == "roformer-jax":  # [all] names the other extras
+      requires.setdefault(extra, set()).update(f"roformer-jax[{e.strip()}]" for e in extras[1:-1].split(","))
+    else:
+      requires.setdefault(extra or "", set()).add(_canonical(name))
+  assert requires.pop("") == {"jax", "flax", "numpy", "safetensors"}
+  assert set(metadata.get_all("Provides-Extra")) == {"train", "eval", "dev", "all"}
+  assert requires["train"] == {"optax", "orbax-checkpoint", "grain", "tensorflow-datasets", "array-record",
+                               "importlib-resources", "sentencepiece", "ml-collections", "absl-py", "tensorboardx",
+                               "matplotlib", "tqdm"}
+  assert requires["eval"] == {"sacrebleu", "scipy"}
+  assert requires["dev"] == {"pytest", "pytest-xdist", "hypothesis", "chex", "setuptools"}
+  assert requires["all"] == {"roformer-jax[train]", "roformer-jax[eval]", "roformer-jax[dev]"}
+  # Every pin that make installs is declared somewhere (jaxlib comes with jax).
+  declared = {"jax", "flax", "numpy", "safetensors", "jaxlib"}.union(*requires.values())
+  pins = {_canonical(re.split(r"[=<>!~\[ ;]", line, maxsplit=1)[0])
+          for line in (ROOT / "requirements.txt").read_text().splitlines() if line.strip() and not line.startswith("#")}
+  assert pins <= declared, sorted(pins - declared)
