@@ -15,13 +15,23 @@ Public modules:
 
 import importlib
 
-from roformer_jax import attention, models, positional, rope
-
 __all__ = ["attention", "decoding", "hf", "models", "positional", "rope"]
 __version__ = "0.1.0"
 
+# Every submodule loads on first use (PEP 562), so `import roformer_jax.rope` costs jax and
+# numpy only: an eager `from roformer_jax import models` here would pull in flax (and with it
+# optax and absl) for every user of the pure RoPE functions. tests/test_packaging.py checks
+# each module's import set.
+_SUBMODULES = frozenset(__all__) | {
+    "checkpoints", "data", "errors", "eval_metrics", "evaluate", "launch", "losses", "mesh", "metrics",
+    "optim", "partitioning", "stopping", "tasks", "trainer", "workdir_lock"}
 
-def __getattr__(name):  # decoding and hf load on first use
-  if name in ("decoding", "hf"):
+
+def __getattr__(name):
+  if name in _SUBMODULES:
     return importlib.import_module(f"roformer_jax.{name}")
   raise AttributeError(f"module 'roformer_jax' has no attribute {name!r}")
+
+
+def __dir__():
+  return sorted(set(globals()) | _SUBMODULES)
