@@ -103,6 +103,8 @@ def base_config() -> ml_collections.ConfigDict:
   config.eval_every_steps = 2000  # validation interval.
   config.log_every_steps = 100  # metrics.jsonl / TensorBoard / progress-bar interval.
   config.eval_batches = 32  # validation batches per evaluation (the same first ones every time).
+  config.samples_per_eval = 2  # validation rows decoded at each eval (samples.jsonl, TensorBoard); 0 = off.
+  config.sample_max_new_tokens = 32  # tokens generated per sample (lm continuation, translation).
   config.keep_checkpoints = 3  # newest checkpoints kept on disk.
   config.async_checkpoints = True  # orbax writes in the background while training continues.
   config.num_devices = 0  # use the first N devices (0 = all).
@@ -136,6 +138,7 @@ def apply_smoke(config: ml_collections.ConfigDict, *, batch_size: int = 8, max_l
   config.eval_every_steps = 2
   config.log_every_steps = 1
   config.eval_batches = 1
+  config.samples_per_eval = 0  # no decode compile in the seconds-long smoke runs.
   config.keep_checkpoints = 3
   config.data.max_length = max_length
   config.data.num_threads = 1

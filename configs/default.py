@@ -27,6 +27,8 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.eval_every_steps = 500
   config.log_every_steps = 20
   config.eval_batches = 8  # validation batches per evaluation.
+  config.samples_per_eval = 2  # validation rows decoded at each eval (samples.jsonl, TensorBoard); 0 = off
+  config.sample_max_new_tokens = 48  # tokens generated per sample
   config.keep_checkpoints = 3
   config.async_checkpoints = True  # orbax writes in the background while training continues
   config.num_devices = 0  # use the first N devices (0 = all); tests compare 1 and 8
@@ -85,6 +87,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     config.eval_every_steps = 2
     config.log_every_steps = 1
     config.eval_batches = 1
+    config.samples_per_eval = 0  # no decode compile in the seconds-long smoke runs
     config.batch_size = 8
     config.data.max_documents = 40  # a small corpus builds in a fraction of a second
     config.data.max_length = 32

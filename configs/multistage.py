@@ -64,6 +64,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     config.eval_every_steps = 6
     config.log_every_steps = 1
     config.eval_batches = 1
+    config.samples_per_eval = 0  # no decode compile in the smoke run
     config.data.max_documents = 40
     config.model.update(dict(d_model=32, num_layers=1, num_heads=2, d_ff=64, dropout=0.0, attention_dropout=0.0))
   return config

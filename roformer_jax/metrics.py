@@ -138,6 +138,7 @@ class MetricsWriter:
   def __init__(self, workdir: str, *, enabled: bool | None = None):
     self.enabled = jax.process_index() == 0 if enabled is None else enabled
     self._jsonl = self._tb = None
+    self.workdir = workdir
     if self.enabled:
       os.makedirs(workdir, exist_ok=True)
       self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", buffering=1)
@@ -151,6 +152,17 @@ class MetricsWriter:
     self._jsonl.write(json.dumps(row) + "\n")
     for k, v in metrics.items():
       self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
+
+  def write_samples(self, step: int, samples: list[dict]) -> None:
+    """Decoded samples (samples.py) to `<workdir>/samples.jsonl` and TensorBoard text."""
+    if not self.enabled or not samples:
+      return
+    with open(os.path.join(self.workdir, "samples.jsonl"), "a") as f:
+      for i, sample in enumerate(samples):
+        f.write(json.dumps({"step": int(step), "index": i, **sample}) + "\n")
+    text = "\n\n".join(f"**prompt:** `{s['prompt']}`  \n**model:** `{s['output']}`  \n**reference:** "
+                        f"`{s['reference']}`" for s in samples)
+    self._tb.add_text("samples", text, int(step))
 
   def close(self) -> None:
     if self.enabled:
@@ -173,10 +185,10 @@ def read_rows(path: str) -> list[dict]:
   return rows
 
 
-def truncate_after(workdir: str, step: int) -> None:
-  """Drops metrics rows after `step` (rows logged after the checkpoint a resumed run restarts
-  from would otherwise appear twice)."""
-  path = os.path.join(workdir, "metrics.jsonl")
+def truncate_after(workdir: str, step: int, name: str = "metrics.jsonl") -> None:
+  """Drops rows after `step` from `<workdir>/<name>` (rows logged after the checkpoint a
+  resumed run restarts from would otherwise appear twice)."""
+  path = os.path.join(workdir, name)
   if jax.process_index() != 0 or not os.path.exists(path):
     return
   rows = [json.dumps(row) + "\n" for row in read_rows(path) if row["step"] <= step]

@@ -30,7 +30,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, optim, stopping, tasks
+from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, optim, samples as samples_lib
+from roformer_jax import stopping, tasks
 from roformer_jax import checkpoints as checkpoints_lib
 from roformer_jax.checkpoints import Checkpointer
 from roformer_jax.data import pipeline
@@ -202,7 +203,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     os.makedirs(workdir, exist_ok=True)
   with lock_workdir(workdir), stopping.StopRequests(mesh) as stops:
     try:
-      return _train(config, workdir, mesh, rules, stages, stops)
+      return _train(config, workdir, mesh, rules, stages, stops, tokenizer)
     except OSError as e:
       if e.errno not in _WRITE_ERRNOS:
         raise
@@ -211,7 +212,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
                             "to resume.") from e
 
 
-def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stopping.StopRequests) -> dict[str, Any]:
+def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stopping.StopRequests,
+           tokenizer) -> dict[str, Any]:
   """The run itself, with the workdir locked: data, model, restore, the loop."""
   if jax.process_index() == 0:  # the run's config, for people and for init_from's architecture check
     with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -245,7 +247,8 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
     ckpt.close()
     raise
   stage = stage_at(stages, start or 0)
-  metrics_lib.truncate_after(workdir, start or 0)  # rows past the checkpoint will be logged again
+  for name in ("metrics.jsonl", "samples.jsonl"):  # rows past the checkpoint will be logged again
+    metrics_lib.truncate_after(workdir, start or 0, name)
   if start:
     state = restored
   else:
@@ -271,18 +274,29 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
   redraw = jax.jit(functools.partial(_redraw_features, graphdef), in_shardings=(state_sharding, None),
                    out_shardings=state_sharding, donate_argnums=(0,))
 
+  num_samples = int(config.get("samples_per_eval", 0) or 0)
+
   def evaluate(step: int) -> dict[str, float]:
     sums = {"loss": 0.0, "weight": 0.0, "correct": 0.0}
     # The same first eval_batches batches every time, repeating a small split, so that every
     # process runs the same number of collective eval steps (eval.py does full passes).
     it = iterator("validation", stage, repeat=True, shuffle=False)
-    for _ in range(config.get("eval_batches", 8)):
+    for i in range(config.get("eval_batches", 8)):
       local = next(it)
+      first = local if i == 0 else first
       out = eval_step(state, mesh_lib.global_batch(local, mesh))
       sums = {k: sums[k] + float(out[k]) for k in sums}
     w = max(sums["weight"], 1.0)
     result = {"eval_loss": sums["loss"] / w, "eval_accuracy": sums["correct"] / w}
     writer.write(step, result)
+    # Samples decode on one process's copy of the model; a multi-process run skips them.
+    if num_samples and processes == 1:
+      samples = samples_lib.make_samples(nnx.merge(graphdef, state)[0], first, task=config.task,
+                                         tokenizer=tokenizer, num=num_samples,
+                                         max_new_tokens=config.get("sample_max_new_tokens", 32))
+      writer.write_samples(step, samples)
+      if samples:
+        progress.write(f"sample at step {step}: {samples[0]['prompt']!r} -> {samples[0]['output']!r}")
     return result
 
   # ------------------------------------------------------------------ main train loop

@@ -224,3 +224,23 @@ def test_favor_features_are_redrawn_on_schedule(tmp_path):
     return found[0]
 
   assert not np.array_equal(projection(1), projection(2))  # redrawn after step 2, not step 1
+
+
+@pytest.mark.parametrize("task", ["lm", "mlm"])
+def test_samples_are_decoded_at_each_eval(tmp_path, task):
+  config = smoke(total_steps=4, eval_every_steps=2, samples_per_eval=2, sample_max_new_tokens=8, task=task)
+  trainer.train_and_evaluate(config, str(tmp_path))
+  samples = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+  assert [(s["step"], s["index"]) for s in samples] == [(2, 0), (2, 1), (4, 0), (4, 1)]
+  for s in samples:
+    assert s["prompt"] and s["output"] and s["reference"]
+  if task == "lm":  # the prompt is the start of a validation document; 8 new bytes at most
+    assert all(len(s["output"].encode()) <= 8 for s in samples)
+  else:  # the masked text, the model's fills, the original; fills counted
+    assert all(s["prompt"] != s["reference"] and len(s["output"]) == len(s["reference"]) for s in samples)
+    assert all(int(s["filled_right"].split("/")[1]) > 0 for s in samples)
+  # A resumed run drops the rows past its checkpoint before logging them again.
+  trainer.train_and_evaluate(smoke(total_steps=6, eval_every_steps=2, samples_per_eval=1, sample_max_new_tokens=8,
+                                   task=task), str(tmp_path))
+  steps = [json.loads(line)["step"] for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
+  assert steps == [2, 2, 4, 4, 6]

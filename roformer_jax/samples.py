@@ -1,0 +1,131 @@
+"""Samples while training: what the model does with a few fixed validation examples, at each eval.
+
+A loss curve says the model is learning; a sample says what it learned. At each evaluation the
+trainer takes the first `config.samples_per_eval` rows of the first validation batch (the same
+rows every time, so samples from different steps compare) and decodes them with the model as
+it is:
+- lm: the first quarter of the row's first document as the prompt, then a greedy continuation
+  (`decoding.generate`) of `config.sample_max_new_tokens` tokens;
+- seq2seq: the row's first source sentence, greedily translated (`decoding.greedy_translate`),
+  beside its reference;
+- mlm: the row's first segment with the model's top-1 fill at every masked slot, beside the
+  original text, and how many fills are right;
+- classification: the predicted label beside the true one.
+
+Each sample is a dict {"prompt", "output", "reference"} of text. The trainer writes them to
+`<workdir>/samples.jsonl` (with the step), to TensorBoard as text, and prints the first under
+the progress bar. Greedy decoding keeps samples deterministic for a given state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from roformer_jax import decoding
+
+
+def _first_segment(row_segments: np.ndarray | None, row_ids: np.ndarray, pad_id: int) -> np.ndarray:
+  """Indices of the row's first packed segment (or of its non-pad tokens without segment ids)."""
+  if row_segments is None:
+    return np.flatnonzero(row_ids != pad_id)
+  nonzero = row_segments[row_segments != 0]
+  return np.flatnonzero(row_segments == nonzero[0]) if nonzero.size else np.array([], np.int64)
+
+
+def _lm(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
+  docs = [batch["inputs"][i][_first_segment(batch["segment_ids"][i], batch["inputs"][i], tokenizer.pad_id)]
+          for i in range(n)]
+  prompt_len = max(1, min(min(len(d) for d in docs), max(4, batch["inputs"].shape[1] // 4)))
+  prompts = np.stack([d[:prompt_len] for d in docs]).astype(np.int32)
+  out = np.asarray(decoding.generate(model, prompts, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id,
+                                     pad_id=tokenizer.pad_id))
+  return [{"prompt": tokenizer.decode(p), "output": tokenizer.decode(_until_eos(o, tokenizer.eos_id)),
+           "reference": tokenizer.decode(d[prompt_len:prompt_len + max_new_tokens])}
+          for p, o, d in zip(prompts, out, docs)]
+
+
+def _until_eos(ids: np.ndarray, eos_id: int) -> np.ndarray:
+  ends = np.flatnonzero(ids == eos_id)
+  return ids[:ends[0]] if ends.size else ids
+
+
+def _seq2seq(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
+  src_seg, tgt_seg = batch.get("src_segment_ids"), batch.get("tgt_segment_ids")
+  sources = [batch["src"][i][_first_segment(None if src_seg is None else src_seg[i], batch["src"][i],
+                                            tokenizer.pad_id)] for i in range(n)]
+  targets = [batch["tgt_out"][i][_first_segment(None if tgt_seg is None else tgt_seg[i], batch["tgt_out"][i],
+                                                tokenizer.pad_id)] for i in range(n)]
+  width = max(len(s) for s in sources)
+  src = np.full((n, width), tokenizer.pad_id, np.int32)
+  for i, s in enumerate(sources):
+    src[i, :len(s)] = s
+  out = np.asarray(decoding.greedy_translate(model, src, src_mask=src != tokenizer.pad_id, max_len=max_new_tokens,
+                                             bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
+                                             pad_id=tokenizer.pad_id))
+  return [{"prompt": tokenizer.decode(_until_eos(s, tokenizer.eos_id)),
+           "output": tokenizer.decode(_until_eos(o, tokenizer.eos_id)),
+           "reference": tokenizer.decode(_until_eos(t, tokenizer.eos_id))} for s, o, t in zip(sources, out, targets)]
+
+
+def _mlm(model, batch, tokenizer, n: int) -> list[dict[str, Any]]:
+  inputs = np.asarray(batch["inputs"][:n])
+  truth = inputs.copy()
+  if "masked_positions" in batch:  # the pipeline's compact form: M slots per row
+    for i in range(n):
+      slots = batch["masked_positions"][i][batch["masked_weights"][i] > 0]
+      truth[i, slots] = batch["masked_targets"][i][batch["masked_weights"][i] > 0]
+  else:
+    scored = batch["weights"][:n] > 0
+    truth[scored] = batch["targets"][:n][scored]
+  scored = truth != inputs  # BERT also scores slots left unchanged; only changed ones show here
+  logits = model(inputs, segment_ids=batch["segment_ids"][:n], positions=batch["positions"][:n],
+                 token_type_ids=None if batch.get("token_type_ids") is None else batch["token_type_ids"][:n])
+  filled = np.where(scored, np.asarray(logits).argmax(-1), inputs)
+  out = []
+  for i in range(n):
+    keep = _first_segment(batch["segment_ids"][i], inputs[i], tokenizer.pad_id)
+    right, total = int((filled[i][keep] == truth[i][keep])[scored[i][keep]].sum()), int(scored[i][keep].sum())
+    out.append({"prompt": tokenizer.decode(inputs[i][keep]), "output": tokenizer.decode(filled[i][keep]),
+                "reference": tokenizer.decode(truth[i][keep]), "filled_right": f"{right}/{total}"})
+  return out
+
+
+def _classification(model, batch, n: int) -> list[dict[str, Any]]:
+  out = np.asarray(model(batch["input_ids"][:n], attention_mask=batch["attention_mask"][:n],
+                         token_type_ids=None if batch.get("token_type_ids") is None else batch["token_type_ids"][:n]))
+  predicted = out[..., 0] if out.shape[-1] == 1 else out.argmax(-1)
+  return [{"prompt": f"example {i}", "output": str(predicted[i].item()), "reference": str(batch["label"][i].item())}
+          for i in range(n)]
+
+
+def make_samples(model, batch: dict[str, np.ndarray], *, task: str, tokenizer, num: int,
+                 max_new_tokens: int) -> list[dict[str, Any]]:
+  """Decodes the first `num` rows of a (host, numpy) validation batch with `model`, as text.
+
+  Args:
+    model: the task's model (`tasks.build_model`), in inference mode (dropout off).
+    batch: one batch from the validation pipeline.
+    task: lm | mlm | seq2seq | classification.
+    tokenizer: the run's tokenizer (`data.make_tokenizer`).
+    num: rows to decode (at most the batch's rows).
+    max_new_tokens: tokens generated per lm prompt / translated sentence.
+
+  Returns:
+    One dict per row: "prompt", "output", "reference" (text), plus "filled_right" for mlm.
+  """
+  first = next(iter(batch.values()))
+  num = min(num, first.shape[0])
+  if num < 1:
+    return []
+  if task == "lm":
+    return _lm(model, batch, tokenizer, num, max_new_tokens)
+  if task == "seq2seq":
+    return _seq2seq(model, batch, tokenizer, num, max_new_tokens)
+  if task == "mlm":
+    return _mlm(model, batch, tokenizer, num)
+  return _classification(model, batch, num)
+
+
+__all__ = ["make_samples"]
