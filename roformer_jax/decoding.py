@@ -1,4 +1,4 @@
-"""Autoregressive decoding: greedy / temperature / top-k sampling and GNMT beam search.
+"""Autoregressive decoding: greedy / temperature / top-k / top-p sampling and GNMT beam search.
 
 Shapes: B batch, K beams, P prompt length, S source length, T generated length, V vocab.
 
@@ -110,28 +110,58 @@ def _is_greedy(temperature) -> bool:
   return isinstance(temperature, (int, float, np.number)) and temperature == 0
 
 
+def nucleus_logits(logits: jax.Array, top_p: float | jax.Array) -> jax.Array:
+  """Top-p (nucleus) filtering (Holtzman et al. 2020): logits float[..., N] with every token
+  outside the nucleus set to -inf.
+
+  The nucleus of a row is the smallest set of its most probable tokens whose total
+  probability under softmax(logits) reaches `top_p`: in order of decreasing logit (ties by
+  lower index), a token is kept while the probability of the tokens before it is below
+  top_p. The most probable token is always kept, so top_p -> 0 is greedy and top_p = 1
+  keeps every token of non-zero probability. `top_p` may be traced.
+  """
+  logits = logits.astype(jnp.float32)
+  order = jnp.argsort(-logits, axis=-1, stable=True)
+  ranked = jnp.take_along_axis(logits, order, axis=-1)
+  probs = jax.nn.softmax(ranked, axis=-1)
+  before = jnp.cumsum(probs, axis=-1) - probs  # the probability of the higher-ranked tokens
+  # top_p >= 1 keeps everything outright: the float32 sum of the probabilities can reach 1
+  # a few tokens before the end and would drop the smallest ones.
+  keep_ranked = (before < top_p) | (jnp.arange(logits.shape[-1]) == 0) | (top_p >= 1.0)
+  keep = jnp.take_along_axis(keep_ranked, jnp.argsort(order, axis=-1), axis=-1)  # back to vocabulary order
+  return jnp.where(keep, logits, -jnp.inf)
+
+
 def choose_tokens(logits: jax.Array, rng: jax.Array | None, *, temperature: float | jax.Array = 0.0,
-                  top_k: int | None = None) -> jax.Array:
+                  top_k: int | None = None, top_p: float | jax.Array | None = None) -> jax.Array:
   """Next tokens int32[B] from logits float[B, V].
 
-  temperature: the Python number 0 = argmax (greedy; top_k is irrelevant). Otherwise (a
-  positive number or a traced float32 scalar) a sample from softmax(logits / temperature),
-  restricted to the `top_k` (static) largest logits when given: exactly k candidates,
-  `lax.top_k` then a categorical draw over those k.
+  temperature: the Python number 0 = argmax (greedy; top_k and top_p are irrelevant).
+  Otherwise (a positive number or a traced float32 scalar) a sample from
+  softmax(logits / temperature), restricted to the `top_k` (static) largest logits when
+  given: exactly k candidates, `lax.top_k` then a categorical draw over those k.
+  top_p: nucleus sampling (`nucleus_logits`), applied after the temperature and top_k, as
+  HF transformers does: the draw is from the smallest set of candidates whose probability
+  reaches top_p. None (the default) = no nucleus filter; a value may be traced.
   """
   if _is_greedy(temperature):
     return jnp.argmax(logits, axis=-1).astype(jnp.int32)
   scaled = logits.astype(jnp.float32) / temperature
   if top_k is None:
+    if top_p is not None:
+      scaled = nucleus_logits(scaled, top_p)
     return jax.random.categorical(rng, scaled, axis=-1).astype(jnp.int32)
   values, idx = jax.lax.top_k(scaled, top_k)
+  if top_p is not None:
+    values = nucleus_logits(values, top_p)
   pick = jax.random.categorical(rng, values, axis=-1)
   return jnp.take_along_axis(idx, pick[:, None], axis=-1)[:, 0].astype(jnp.int32)
 
 
 def sample_loop(step_fn: StepFn, logits: jax.Array, cache: Cache, *, max_new_tokens: int,
                 temperature: float | jax.Array = 0.0, top_k: int | None = None,
-                rng: jax.Array | None = None, eos_id: int | None = None, pad_id: int = 0) -> jax.Array:
+                rng: jax.Array | None = None, eos_id: int | None = None, pad_id: int = 0,
+                top_p: float | jax.Array | None = None) -> jax.Array:
   """Greedy or sampled continuation: int32[B, max_new_tokens]. Pure and jit-compatible.
 
   Args:
@@ -141,7 +171,8 @@ def sample_loop(step_fn: StepFn, logits: jax.Array, cache: Cache, *, max_new_tok
     cache: the step function's cache after the tokens behind `logits`; it needs room for
       max_new_tokens - 1 more tokens (the last token is never fed back).
     max_new_tokens: T, a Python int >= 1.
-    temperature, top_k: see `choose_tokens` (temperature may be traced; 0 must be a Python 0).
+    temperature, top_k, top_p: see `choose_tokens` (temperature and top_p may be traced; 0
+      must be a Python 0).
     rng: a PRNG key, needed when temperature > 0; step i draws with fold_in(rng, i), so the
       draws do not depend on when the loop stops.
     eos_id: a row that emits it emits `pad_id` afterwards; the loop stops early once every
@@ -157,7 +188,7 @@ def sample_loop(step_fn: StepFn, logits: jax.Array, cache: Cache, *, max_new_tok
   key = jax.random.key(0) if rng is None else rng
 
   def pick(i, logits, done):
-    tok = choose_tokens(logits, jax.random.fold_in(key, i), temperature=temperature, top_k=top_k)
+    tok = choose_tokens(logits, jax.random.fold_in(key, i), temperature=temperature, top_k=top_k, top_p=top_p)
     tok = jnp.where(done, pad_id, tok)
     if eos_id is not None:
       done = done | (tok == eos_id)
@@ -289,6 +320,14 @@ def _check_int(name, value, lo, hi=None):
   return int(value)
 
 
+def check_top_p(top_p) -> float:
+  """`top_p` as a float in (0, 1], or a ValueError naming the value."""
+  if isinstance(top_p, bool) or not isinstance(top_p, (int, float, np.number)) or not 0 < top_p <= 1:
+    raise ValueError(f"top_p={top_p!r} must be a number in (0, 1]: the probability mass the nucleus keeps "
+                     "(1 keeps every token; 0.9 is common).")
+  return float(top_p)
+
+
 def _check_token(name, value, vocab, optional=False):
   if value is None and optional:
     return None
@@ -329,19 +368,20 @@ def _check_positions(cfg, needed: int):
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "max_new_tokens", "cache_len", "greedy", "top_k",
-                                             "eos_id", "pad_id"))
-def _generate(graphdef, state, prompt, prompt_mask, rng, temperature, *, max_new_tokens, cache_len, greedy,
-              top_k, eos_id, pad_id):
+                                             "eos_id", "pad_id", "nucleus"))
+def _generate(graphdef, state, prompt, prompt_mask, rng, temperature, top_p=None, *, max_new_tokens, cache_len,
+              greedy, top_k, eos_id, pad_id, nucleus=False):
   model = nnx.merge(graphdef, state)
   cache = model.init_cache(prompt.shape[0], cache_len)
   logits, cache = model.decode_step(prompt, cache, token_mask=prompt_mask)  # prefill
   return sample_loop(make_step_fn(graphdef, state), logits[:, -1], cache, max_new_tokens=max_new_tokens,
-                     temperature=0 if greedy else temperature, top_k=top_k, rng=rng, eos_id=eos_id, pad_id=pad_id)
+                     temperature=0 if greedy else temperature, top_k=top_k, rng=rng, eos_id=eos_id, pad_id=pad_id,
+                     top_p=top_p if nucleus else None)
 
 
 def generate(model: CausalLM, prompt, *, prompt_mask=None, max_new_tokens: int, temperature: float = 0.0,
              top_k: int | None = None, rng: jax.Array | None = None, eos_id: int | None = None,
-             pad_id: int = 0, cache_len: int | None = None) -> jax.Array:
+             pad_id: int = 0, cache_len: int | None = None, top_p: float | None = None) -> jax.Array:
   """Continues prompts with a `CausalLM`: int32[B, max_new_tokens].
 
   The whole prompt is prefilled by one `decode_step`, then tokens are produced one at a
@@ -356,6 +396,9 @@ def generate(model: CausalLM, prompt, *, prompt_mask=None, max_new_tokens: int, 
     temperature: 0 = greedy (argmax), > 0 samples softmax(logits / temperature) (a traced
       value: changing it does not recompile; 0 vs > 0 does).
     top_k: sample only among the k largest logits, 1 <= k <= V (static; ignored when greedy).
+    top_p: nucleus sampling, 0 < p <= 1: sample only among the most probable tokens whose
+      probability reaches p (after the temperature and top_k; `nucleus_logits`). A traced
+      value: changing it does not recompile. None = off; ignored when greedy.
     rng: PRNG key, needed when temperature > 0.
     eos_id: after a row emits it, the row emits `pad_id` (static).
     cache_len: cache slots, default P + T - 1 (the minimum); a larger value lets prompts of
@@ -375,6 +418,8 @@ def generate(model: CausalLM, prompt, *, prompt_mask=None, max_new_tokens: int, 
     top_k = _check_int("top_k", top_k, 1, cfg.vocab_size)
   if temperature > 0 and rng is None:
     raise ValueError("sampling (temperature > 0) needs rng, e.g. jax.random.key(0).")
+  if top_p is not None:
+    top_p = check_top_p(top_p)
   eos_id = _check_token("eos_id", eos_id, cfg.vocab_size, optional=True)
   pad_id = _check_token("pad_id", pad_id, cfg.vocab_size)
   needed = p + max_new_tokens - 1
@@ -390,9 +435,10 @@ def generate(model: CausalLM, prompt, *, prompt_mask=None, max_new_tokens: int, 
   graphdef, state = nnx.split(model)
   greedy = temperature == 0
   return _generate(graphdef, state, prompt, prompt_mask, None if greedy else rng,
-                   jnp.float32(1.0 if greedy else temperature), max_new_tokens=max_new_tokens,
+                   jnp.float32(1.0 if greedy else temperature),
+                   None if greedy or top_p is None else jnp.float32(top_p), max_new_tokens=max_new_tokens,
                    cache_len=cache_len, greedy=greedy, top_k=None if greedy else top_k, eos_id=eos_id,
-                   pad_id=pad_id)
+                   pad_id=pad_id, nucleus=not greedy and top_p is not None)
 
 
 # --------------------------------------------------------------------------------------
@@ -482,6 +528,7 @@ def beam_search(model: TransformerSeq2Seq, src, *, src_mask=None, beam_size: int
 
 
 __all__ = [
-    "NEG_INF", "beam_search", "beam_search_loop", "choose_tokens", "generate", "greedy_translate",
-    "length_penalty", "lm_step_fn", "make_step_fn", "reorder_cache", "sample_loop", "seq2seq_step_fn",
+    "NEG_INF", "beam_search", "beam_search_loop", "check_top_p", "choose_tokens", "generate", "greedy_translate",
+    "length_penalty", "lm_step_fn", "make_step_fn", "nucleus_logits", "reorder_cache", "sample_loop",
+    "seq2seq_step_fn",
 ]

@@ -51,9 +51,18 @@ def eval_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
   return {**defaults, **given}
 
 
-def _restore(config, workdir: str, mesh, rules, settings) -> tuple[Any, Any, int, list[int]]:
-  """The newest checkpoint that verifies (damaged ones are skipped with a warning, never moved:
-  a trainer may be running), or the average of the last N. Read-only: eval takes no lock."""
+def restore(config, workdir: str, mesh, rules, *, average_last: int = 0,
+            step: int | None = None) -> tuple[Any, Any, int, list[int]]:
+  """(graphdef, state, step, steps used) of a workdir's (model, optimiser), read-only.
+
+  By default the newest checkpoint that verifies (damaged ones are skipped with a warning,
+  never moved: a trainer may be running); `average_last` > 1 averages the last N; `step`
+  restores that checkpoint alone (it must exist and verify). Takes no lock: eval.py and
+  generate.py run beside training.
+
+  Raises:
+    UserError: no checkpoint, a missing or damaged `step`, or checkpoints of another config.
+  """
   tx, _, _ = trainer.make_optimizer(config)
   graphdef, state = trainer.create_state(config, mesh, rules, tx)
   directory = os.path.join(workdir, "checkpoints")
@@ -62,20 +71,33 @@ def _restore(config, workdir: str, mesh, rules, settings) -> tuple[Any, Any, int
     raise NoCheckpoint(f"no checkpoint in {directory}; train first: python train.py --config <the config> "
                     f"--workdir {workdir}")
   try:
-    if settings["average_last"] and settings["average_last"] > 1:
-      state, used = average_checkpoints(directory, state, last=settings["average_last"])
+    if step is not None:
+      if step not in ckpt.all_steps():
+        raise UserError(f"there is no checkpoint step {step} in {directory}; it has steps {ckpt.all_steps()}.")
+      why = ckpt.problem(step, state)
+      if why:
+        raise UserError(f"checkpoint step {step} in {directory} is damaged: {why}. Choose another step "
+                        f"(available: {ckpt.all_steps()}).")
+      state, used = ckpt.restore(step, state), [step]
+    elif average_last and average_last > 1:
+      state, used = average_checkpoints(directory, state, last=average_last)
     else:
-      step, state, _ = ckpt.restore_newest(state, quarantine=False)
-      used = [step]
+      newest, state, _ = ckpt.restore_newest(state, quarantine=False)
+      used = [newest]
   except (ValueError, KeyError, TypeError) as e:
     if isinstance(e, UserError):
       raise
     raise UserError(f"the checkpoints in {directory} do not match this config (model sizes, task or "
-                    f"optimiser differ): {str(e)[:500]}. Evaluate with the config the run was trained "
+                    f"optimiser differ): {str(e)[:500]}. Use the config the run was trained "
                     "with, including the same --config overrides.") from e
   finally:
     ckpt.close()
   return graphdef, state, used[-1], used
+
+
+def _restore(config, workdir: str, mesh, rules, settings) -> tuple[Any, Any, int, list[int]]:
+  """`restore` with eval's settings (`config.eval.average_last`)."""
+  return restore(config, workdir, mesh, rules, average_last=settings["average_last"])
 
 
 def _with_rope_scaling(config, graphdef, state, scaling):
@@ -286,4 +308,4 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   return results
 
 
-__all__ = ["eval_settings", "evaluate"]
+__all__ = ["eval_settings", "evaluate", "restore"]
