@@ -20,6 +20,7 @@ picks one, --average_last N averages the last N as eval.py does. A prompt longer
 model's context is an error unless --truncate. Takes train.py's process flags (one process).
 """
 
+import os
 import sys
 
 from absl import flags, logging
@@ -152,7 +153,11 @@ def main(argv):
   loaded = generation.load(config, _WORKDIR.value, step=_STEP.value, average_last=_AVERAGE_LAST.value)
   used = (f"the average of steps {loaded.steps}" if len(loaded.steps) > 1 else f"step {loaded.step}")
   print(f"generate.py: {config.task} model of {_WORKDIR.value}, {used}", file=sys.stderr)
-  {"lm": _lm, "seq2seq": _seq2seq, "mlm": _mlm}[config.task](loaded, texts, sys.stdout)
+  try:
+    {"lm": _lm, "seq2seq": _seq2seq, "mlm": _mlm}[config.task](loaded, texts, sys.stdout)
+    sys.stdout.flush()
+  except BrokenPipeError:  # `generate.py ... | head`: the reader has all it wanted
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
 
 
 if __name__ == "__main__":
