@@ -6,7 +6,7 @@ rows every time, so samples from different steps compare) and decodes them with 
 it is:
 - lm: the first quarter of the row's first document as the prompt, then a greedy continuation
   (`decoding.generate`) of `config.sample_max_new_tokens` tokens;
-- seq2seq: the row's first source sentence, greedily translated (`decoding.greedy_translate`),
+- seq2seq: the row's first source sentence, greedily translated (`eval_metrics.translate`),
   beside its reference;
 - mlm: the row's first segment with the model's top-1 fill at every masked slot, beside the
   original text, and how many fills are right;
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from roformer_jax import decoding
+from roformer_jax import decoding, eval_metrics
 
 
 def _first_segment(row_segments: np.ndarray | None, row_ids: np.ndarray, pad_id: int) -> np.ndarray:
@@ -52,21 +52,20 @@ def _until_eos(ids: np.ndarray, eos_id: int) -> np.ndarray:
 
 
 def _seq2seq(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
+  """Greedy translations of each row's first sentence pair, through eval's own decoder."""
   src_seg, tgt_seg = batch.get("src_segment_ids"), batch.get("tgt_segment_ids")
   sources = [batch["src"][i][_first_segment(None if src_seg is None else src_seg[i], batch["src"][i],
                                             tokenizer.pad_id)] for i in range(n)]
   targets = [batch["tgt_out"][i][_first_segment(None if tgt_seg is None else tgt_seg[i], batch["tgt_out"][i],
                                                 tokenizer.pad_id)] for i in range(n)]
-  width = max(len(s) for s in sources)
-  src = np.full((n, width), tokenizer.pad_id, np.int32)
-  for i, s in enumerate(sources):
-    src[i, :len(s)] = s
-  out = np.asarray(decoding.greedy_translate(model, src, src_mask=src != tokenizer.pad_id, max_len=max_new_tokens,
-                                             bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id,
-                                             pad_id=tokenizer.pad_id))
-  return [{"prompt": tokenizer.decode(_until_eos(s, tokenizer.eos_id)),
-           "output": tokenizer.decode(_until_eos(o, tokenizer.eos_id)),
-           "reference": tokenizer.decode(_until_eos(t, tokenizer.eos_id))} for s, o, t in zip(sources, out, targets)]
+  src = np.full((n, max(len(s) for s in sources)), tokenizer.pad_id, np.int32)
+  tgt = np.full((n, max(len(t) for t in targets)), tokenizer.pad_id, np.int32)
+  for i, (s, t) in enumerate(zip(sources, targets)):
+    src[i, :len(s)], tgt[i, :len(t)] = s, t
+  unpacked = {"src": src, "tgt_out": tgt, "weights": (tgt != tokenizer.pad_id).astype(np.float32)}
+  outputs, references = eval_metrics.translate(model, [unpacked], tokenizer, beam_size=1, max_len=max_new_tokens)
+  return [{"prompt": tokenizer.decode(_until_eos(s, tokenizer.eos_id)), "output": o, "reference": r}
+          for s, o, r in zip(sources, outputs, references)]
 
 
 def _mlm(model, batch, tokenizer, n: int) -> list[dict[str, Any]]:

@@ -54,10 +54,6 @@ class StopRequests:
       signal.signal(sig, handler)
     self._previous.clear()
 
-  def request(self, name: str = "SIGTERM") -> None:
-    """As if `name` had arrived (tests, and callers with their own stop conditions)."""
-    self.signal_name = self.signal_name or name
-
   def poll(self) -> bool:
     """Whether to stop after the step just dispatched; every process gets the same answer."""
     if jax.process_count() == 1 or self.mesh is None:
