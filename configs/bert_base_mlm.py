@@ -1,8 +1,8 @@
 """Masked-LM pre-training of a BERT-base sized RoFormer (paper Sec. 4.2).
 
-  python train.py --config configs/bert_base_mlm.py --workdir workdirs/bert_base_mlm
-  python train.py --config configs/bert_base_mlm.py:bert --workdir workdirs/bert_base_mlm_bert
-  python train.py --config configs/bert_base_mlm.py:smoke --workdir /tmp/smoke   # 2 steps, tiny model
+  python train.py --config configs/bert_base_mlm.py --workdir workdirs/bert_base_mlm  # needs: network
+  python train.py --config configs/bert_base_mlm.py:bert --workdir workdirs/bert_base_mlm_bert  # needs: network
+  python train.py --config configs/bert_base_mlm.py:smoke --workdir /tmp/smoke_mlm  # needs: network
 
 Variants (comma-separated, e.g. `:bert,smoke`):
   bert   the BERT baseline of Fig. 3 (left): learned absolute position embeddings (512 rows)
@@ -16,8 +16,8 @@ redistribution was withdrawn), so this config uses `wikipedia` (TFDS wikipedia/2
 alone, with 1% held out for validation (the paper holds out 20%). BERT's 30,522-entry WordPiece
 vocabulary is stood in for by a SentencePiece BPE vocabulary of the same size trained on the
 pre-training text. Prepare both once, up front (network; Wikipedia needs Apache Beam):
-  python -m roformer_jax.data.prepare dataset wikipedia
-  python -m roformer_jax.data.prepare tokenizer wikipedia --vocab_size 30522
+  python -m roformer_jax.data.prepare dataset wikipedia  # needs: network
+  python -m roformer_jax.data.prepare tokenizer wikipedia --vocab_size 30522  # needs: network
 """
 
 import ml_collections

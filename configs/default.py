@@ -2,7 +2,7 @@
 
 Run (the README's first command does this through `make train`):
   python train.py --config configs/default.py --workdir workdirs/default
-  python train.py --config configs/default.py:smoke --workdir /tmp/smoke   # seconds, for tests
+  python train.py --config configs/default.py:smoke --workdir /tmp/smoke_default   # seconds, for tests
 
 The corpus is the Python standard library's own source files, read as bytes: it exists on
 every machine with Python, so nothing is downloaded. It is turned into an ArrayRecord TFDS
@@ -23,13 +23,13 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.seed = 0  # PRNG seed for init, data order and dropout.
   config.total_steps = 1500  # optimiser steps (batches); about 3 minutes on 2 CPU cores.
   config.batch_size = 16  # global batch, split over the mesh's (data, fsdp) axes.
-  config.checkpoint_every_steps = 500
-  config.eval_every_steps = 500
-  config.log_every_steps = 20
+  config.checkpoint_every_steps = 500  # also at the end, and on SIGTERM / Ctrl-C
+  config.eval_every_steps = 500  # eval_loss over eval_batches, and samples
+  config.log_every_steps = 20  # metrics.jsonl / TensorBoard rows
   config.eval_batches = 8  # validation batches per evaluation.
   config.samples_per_eval = 2  # validation rows decoded at each eval (samples.jsonl, TensorBoard); 0 = off
   config.sample_max_new_tokens = 48  # tokens generated per sample
-  config.keep_checkpoints = 3
+  config.keep_checkpoints = 3  # newest checkpoints kept on disk (caps eval.average_last)
   config.async_checkpoints = True  # orbax writes in the background while training continues
   config.num_devices = 0  # use the first N devices (0 = all); tests compare 1 and 8
   config.label_smoothing = 0.0  # Sec. 4.1 uses 0.1 for translation
@@ -39,9 +39,9 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes
 
   # eval.py (roformer_jax/evaluate.py). The CLI overrides these, e.g. --config.eval.average_last=5.
-  config.eval = ml_collections.ConfigDict()
+  config.eval = ml_collections.ConfigDict()  # eval.py's settings
   config.eval.average_last = 0  # average the last N checkpoints (Sec. 4.1: 5); 0/1 = newest only
-  config.eval.split = "validation"
+  config.eval.split = "validation"  # the split eval.py makes a full pass over
   config.eval.max_batches = 0  # 0 = a full pass over the split
   config.eval.length_factors = (1, 2, 4, 8)  # length curve: loss at L, 2L, 4L, 8L (lm, mlm)
   config.eval.length_batches = 4  # batches per length-curve point
@@ -50,47 +50,47 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.eval.length_penalty = 0.6  # GNMT alpha (Sec. 4.1)
   config.eval.max_decode_length = 0  # 0 = data.max_target_length or data.max_length
 
-  config.data = data.default_data_config()
-  config.data.dataset = "python_stdlib_bytes"
+  config.data = data.default_data_config()  # every data key, with its default
+  config.data.dataset = "python_stdlib_bytes"  # offline: the stdlib's own source files
   config.data.tokenizer = "bytes"  # 256 bytes + pad/bos/eos/mask = 260 ids
   config.data.max_length = 128  # T: packed row length in bytes
 
-  config.model = common.model_config(dict(
+  config.model = common.model_config(dict(  # every ModelConfig field; these differ from its defaults
       vocab_size=260,  # the byte tokenizer's
-      d_model=128,
-      num_layers=4,
-      num_heads=4,
-      d_ff=512,
+      d_model=128,  # width
+      num_layers=4,  # blocks
+      num_heads=4,  # head dim 32
+      d_ff=512,  # MLP width (4 x d_model)
       norm="pre",  # pre-LN trains stably at this learning rate without warmup tricks
       position="rope",  # rope | sinusoidal | learned | none: the paper's comparison switch
       rope_theta=10000.0,  # Sec. 3.2.2
       rope_layout="interleaved",  # eq. (34)
-      type_vocab_size=0,
-      dropout=0.0,
-      attention_dropout=0.0,
-      layer_norm_eps=1e-5,
+      type_vocab_size=0,  # no token types in an LM
+      dropout=0.0,  # a small model on a big corpus does not overfit in 1500 steps
+      attention_dropout=0.0,  # (as dropout)
+      layer_norm_eps=1e-5,  # LayerNorm epsilon
       attention="softmax",  # softmax | linear (eq. 19)
   ))
 
-  config.optim = optim.default_optim_config("lm")
-  config.optim.optimizer = "adamw"
-  config.optim.schedule = "cosine"
-  config.optim.learning_rate = 3e-3
-  config.optim.warmup_steps = 50
-  config.optim.warmup_init_lr = 0.0
-  config.optim.weight_decay = 0.01
-  config.optim.grad_clip_norm = 1.0
+  config.optim = optim.default_optim_config("lm")  # every optimiser key, with its default
+  config.optim.optimizer = "adamw"  # adam | adamw
+  config.optim.schedule = "cosine"  # linear warmup, then cosine decay to 0
+  config.optim.learning_rate = 3e-3  # peak rate
+  config.optim.warmup_steps = 50  # linear warmup steps
+  config.optim.warmup_init_lr = 0.0  # rate at step 0
+  config.optim.weight_decay = 0.01  # AdamW's decoupled decay
+  config.optim.grad_clip_norm = 1.0  # global-norm clipping
 
-  if variant == "smoke":
-    config.total_steps = 2
-    config.checkpoint_every_steps = 1
-    config.eval_every_steps = 2
-    config.log_every_steps = 1
-    config.eval_batches = 1
+  if variant == "smoke":  # seconds, for tests: a tiny model on 40 documents
+    config.total_steps = 2  # two optimiser steps
+    config.checkpoint_every_steps = 1  # a save every step: resume tests
+    config.eval_every_steps = 2  # one eval, at the end
+    config.log_every_steps = 1  # a row per step
+    config.eval_batches = 1  # one validation batch
     config.samples_per_eval = 0  # no decode compile in the seconds-long smoke runs
-    config.batch_size = 8
+    config.batch_size = 8  # global batch
     config.data.max_documents = 40  # a small corpus builds in a fraction of a second
-    config.data.max_length = 32
-    config.model.update(dict(d_model=32, num_layers=1, num_heads=2, d_ff=64))
-    config.optim.warmup_steps = 1
+    config.data.max_length = 32  # T
+    config.model.update(dict(d_model=32, num_layers=1, num_heads=2, d_ff=64))  # tiny
+    config.optim.warmup_steps = 1  # the schedule fits 2 steps
   return config

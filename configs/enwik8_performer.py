@@ -1,8 +1,8 @@
 """Character-level (byte) language model on enwik8: a 12-layer Performer with RoPE (paper Sec. 4.4).
 
-  python train.py --config configs/enwik8_performer.py --workdir workdirs/enwik8_performer
-  python train.py --config configs/enwik8_performer.py:norope --workdir workdirs/enwik8_performer_norope
-  python train.py --config configs/enwik8_performer.py:smoke --workdir /tmp/smoke   # 2 steps, offline
+  python train.py --config configs/enwik8_performer.py --workdir workdirs/enwik8_performer  # needs: network
+  python train.py --config configs/enwik8_performer.py:norope --workdir workdirs/enwik8_performer_norope  # needs: network
+  python train.py --config configs/enwik8_performer.py:smoke --workdir /tmp/smoke_enwik8   # 2 steps, offline
 
 Variants (comma-separated, e.g. `:norope,smoke`):
   norope  the baseline of Fig. 3 (right): the same Performer without any position encoding

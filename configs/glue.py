@@ -1,8 +1,8 @@
 """GLUE fine-tuning of a BERT-base sized RoFormer encoder (paper Sec. 4.3); the task is the argument.
 
-  python train.py --config configs/glue.py:mrpc --workdir workdirs/glue_mrpc
-  python train.py --config configs/glue.py:stsb --workdir workdirs/glue_stsb   # regression
-  python train.py --config configs/glue.py:mrpc,smoke --workdir /tmp/smoke     # 2 steps, tiny model
+  python train.py --config configs/glue.py:mrpc --workdir workdirs/glue_mrpc  # needs: network
+  python train.py --config configs/glue.py:stsb --workdir workdirs/glue_stsb  # needs: network
+  python train.py --config configs/glue.py:mrpc,smoke --workdir /tmp/smoke_glue  # needs: network
 
 Tasks (exactly one): mrpc, sst2, qnli, stsb (num_labels=1, a regression on the similarity
 score, MSE loss), qqp, mnli (3 labels; validation = validation_matched).
@@ -24,8 +24,8 @@ head starts fresh) and checks that the architectures agree; a transformers RoFor
 works too. With init_from="" the encoder starts from a random initialisation: the Sec. 4.3
 recipe runs end to end but will not reproduce Table 2.
 Without a pre-trained encoder, prepare the data and a vocabulary of the task's own text once (network):
-  python -m roformer_jax.data.prepare dataset glue/mrpc
-  python -m roformer_jax.data.prepare tokenizer glue/mrpc --vocab_size 30522
+  python -m roformer_jax.data.prepare dataset glue/mrpc  # needs: network
+  python -m roformer_jax.data.prepare tokenizer glue/mrpc --vocab_size 30522  # needs: network
 """
 
 import math

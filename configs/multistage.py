@@ -39,32 +39,33 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   if variant not in ("", "small", "smoke"):
     raise ValueError(f"configs/multistage.py has variants '', 'small' and 'smoke', got {variant!r}.")
   config = default.get_config()
-  config.task = "mlm"
+  config.task = "mlm"  # Sec. 4.5 pre-trains a masked LM
   config.stages = _stages(TABLE_4)  # replaces batch_size and data.max_length stage by stage
   config.total_steps = sum(s for _, _, s in TABLE_4)  # 452.5k, Sec. 4.5
   config.batch_size = TABLE_4[0][1]  # the first stage's; each stage sets its own
-  config.checkpoint_every_steps = 5000
-  config.eval_every_steps = 5000
-  config.model.update(dict(d_model=768, num_layers=12, num_heads=12, d_ff=3072, norm="post",
-                           type_vocab_size=2, layer_norm_eps=1e-12, dropout=0.1, attention_dropout=0.1))
+  config.checkpoint_every_steps = 5000  # and at each stage's end (the run resumes inside a stage)
+  config.eval_every_steps = 5000  # eval at the current stage's length
+  config.model.update(dict(  # RoFormer-base (Chinese): BERT-base shape, post-LN, BERT's dropout
+      d_model=768, num_layers=12, num_heads=12, d_ff=3072, norm="post",
+      type_vocab_size=2, layer_norm_eps=1e-12, dropout=0.1, attention_dropout=0.1))
   config.optim = optim.default_optim_config("mlm")  # AdamW, Sec. 4.2 (the paper gives no Sec. 4.5 rate)
   if variant == "small":  # Table 4's shape of schedule at 1/1000 of the steps and 1/16 of the lengths
-    config.stages = _stages([(max(t // 16, 8), 16, max(s // 1000, 10)) for t, b, s in TABLE_4])
-    config.total_steps = sum(st["steps"] for st in config.stages)
-    config.batch_size = 16
-    config.checkpoint_every_steps = config.eval_every_steps = 100
-    config.model.update(dict(d_model=128, num_layers=4, num_heads=4, d_ff=512, norm="pre", dropout=0.0,
-                             attention_dropout=0.0))
-    config.optim.learning_rate = 1e-3
-  if variant == "smoke":
-    config.stages = _stages([(16, 8, 2), (48, 8, 2), (8, 16, 2)])
-    config.total_steps = 6
-    config.batch_size = 8
-    config.checkpoint_every_steps = 1
-    config.eval_every_steps = 6
-    config.log_every_steps = 1
-    config.eval_batches = 1
+    config.stages = _stages([(max(t // 16, 8), 16, max(s // 1000, 10)) for t, b, s in TABLE_4])  # 6 stages
+    config.total_steps = sum(st["steps"] for st in config.stages)  # 452 steps
+    config.batch_size = 16  # the first stage's
+    config.checkpoint_every_steps = config.eval_every_steps = 100  # a few saves and evals per run
+    config.model.update(dict(  # configs/default.py's model
+        d_model=128, num_layers=4, num_heads=4, d_ff=512, norm="pre", dropout=0.0, attention_dropout=0.0))
+    config.optim.learning_rate = 1e-3  # a small model takes a larger rate than BERT-base's 1e-5
+  if variant == "smoke":  # seconds, for tests
+    config.stages = _stages([(16, 8, 2), (48, 8, 2), (8, 16, 2)])  # three stages of two steps
+    config.total_steps = 6  # the stages' sum
+    config.batch_size = 8  # the first stage's
+    config.checkpoint_every_steps = 1  # a save every step: resume tests
+    config.eval_every_steps = 6  # one eval, at the end
+    config.log_every_steps = 1  # a row per step
+    config.eval_batches = 1  # one validation batch
     config.samples_per_eval = 0  # no decode compile in the smoke run
-    config.data.max_documents = 40
-    config.model.update(dict(d_model=32, num_layers=1, num_heads=2, d_ff=64, dropout=0.0, attention_dropout=0.0))
+    config.data.max_documents = 40  # a small corpus builds in a fraction of a second
+    config.model.update(dict(d_model=32, num_layers=1, num_heads=2, d_ff=64, dropout=0.0, attention_dropout=0.0))  # tiny
   return config

@@ -1,8 +1,8 @@
 """WMT14 English->German with a Transformer-base encoder-decoder and RoPE (paper Sec. 4.1).
 
-  python train.py --config configs/wmt14_ende_base.py --workdir workdirs/wmt14_ende_base
-  python train.py --config configs/wmt14_ende_base.py:sinusoidal --workdir workdirs/wmt14_ende_sinusoidal
-  python train.py --config configs/wmt14_ende_base.py:smoke --workdir /tmp/smoke   # 2 steps, tiny model
+  python train.py --config configs/wmt14_ende_base.py --workdir workdirs/wmt14_ende_base  # needs: network
+  python train.py --config configs/wmt14_ende_base.py:sinusoidal --workdir workdirs/wmt14_ende_sinusoidal  # needs: network
+  python train.py --config configs/wmt14_ende_base.py:smoke --workdir /tmp/smoke_wmt  # needs: network
 
 Variants (comma-separated, e.g. `:sinusoidal,smoke`):
   sinusoidal  the Vaswani et al. baseline of Table 1: sinusoidal absolute positions added to the
@@ -12,8 +12,8 @@ Variants (comma-separated, e.g. `:sinusoidal,smoke`):
               runs it offline on `tfds.testing.mock_data`.
 
 Before the first real run, prepare the data and the joint vocabulary once (needs network):
-  python -m roformer_jax.data.prepare dataset wmt14_translate/de-en
-  python -m roformer_jax.data.prepare tokenizer wmt14_translate/de-en --vocab_size 37000
+  python -m roformer_jax.data.prepare dataset wmt14_translate/de-en  # needs: network
+  python -m roformer_jax.data.prepare tokenizer wmt14_translate/de-en --vocab_size 37000  # needs: network
 
 What is the paper's and what is ours: Sec. 4.1 fixes the architecture (Transformer-base), Adam
 (0.9, 0.98), the linear warmup from 1e-7 to 5e-4 followed by inverse-square-root decay, label
