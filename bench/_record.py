@@ -8,6 +8,12 @@ into the generated block of docs/benchmarks.md.
 
 out_dir defaults to $ROFORMER_BENCH_RESULTS if set (tests point it at a temporary
 directory), else docs/bench_results/ in this repository.
+
+Every bench also takes `--smoke` (`add_smoke_arg`): the tiniest run of the same code path, in
+seconds, for tests and for the documented commands' check (tests/test_docs.py appends it).
+Its figures measure nothing, so `record_name` keeps them out of docs/bench_results: a smoke
+run records only where $ROFORMER_BENCH_RESULTS points, as `<bench>_smoke.json`, and
+otherwise `--record` is a no-op with a note.
 """
 
 from __future__ import annotations
@@ -39,6 +45,32 @@ def add_record_arg(parser) -> None:
   """Adds --record (store_true) to an argparse parser."""
   parser.add_argument("--record", action="store_true",
                       help="save this run's figures to docs/bench_results/<bench>.json for bench/report.py")
+
+
+def add_smoke_arg(parser, what: str) -> None:
+  """Adds --smoke (store_true); `what` says what it shrinks to, for --help."""
+  parser.add_argument("--smoke", action="store_true",
+                      help=f"the tiniest run of the same code path, in seconds, for tests: {what}. Its figures "
+                      f"mean nothing: --record then writes only to ${OUT_DIR_ENV} (as <bench>_smoke.json), "
+                      "never to docs/bench_results")
+
+
+def record_name(bench: str, args) -> str | None:
+  """The name to `save` this run under, or None when nothing is to be recorded.
+
+  None without --record. A --smoke run is recorded as `<bench>_smoke` and only into an
+  explicitly chosen directory ($ROFORMER_BENCH_RESULTS): its figures must never reach
+  docs/bench_results and the report. Without that variable it prints why and returns None.
+  """
+  if not getattr(args, "record", False):
+    return None
+  if not getattr(args, "smoke", False):
+    return bench
+  if not os.environ.get(OUT_DIR_ENV):
+    print(f"# --smoke: --record writes nothing (a smoke run's figures measure nothing); set {OUT_DIR_ENV} to a "
+          f"directory to record them there as {bench}_smoke.json", file=sys.stderr)
+    return None
+  return f"{bench}_smoke"
 
 
 def results_dir(out_dir: str | None = None) -> str:

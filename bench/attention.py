@@ -5,6 +5,7 @@ Run (from the repository root):
   .venv/bin/python bench/attention.py --quick          # N = 256 .. 4096, fewer repeats
   .venv/bin/python bench/attention.py --max-len 65536  # on a GPU
   .venv/bin/python bench/attention.py --record         # also save the figures for bench/report.py
+  .venv/bin/python bench/attention.py --smoke          # seconds: N = 64, 128, tiny heads; writes nothing
 
 What is measured, for x [B=1, N, heads=4, H=64] in float32 (defaults):
   softmax: `dot_product_attention` with RoPE on q, k and a causal mask (`make_attention_mask`).
@@ -19,7 +20,8 @@ analysis says it would not fit in `--mem-limit-gb`.
 
 Prints a markdown table, one JSON line per measured figure (with the machine and the command),
 and a summary JSON line (crossover length, linear-fit ratio of linear attention's memory);
-writes the log-log figure to docs/figures/attention_scaling.png.
+writes the log-log figure to docs/figures/attention_scaling.png (--smoke: to a temporary
+directory, then deleted).
 """
 
 from __future__ import annotations
@@ -30,8 +32,10 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -311,22 +315,41 @@ def main(argv=None):
   p.add_argument("--mem-limit-gb", type=float, default=None,
                  help="do not run a configuration whose compiled peak memory exceeds this (its memory is "
                       "still reported); default: 80%% of the accelerator's memory, or min(8, 40%% of RAM) on CPU")
-  p.add_argument("--figure", default=os.path.join(ROOT, "docs", "figures", "attention_scaling.png"))
+  p.add_argument("--figure", default=None,
+                 help="where the figure goes (default docs/figures/attention_scaling.png; --smoke: a temporary "
+                      "directory, deleted afterwards)")
   p.add_argument("--no-figure", action="store_true")
   _record.add_record_arg(p)
+  _record.add_smoke_arg(p, "--quick, and N = 64 and 128 only, 2 heads of 16, chunk 16, 1 repeat (overrides those "
+                        "flags)")
   args = p.parse_args(argv)
-  if args.quick:
+  if args.quick or args.smoke:
     args.max_len = min(args.max_len, 4096)
     args.repeats = min(args.repeats, 3)
+  if args.smoke:
+    args.min_len, args.max_len, args.heads, args.head_dim, args.chunk_size, args.repeats = 64, 128, 2, 16, 16, 1
   if args.mem_limit_gb is None:
     args.mem_limit_gb = default_mem_limit_gb()
   rep = run(args)
   table = print_report(rep)
   if not args.no_figure:
-    plot(rep, args.figure)
-    print(f"# wrote {os.path.relpath(args.figure, ROOT)}", file=sys.stderr)
-  if args.record:
-    path = _record.save("attention", figures=_figures(rep), table=table,
+    scratch = None
+    figure = args.figure
+    if figure is None and args.smoke:  # the plot still runs, but never over the docs' figure
+      scratch = tempfile.mkdtemp(prefix="attention_smoke_")
+      figure = os.path.join(scratch, "attention_scaling.png")
+    elif figure is None:
+      figure = os.path.join(ROOT, "docs", "figures", "attention_scaling.png")
+    try:
+      plot(rep, figure)
+      print(f"# wrote {os.path.relpath(figure, ROOT)}" + (" (--smoke: deleted now)" if scratch else ""),
+            file=sys.stderr)
+    finally:
+      if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+  bench = _record.record_name("attention", args)
+  if bench:
+    path = _record.save(bench, figures=_figures(rep), table=table,
                         result={"summary": rep["summary"], "results": rep["results"]})
     print(f"# recorded {path}", file=sys.stderr)
 

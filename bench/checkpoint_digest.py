@@ -3,6 +3,7 @@
 Run from the repository root:
   .venv/bin/python bench/checkpoint_digest.py              # RoFormer-base size (110M parameters)
   .venv/bin/python bench/checkpoint_digest.py --record     # also save the figures for bench/report.py
+  .venv/bin/python bench/checkpoint_digest.py --smoke      # seconds: 0.1M parameters, 1 round
 
 The state is what the trainer checkpoints for a model of --params million float32 parameters
 trained with Adam: the parameters and the two moments (3 x 4 bytes a parameter; 1.32 GB at
@@ -43,7 +44,10 @@ def main():
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--dir", default=None, help="where to write (default: the system's temp dir)")
   _record.add_record_arg(parser)
+  _record.add_smoke_arg(parser, "0.1M parameters (1.2 MB), 1 round (overrides --params, --rounds)")
   args = parser.parse_args()
+  if args.smoke:
+    args.params, args.rounds = 0.1, 1
 
   tree = state(args.params)
   nbytes = sum(x.nbytes for x in jax.tree.leaves(tree))
@@ -82,7 +86,8 @@ def main():
   print("\n".join(table))
   summary = {"params_m": args.params, "bytes": nbytes, "rounds": args.rounds, "seconds": times, "median": med}
   print(json.dumps(summary))
-  if args.record:
+  bench = _record.record_name("checkpoint_digest", args)
+  if bench:
     figures = [
         _record.figure("R.digest_write_s", f"checkpoint digest: write, {gb:.2f} GB state", med["digest"], "s"),
         _record.figure("R.digest_verify_s", f"checkpoint digest: verify, {gb:.2f} GB state", med["verify"], "s"),
@@ -90,7 +95,7 @@ def main():
         _record.figure("R.verify_vs_restore", "digest verify time / orbax restore time",
                        med["verify"] / med["restore"], "x"),
     ]
-    path = _record.save("checkpoint_digest", figures=figures, table="\n".join(table), result=summary)
+    path = _record.save(bench, figures=figures, table="\n".join(table), result=summary)
     print(f"# recorded {path}", file=sys.stderr)
 
 

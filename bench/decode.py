@@ -4,6 +4,7 @@ Run (from the repository root):
   .venv/bin/python bench/decode.py                       # d=256, 4 layers, 1K context, softmax + linear
   .venv/bin/python bench/decode.py --context 2048 --attention softmax
   .venv/bin/python bench/decode.py --record   # also save the figures for bench/report.py
+  .venv/bin/python bench/decode.py --smoke    # seconds: d=32, 1 layer, 16-token context, softmax, 1 round
 
 Per generated token at a `--context`-token prefix, batch 1, float32:
 - cached: `decoding.sample_loop` (the loop `generate` runs) from a prefilled cache, timed over
@@ -95,9 +96,16 @@ def main():
   parser.add_argument("--heads", type=int, default=4)
   parser.add_argument("--vocab", type=int, default=256)
   parser.add_argument("--rounds", type=int, default=5)
-  parser.add_argument("--attention", default="softmax,linear", help="comma-separated: softmax, linear")
+  parser.add_argument("--attention", default=None,
+                      help="comma-separated: softmax, linear (default both; --smoke: softmax)")
   _record.add_record_arg(parser)
+  _record.add_smoke_arg(parser, "d=32, 1 layer, 2 heads, V=64, a 16-token context, 4 new tokens, 1 round (overrides "
+                        "those flags), softmax attention unless --attention says otherwise")
   args = parser.parse_args()
+  if args.smoke:
+    args.context, args.new, args.d_model, args.layers, args.heads, args.vocab, args.rounds = 16, 4, 32, 1, 2, 64, 1
+  if args.attention is None:
+    args.attention = "softmax" if args.smoke else "softmax,linear"
 
   device = jax.devices()[0]
   table = [f"CausalLM decode, d={args.d_model}, {args.layers} layers, {args.heads} heads, V={args.vocab}, "
@@ -125,8 +133,9 @@ def main():
       "command": "python bench/decode.py " + " ".join(sys.argv[1:]), "results": rows,
   }
   print(json.dumps(summary))
-  if args.record:
-    path = _record.save("decode", figures=_figures(rows, args.context), table="\n".join(table), result=summary)
+  bench = _record.record_name("decode", args)
+  if bench:
+    path = _record.save(bench, figures=_figures(rows, args.context), table="\n".join(table), result=summary)
     print(f"# recorded {path}", file=sys.stderr)
 
 

@@ -4,6 +4,7 @@ Run (from the repository root):
   .venv/bin/python bench/default_config.py                 # configs/default.py, 300 steps
   .venv/bin/python bench/default_config.py --steps 100 --config configs/default.py:smoke
   .venv/bin/python bench/default_config.py --record       # also save the figures for bench/report.py
+  .venv/bin/python bench/default_config.py --smoke        # seconds: configs/default.py:smoke, 3 steps
 
 It trains the config in a fresh temporary workdir through `trainer.train_and_evaluate` (the
 same code path as `make train`, checkpoints and metrics included) and reports:
@@ -57,17 +58,25 @@ def matmul_gflops(n: int = 2048) -> float:
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--config", default="configs/default.py")
+  parser.add_argument("--config", default=None, help="config file[:variant] (default configs/default.py; --smoke: "
+                      "configs/default.py:smoke)")
   parser.add_argument("--steps", type=int, default=300)
   parser.add_argument("--log-every", type=int, default=25)
   _record.add_record_arg(parser)
+  _record.add_smoke_arg(parser, "configs/default.py:smoke (unless --config is given), 3 steps logged every step, a "
+                        "[128 x 128] matmul for the rate (overrides --steps, --log-every)")
   args = parser.parse_args()
+  if args.config is None:
+    args.config = "configs/default.py:smoke" if args.smoke else "configs/default.py"
+  if args.smoke:
+    args.steps, args.log_every = 3, 1  # 3 logging windows: the first (compilation) is left out of the medians
+  matmul_n = 128 if args.smoke else 2048
 
   compile_s = []
   jax.monitoring.register_event_duration_secs_listener(
       lambda event, duration, **kw: compile_s.append(duration) if event.endswith("backend_compile_duration") else None)
 
-  peak_before = matmul_gflops()
+  peak_before = matmul_gflops(matmul_n)
   config = load_config(args.config)
   config.total_steps = args.steps
   config.log_every_steps = args.log_every
@@ -90,7 +99,7 @@ def main():
     tasks.tokens_in = real_tokens_in
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
       rows = [json.loads(line) for line in f]
-  peak_after = matmul_gflops()
+  peak_after = matmul_gflops(matmul_n)
   train_rows = [r for r in rows if "tokens_per_sec" in r][1:]  # the first window holds compilation
   tokens_per_sec = statistics.median(r["tokens_per_sec"] for r in train_rows)
   step_ms = 1000 * statistics.median(r["step_time"] for r in train_rows)
@@ -122,8 +131,9 @@ def main():
            f"{peak:.1f} GFLOP/s float32 matmul rate measured in this run"]
   print("\n".join(table))
   print(json.dumps(result))
-  if args.record:
-    path = _record.save("default_config", figures=_figures(result, args.config), table="\n".join(table),
+  bench = _record.record_name("default_config", args)
+  if bench:
+    path = _record.save(bench, figures=_figures(result, args.config), table="\n".join(table),
                         result=result)
     print(f"# recorded {path}", file=sys.stderr)
 

@@ -3,6 +3,7 @@
 Run (from the repository root):
   .venv/bin/python bench/remat.py                    # B2's shapes a and c (about 4 min on 2 cores)
   .venv/bin/python bench/remat.py --shapes tiny --rounds 2
+  .venv/bin/python bench/remat.py --smoke            # seconds: the tiny shape, 1 round of 1 step
 
 The step is B2's JAX "masked" step (bench/train_step.py: forward, MLM loss at the masked
 positions, backward, AdamW; float32, dropout 0) of a freshly initialised model, compiled once
@@ -87,7 +88,11 @@ def main() -> None:
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--steps", type=int, default=0, help="timed steps per block (0: 3 for a/b/tiny, 1 for c)")
   _record.add_record_arg(parser)
+  _record.add_smoke_arg(parser, "the tiny shape, 1 round of 1 timed step per policy (overrides --shapes, --rounds, "
+                        "--steps)")
   args = parser.parse_args()
+  if args.smoke:
+    args.shapes, args.rounds, args.steps = "tiny", 1, 1
   names = [s for s in args.shapes.split(",") if s]
   unknown = [s for s in names if s not in b2.SHAPES]
   if unknown or not names:
@@ -103,7 +108,8 @@ def main() -> None:
   summary = {"bench": "remat", "shapes": names, "rounds": args.rounds, "results": results,
              "machine": _record.machine(), "versions": _record.versions(),
              "command": "python bench/remat.py " + " ".join(sys.argv[1:])}
-  if args.record:
+  bench = _record.record_name("remat", args)
+  if bench:
     figures = []
     for name, res in results.items():
       for p in ("full", "dots"):
@@ -113,7 +119,7 @@ def main() -> None:
                                         row["memory_vs_none"], "x"))
         figures.append(_record.figure(f"remat.{name}.{p}.time_vs_none", f"remat={p}: step time / none, shape {name}",
                                       row["time_vs_none"], "x"))
-    path = _record.save("remat", figures=figures, table=table, result=summary)
+    path = _record.save(bench, figures=figures, table=table, result=summary)
     print(f"# recorded {path}", file=sys.stderr)
   print(json.dumps(summary))
 

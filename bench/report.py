@@ -3,6 +3,7 @@
 Run (from the repository root; `make bench` runs it after the benches):
   .venv/bin/python bench/report.py            # rewrite the block
   .venv/bin/python bench/report.py --check    # exit 1 if the block is out of date
+  .venv/bin/python bench/report.py --smoke    # rewrite a temporary copy instead; the doc is never touched
 
 Each bench script run with `--record` leaves `docs/bench_results/<bench>.json` (bench/_record.py).
 This script reads all of them and replaces what lies between the lines
@@ -19,6 +20,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -185,6 +187,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="directory of <bench>.json files (default $ROFORMER_BENCH_RESULTS, else docs/bench_results)")
   parser.add_argument("--doc", default=DEFAULT_DOC, help="the markdown file to update (default docs/benchmarks.md)")
   parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file would change")
+  parser.add_argument("--smoke", action="store_true",
+                      help="for tests: do everything, but write the new block into a temporary copy of --doc "
+                      "(deleted afterwards), never into --doc itself; with --check, the same as --check")
   args = parser.parse_args(argv)
   results = _record.results_dir(args.results)
   link = os.path.relpath(results, os.path.dirname(os.path.abspath(args.doc))).replace(os.sep, "/") + "/"
@@ -201,6 +206,17 @@ def main(argv: list[str] | None = None) -> int:
   if args.check:
     print(f"{args.doc}: out of date; run .venv/bin/python bench/report.py", file=sys.stderr)
     return 1
+  if args.smoke:
+    scratch = tempfile.mkdtemp(prefix="bench_report_smoke_")
+    try:
+      copy = os.path.join(scratch, os.path.basename(args.doc))
+      shutil.copy(args.doc, copy)
+      _write_atomic(copy, new)
+    finally:
+      shutil.rmtree(scratch, ignore_errors=True)
+    print(f"{args.doc}: out of date (--smoke: rewrote a temporary copy, not the file; run "
+          ".venv/bin/python bench/report.py)")
+    return 0
   _write_atomic(args.doc, new)
   print(f"{args.doc}: rewrote the block between the bench-report markers")
   return 0

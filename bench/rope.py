@@ -5,6 +5,7 @@ Run (from the repository root):
   .venv/bin/python bench/rope.py --shape 2,512,8,64   # other shapes
   .venv/bin/python bench/rope.py --torch-python /tmp/hfvenv/bin/python   # another torch venv
   .venv/bin/python bench/rope.py --record   # also save the figures for bench/report.py
+  .venv/bin/python bench/rope.py --smoke    # seconds: x[1,16,2,8], 1 round; records nothing
 
 Bandwidth counts bytes = read + write of x (2 * x.nbytes); the cos/sin tables and the
 positions are not counted. All methods are timed round-robin in the same run so that
@@ -104,14 +105,20 @@ class _TorchWorker:
 
 
 def _start_hf(args, x32: np.ndarray, tmpdir: str):
-  """Starts the torch worker on x32; returns (worker, init reply, HF's rotated x) or None if skipped."""
+  """Starts the torch worker on x32; returns (worker, init reply, HF's rotated x) or None if skipped.
+
+  A missing or failing interpreter skips the row (with a note) when it is the default one, or
+  under --smoke (a smoke run checks our side; torch is never a dependency); an explicit
+  --torch-python that does not work is an error otherwise.
+  """
   python = args.torch_python
+  lenient = python == DEFAULT_TORCH_PYTHON or args.smoke
   if not python:
     print("HF torch row skipped: --torch-python is empty.")
     return None
   if not os.path.exists(python):
-    if python == DEFAULT_TORCH_PYTHON:
-      print(f"HF torch row skipped: no torch venv at {python} (pass --torch-python PATH to an interpreter "
+    if lenient:
+      print(f"HF torch row skipped: no python at {python} (pass --torch-python PATH to an interpreter "
             "with torch and transformers).")
       return None
     raise SystemExit(f"--torch-python {python} does not exist.")
@@ -123,7 +130,7 @@ def _start_hf(args, x32: np.ndarray, tmpdir: str):
                        threads=args.torch_threads)
   except RuntimeError as e:
     worker.close()
-    if python == DEFAULT_TORCH_PYTHON:
+    if lenient:
       print(f"HF torch row skipped: the worker failed under {python}: {e}")
       return None
     raise SystemExit(f"the torch worker failed under --torch-python {python}: {e}") from e
@@ -177,7 +184,11 @@ def main() -> None:
                            "bench-torch-venv if it exists, else the row is skipped")
   parser.add_argument("--torch-threads", type=int, default=2, help="torch.set_num_threads in the worker")
   _record.add_record_arg(parser)
+  _record.add_smoke_arg(parser, "x[1,16,2,8], 1 round of 1 call (overrides --shape, --rounds, --inner); the HF row "
+                        "only if its torch python works")
   args = parser.parse_args()
+  if args.smoke:
+    args.shape, args.rounds, args.inner = "1,16,2,8", 1, 1
   b, t, n, h = (int(v) for v in args.shape.split(","))
   rng = np.random.default_rng(0)
   x32 = jnp.asarray(rng.uniform(-1, 1, (b, t, n, h)).astype(np.float32))
@@ -269,8 +280,9 @@ def main() -> None:
       "goal_ge_8x_faster_than_hf": None if hf_ratio is None else hf_ratio >= 8,
   }
   print(json.dumps(summary))
-  if args.record:
-    path = _record.save("rope", figures=_figures(rows, hf_ratio), table="\n".join(table), result=summary)
+  name = _record.record_name("rope", args)
+  if name:
+    path = _record.save(name, figures=_figures(rows, hf_ratio), table="\n".join(table), result=summary)
     print(f"# recorded {path}", file=sys.stderr)
 
 

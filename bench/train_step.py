@@ -3,6 +3,7 @@
 Run (from the repository root):
   .venv/bin/python bench/train_step.py                    # shapes a, b, c (about 8.5 min on 2 cores)
   .venv/bin/python bench/train_step.py --quick            # a tiny shape, a smoke check
+  .venv/bin/python bench/train_step.py --smoke            # seconds: --quick with 1 round of 1 step; torch if at hand
   .venv/bin/python bench/train_step.py --shapes a,b --rounds 3 --steps-per-round 2
   .venv/bin/python bench/train_step.py --torch-python /tmp/hfvenv/bin/python
   .venv/bin/python bench/train_step.py --record           # also save the figures for bench/report.py
@@ -57,6 +58,12 @@ The torch venv: --torch-python PATH uses an existing interpreter that has torch 
 transformers; otherwise the bench creates one once at --torch-venv (default
 ~/.cache/roformer_jax/bench-torch-venv) with python3.11 and pip: torch from --torch-wheel (a
 local wheel) or PyPI, transformers==5.23.0.
+
+--smoke: --quick (the tiny shape, whatever --shapes says) with 1 warm-up step and 1 round of 1
+step, no waiting for a quiet machine, records nothing (bench/_record.py). It never creates the
+torch venv: it uses --torch-python or an existing venv when they import torch, and otherwise
+runs the JAX side alone (the weights then come from our `hf.save_pretrained`, loaded back by
+`hf.from_pretrained` as usual), saying so. With --breakdown it times the tiny shape's parts once.
 """
 
 from __future__ import annotations
@@ -80,7 +87,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from bench import _record  # noqa: E402
-from roformer_jax import hf, losses, models, optim  # noqa: E402
+from roformer_jax import hf, losses, metrics, models, optim  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "_torch_train_step_worker.py")
@@ -200,6 +207,20 @@ def _has_torch(python: str) -> bool:
     return done.returncode == 0
   except (OSError, subprocess.TimeoutExpired):
     return False
+
+
+def existing_torch_python(args) -> str | None:
+  """--torch-python or the venv's python if it imports torch and transformers, else None (with a note).
+
+  --smoke's lookup: it never creates the venv (minutes, and the network)."""
+  python = args.torch_python or os.path.join(args.torch_venv, "bin", "python")
+  if os.path.exists(python) and _has_torch(python):
+    return python
+  print(f"--smoke: the torch side is skipped: {python} "
+        + ("cannot import torch and transformers" if os.path.exists(python) else "does not exist")
+        + " (pass --torch-python, or run without --smoke once to create the venv). Timing the JAX side alone.",
+        flush=True)
+  return None
 
 
 def torch_python(args) -> str:
@@ -370,8 +391,21 @@ class JaxContender:
     return seconds, out
 
 
-def bench_shape(name: str, spec: dict, worker: TorchWorker, args, workdir: str, quiet_budget: QuietBudget) -> dict:
+def save_jax_weights(model: dict, save_dir: str) -> int:
+  """Without torch (--smoke): our own seeded init of the HF config, written as an HF checkpoint
+  for the JAX contenders to load as usual; returns the parameter count."""
+  cfg = hf.config_from_hf({"model_type": "roformer", **hf_config(model)})
+  jax_model = models.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(SEED))
+  hf.save_pretrained(jax_model, save_dir)
+  return metrics.count_params(jax_model)
+
+
+def bench_shape(name: str, spec: dict, worker: TorchWorker | None, args, workdir: str,
+                quiet_budget: QuietBudget) -> dict:
+  """One shape's comparison; worker None (--smoke without torch): the JAX contenders alone."""
   b, t, model = spec["batch"], spec["seq"], spec["model"]
+  contenders = CONTENDERS if worker is not None else tuple(c for c in CONTENDERS if c != BASELINE)
+  worker_pid = None if worker is None else worker.proc.pid
   rounds = args.rounds or spec["rounds"]
   per_round = args.steps_per_round or spec["steps"]
   warmup = args.warmup or spec["warmup"]
@@ -380,9 +414,12 @@ def bench_shape(name: str, spec: dict, worker: TorchWorker, args, workdir: str, 
   model_dir = os.path.join(workdir, name)
   print(f"\n[{name}] {DESCRIPTIONS[name]}: {rounds} rounds x {per_round} steps, {warmup} warm-up", flush=True)
 
-  info = worker.call("init", config=hf_config(model), seed=SEED, save_dir=model_dir,
-                     input_ids=batch["inputs"].tolist(), labels=batch["labels"].tolist(),
-                     optim=hyper, threads=args.threads)
+  if worker is not None:
+    info = worker.call("init", config=hf_config(model), seed=SEED, save_dir=model_dir,
+                       input_ids=batch["inputs"].tolist(), labels=batch["labels"].tolist(),
+                       optim=hyper, threads=args.threads)
+  else:
+    info = {"params": save_jax_weights(model, model_dir)}
   jb = jax_batch(batch)
   jax_side = {"jax full": JaxContender(model_dir, jb, tx, masked=False),
               "jax masked": JaxContender(model_dir, jb, tx, masked=True)}
@@ -396,34 +433,37 @@ def bench_shape(name: str, spec: dict, worker: TorchWorker, args, workdir: str, 
     return jax_side[who].steps(n)
 
   # Warm-up; its losses are the first steps from the same weights on the same batch.
-  warm = {who: run(who, warmup)[1] for who in CONTENDERS}  # (JAX compiled above)
-  ref = warm[BASELINE]
+  warm = {who: run(who, warmup)[1] for who in contenders}  # (JAX compiled above)
+  # Without torch the full-logits loss is the reference: the two JAX steps must still agree.
+  ref = warm[BASELINE] if worker is not None else warm["jax full"]
+  ref_name = BASELINE if worker is not None else "jax full"
   check = {}
-  for who in ("jax full", "jax masked"):
+  for who in [w for w in ("jax full", "jax masked") if w != ref_name]:
     rel = [abs(a - r) / abs(r) for a, r in zip(warm[who], ref)]
     check[who] = {"losses": warm[who], "rel_diff": rel}
-    print(f"  loss check {who} vs torch: step 0 {warm[who][0]:.6f} vs {ref[0]:.6f} (rel {rel[0]:.1e})"
+    print(f"  loss check {who} vs {ref_name}: step 0 {warm[who][0]:.6f} vs {ref[0]:.6f} (rel {rel[0]:.1e})"
           + (f", later steps rel <= {max(rel[1:]):.1e}" if len(rel) > 1 else ""), flush=True)
-  check["torch"] = {"losses": ref}
-  bad = [who for who in ("jax full", "jax masked") if not check[who]["rel_diff"][0] <= LOSS_RTOL]
+  check[ref_name] = {"losses": ref}
+  bad = [who for who in ("jax full", "jax masked") if who != ref_name and not check[who]["rel_diff"][0] <= LOSS_RTOL]
   if bad:
-    raise SystemExit(f"LOSS MISMATCH at step 0 for {bad} on shape {name}: torch {ref[0]!r}, "
+    raise SystemExit(f"LOSS MISMATCH at step 0 for {bad} on shape {name}: {ref_name} {ref[0]!r}, "
                      f"{ {w: warm[w][0] for w in bad} } (tolerance {LOSS_RTOL} relative). The two sides do "
                      "not compute the same thing; the timings would mean nothing.")
 
   # A round during which other jobs used more than --max-other-load cores is run again (up to
   # --retries times, within the run's quiet budget); the load of every kept round is recorded.
-  times = {who: [] for who in CONTENDERS}
-  first = {who: [] for who in CONTENDERS}  # the untimed first step of each block (--rewarm)
+  times = {who: [] for who in contenders}
+  first = {who: [] for who in contenders}  # the untimed first step of each block (--rewarm)
   other, discarded = [], 0
   for r in range(rounds):
-    order = CONTENDERS[r % 3:] + CONTENDERS[:r % 3]
+    k = r % len(contenders)
+    order = contenders[k:] + contenders[:k]
     for attempt in range(args.retries + 1):
-      waited = wait_quiet(worker.proc.pid, args.max_other_load, min(args.wait_quiet, quiet_budget.left))
+      waited = wait_quiet(worker_pid, args.max_other_load, min(args.wait_quiet, quiet_budget.left))
       quiet_budget.spend(max(waited - 3.0, 0.0))  # the first 3 s window is the check itself
       if waited > 5:
         print(f"  waited {waited:.0f} s for other jobs to quieten", flush=True)
-      probe = OtherLoad(worker.proc.pid)
+      probe = OtherLoad(worker_pid)
       start = time.perf_counter()
       steps = {who: run(who, args.rewarm + per_round)[0] for who in order}
       took = time.perf_counter() - start
@@ -431,13 +471,13 @@ def bench_shape(name: str, spec: dict, worker: TorchWorker, args, workdir: str, 
       got = {who: statistics.fmean(ts[args.rewarm:]) for who, ts in steps.items()}
       msg = (f"  round {r + 1}/{rounds}: " + ", ".join(
           f"{w} {got[w] * 1e3:.1f} ms" + (f" (first {steps[w][0] * 1e3:.0f})" if args.rewarm else "")
-          for w in CONTENDERS) + ("" if load is None else f"; other jobs {load:.2f} cores"))
+          for w in contenders) + ("" if load is None else f"; other jobs {load:.2f} cores"))
       if load is None or load <= args.max_other_load or attempt == args.retries or quiet_budget.left < took:
         break
       discarded += 1
       quiet_budget.spend(took)
       print(msg + f" > {args.max_other_load}: discarded, run again", flush=True)
-    for who in CONTENDERS:
+    for who in contenders:
       times[who].append(got[who])
       if args.rewarm:
         first[who].append(steps[who][0])
@@ -446,20 +486,22 @@ def bench_shape(name: str, spec: dict, worker: TorchWorker, args, workdir: str, 
 
   tokens = b * t
   rows = {}
-  base = times[BASELINE]
-  for who in CONTENDERS:
+  base = times.get(BASELINE)  # None without torch: no ratios
+  for who in contenders:
     ts = times[who]
     med = statistics.median(ts)
-    per_round_ratio = [tb / tw for tb, tw in zip(base, ts)]
+    per_round_ratio = [tb / tw for tb, tw in zip(base, ts)] if base else []
     rows[who] = {"ms": med * 1e3, "ms_min": min(ts) * 1e3, "ms_max": max(ts) * 1e3,
-                 "tokens_per_s": tokens / med, "torch_over_this": statistics.median(base) / med,
-                 "ratio_per_round_min": min(per_round_ratio), "ratio_per_round_max": max(per_round_ratio),
+                 "tokens_per_s": tokens / med, "torch_over_this": statistics.median(base) / med if base else None,
+                 "ratio_per_round_min": min(per_round_ratio, default=None),
+                 "ratio_per_round_max": max(per_round_ratio, default=None),
                  "ms_per_round": [x * 1e3 for x in ts],
                  "first_step_of_block_ms_per_round": [x * 1e3 for x in first[who]]}
   for who, c in jax_side.items():
     rows[who].update(lower_s=c.lower_s, compile_s=c.compile_s, xla_temp_mib=c.temp_mib)
-  torch_info = worker.call("free")
-  rows["torch"]["worker_peak_rss_mib_so_far"] = torch_info["max_rss_mib"]  # over the worker's life
+  if worker is not None:
+    torch_info = worker.call("free")
+    rows["torch"]["worker_peak_rss_mib_so_far"] = torch_info["max_rss_mib"]  # over the worker's life
   jax_side.clear()  # frees both JAX states before the next shape
   return {"description": DESCRIPTIONS[name], "batch": b, "seq": t, "model": model, "params": info["params"],
           "masked_per_row": int(batch["masked_positions"].shape[1]), "rounds": rounds, "steps_per_round": per_round,
@@ -579,9 +621,17 @@ def main() -> None:
                       "over this many rounds; needs no torch")
   parser.add_argument("--json-out", default="", help="also write the summary JSON here")
   _record.add_record_arg(parser)
+  _record.add_smoke_arg(parser, "--quick with 1 warm-up step and 1 round of 1 step (--breakdown: 1 round), no waiting "
+                        "for quiet; the torch side only if --torch-python or the venv already imports torch, never "
+                        "creating the venv")
   args = parser.parse_args()
   if args.record and args.breakdown:
     parser.error("--record saves the torch comparison's figures; it does not apply to --breakdown.")
+  if args.smoke:
+    args.quick = True
+    args.rounds = args.steps_per_round = args.warmup = 1
+    args.retries, args.wait_quiet, args.quiet_budget = 0, 0.0, 0.0
+    args.breakdown = min(args.breakdown, 1)
   names = ["tiny"] if args.quick else [s.strip() for s in args.shapes.split(",") if s.strip()]
   unknown = [s for s in names if s not in SHAPES]
   if unknown:
@@ -597,10 +647,10 @@ def main() -> None:
     print(json.dumps(out))
     return
 
-  python = torch_python(args)
+  python = existing_torch_python(args) if args.smoke else torch_python(args)
   load_before = os.getloadavg()
   start = time.perf_counter()
-  worker = TorchWorker(python)
+  worker = TorchWorker(python) if python else None  # None: --smoke without torch, the JAX side alone
   quiet_budget = QuietBudget(args.quiet_budget)
   results = {}
   try:
@@ -608,19 +658,24 @@ def main() -> None:
       for name in names:
         results[name] = bench_shape(name, SHAPES[name], worker, args, workdir, quiet_budget)
   finally:
-    worker.close()
+    if worker is not None:
+      worker.close()
   load_after = os.getloadavg()
 
   machine, versions = _machine_and_versions()
-  versions.update(torch_python=worker.info["python"], torch=worker.info["torch"],
-                  transformers=worker.info["transformers"])
-  machine.update(torch_threads=args.threads, torch_threads_default=worker.info["torch_threads"])
+  if worker is not None:
+    versions.update(torch_python=worker.info["python"], torch=worker.info["torch"],
+                    transformers=worker.info["transformers"])
+    machine.update(torch_threads=args.threads, torch_threads_default=worker.info["torch_threads"])
+  else:
+    versions.update(torch_python=None, torch=None, transformers=None)
 
   table = []
   out = table.append
+  against = (f"vs torch {versions['torch']} + transformers {versions['transformers']}" if worker is not None else
+             "alone (--smoke without torch: no torch row, no ratios)")
   out(f"\nB2 MLM train step (forward, loss, backward, AdamW; fp32) on {machine['cpu']} "
-      f"({machine['cpu_count']} cores), jax {jax.__version__} vs torch {versions['torch']} + transformers "
-      f"{versions['transformers']}")
+      f"({machine['cpu_count']} cores), jax {jax.__version__} {against}")
   out(f"load average before/after {load_before[0]:.2f}/{load_after[0]:.2f}; "
       "ratio = torch time / this time (> 1: faster than torch)")
   header = (f"{'shape':<6}{'step':<12}{'ms/step':>10}{'min..max':>22}{'tokens/s':>10}{'ratio':>8}"
@@ -630,18 +685,23 @@ def main() -> None:
     for who, row in res["rows"].items():
       compile_s = f"{row['lower_s'] + row['compile_s']:.1f}" if "compile_s" in row else "-"
       spread = f"{row['ms_min']:.1f}..{row['ms_max']:.1f}"
-      rr = f"{row['ratio_per_round_min']:.2f}..{row['ratio_per_round_max']:.2f}"
+      measured = row["torch_over_this"] is not None
+      rr = f"{row['ratio_per_round_min']:.2f}..{row['ratio_per_round_max']:.2f}" if measured else "-"
+      ratio = f"{row['torch_over_this']:.2f}" if measured else "-"
       out(f"{name:<6}{who:<12}{row['ms']:>10.1f}{spread:>22}{row['tokens_per_s']:>10.0f}"
-          f"{row['torch_over_this']:>8.2f}{rr:>18}{compile_s:>11}")
+          f"{ratio:>8}{rr:>18}{compile_s:>11}")
   for name, res in results.items():
     loads = [x for x in res["other_load_cores_per_round"] if x is not None]
     if loads:
       out(f"{name}: other jobs used {statistics.median(loads):.2f} cores (median; max {max(loads):.2f}) during the "
           f"kept rounds; {res['rounds_discarded_for_load']} rounds redone for load")
-  goal = {who: all(res["rows"][who]["torch_over_this"] >= 1.2 for res in results.values())
-          for who in ("jax full", "jax masked")}
-  out(f"goal (>= 1.2x faster than torch at every shape run): full logits {'met' if goal['jax full'] else 'NOT met'}, "
-      f"masked positions {'met' if goal['jax masked'] else 'NOT met'}")
+  if worker is not None:
+    goal = {who: all(res["rows"][who]["torch_over_this"] >= 1.2 for res in results.values())
+            for who in ("jax full", "jax masked")}
+    out(f"goal (>= 1.2x faster than torch at every shape run): full logits {'met' if goal['jax full'] else 'NOT met'}, "
+        f"masked positions {'met' if goal['jax masked'] else 'NOT met'}")
+  else:
+    goal = {"jax full": None, "jax masked": None}
   print("\n".join(table))
   summary = {"bench": "train_step", "shapes": names, "results": results, "machine": machine, "versions": versions,
              "optimizer": mlm_optimizer()[1], "vocab": VOCAB, "mask_fraction": MASK_FRACTION,
@@ -653,8 +713,9 @@ def main() -> None:
       json.dump(summary, f, indent=1)
       f.write("\n")
   print(json.dumps(summary))
-  if args.record:
-    path = _record.save("train_step", figures=_figures(results), table="\n".join(table), result=summary)
+  bench = _record.record_name("train_step", args)
+  if bench:
+    path = _record.save(bench, figures=_figures(results), table="\n".join(table), result=summary)
     print(f"# recorded {path}", file=sys.stderr)
 
 
@@ -664,7 +725,7 @@ def _figures(results: dict) -> list[dict]:
   for name, res in results.items():
     for who, row in res["rows"].items():
       key = f"B2.{name}.{who.replace(' ', '_')}"
-      if who != BASELINE:
+      if who != BASELINE and row["torch_over_this"] is not None:
         ratio = row["torch_over_this"]
         goal = name != "tiny"  # --quick checks the plumbing, not the speed
         out.append(_record.figure(f"{key}.torch_over_ours", f"torch time / {who} time, shape {name} "

@@ -2,13 +2,18 @@
 
 Run from the repository root:
   .venv/bin/python scripts/plot_long_term_decay.py      (or: make figures)
+  .venv/bin/python scripts/plot_long_term_decay.py --out /tmp/decay.png   # elsewhere
+  .venv/bin/python scripts/plot_long_term_decay.py --smoke   # for tests: into a temporary directory, then deleted
 
 Plots rope.long_term_decay for d = 128 over relative distances 0..256 with the paper's base
 10000, and with a large base of 500000 (as in LLaMA 3) to show the effect of theta.
 """
 
+import argparse
 import os
+import shutil
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,7 +28,7 @@ from roformer_jax import rope  # noqa: E402
 OUT = os.path.join("docs", "figures", "long_term_decay.png")
 
 
-def main() -> None:
+def plot(out: str) -> None:
   distances = np.arange(0, 257)
   fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
   for theta, style in ((10000.0, "-"), (500000.0, "--")):
@@ -38,9 +43,31 @@ def main() -> None:
   ax.grid(alpha=0.3)
   ax.legend()
   fig.tight_layout()
-  os.makedirs(os.path.dirname(OUT), exist_ok=True)
-  fig.savefig(OUT)
-  print(f"wrote {OUT}")
+  os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+  fig.savefig(out)
+  plt.close(fig)
+  print(f"wrote {out}")
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser.add_argument("--out", default=None,
+                      help=f"where the PNG goes (default {OUT}, relative to the current directory)")
+  parser.add_argument("--smoke", action="store_true",
+                      help="for tests: the same figure into a temporary directory (deleted afterwards) unless --out "
+                      "is given; docs/figures is never touched")
+  args = parser.parse_args(argv)
+  if args.out is not None:
+    plot(args.out)
+  elif args.smoke:
+    scratch = tempfile.mkdtemp(prefix="long_term_decay_smoke_")
+    try:
+      plot(os.path.join(scratch, os.path.basename(OUT)))
+      print("(--smoke: deleted again)")
+    finally:
+      shutil.rmtree(scratch, ignore_errors=True)
+  else:
+    plot(OUT)
 
 
 if __name__ == "__main__":

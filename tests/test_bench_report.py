@@ -208,6 +208,34 @@ def test_report_check_reports_a_stale_block_and_writes_nothing(tmp_path, env, ca
   assert _run(results, doc, "--check") == 1
 
 
+def test_report_smoke_rewrites_a_copy_only(tmp_path, env, capsys):
+  """--smoke (run by tests/test_docs.py) goes all the way to writing, but into a temporary copy."""
+  results = tmp_path / "results"
+  _save(results)
+  doc = _doc(tmp_path)
+  stale = doc.read_bytes()
+  assert _run(results, doc, "--smoke") == 0
+  assert doc.read_bytes() == stale and sorted(os.listdir(tmp_path)) == ["benchmarks.md", "results"]
+  assert "--smoke: rewrote a temporary copy" in capsys.readouterr().out
+  assert _run(results, doc, "--smoke", "--check") == 1  # with --check: just --check
+
+
+def test_smoke_runs_record_only_where_told(monkeypatch, capsys):
+  """A --smoke run's figures never reach docs/bench_results: --record is a no-op there, and
+  with $ROFORMER_BENCH_RESULTS set they go there under their own name."""
+  run = lambda **kw: type("Args", (), {"record": False, "smoke": False, **kw})()
+  monkeypatch.delenv(_record.OUT_DIR_ENV, raising=False)
+  assert _record.record_name("rope", run()) is None
+  assert _record.record_name("rope", run(smoke=True)) is None
+  assert _record.record_name("rope", run(record=True)) == "rope"
+  assert capsys.readouterr().err == ""
+  assert _record.record_name("rope", run(record=True, smoke=True)) is None
+  assert "--smoke: --record writes nothing" in capsys.readouterr().err
+  monkeypatch.setenv(_record.OUT_DIR_ENV, "/somewhere/else")
+  assert _record.record_name("rope", run(record=True, smoke=True)) == "rope_smoke"
+  assert _record.record_name("rope", run(record=True)) == "rope"
+
+
 def test_report_without_results_says_so(tmp_path):
   doc = _doc(tmp_path)
   assert _run(tmp_path / "nothing-here", doc) == 0
