@@ -441,6 +441,6 @@ def test_python_snippets_run(name, index, block, capsys, monkeypatch):
   monkeypatch.chdir(ROOT)
   exec(compile(block, f"{name} (python block {index})", "exec"), {"__name__": "docs"})
   out = capsys.readouterr().out
-  expected = re.findall(r"^\s*print\(.*\)\s*#\s*(.+?)\s*$", block, flags=re.M)
+  expected = re.findall(r"^[ \t]*print\(.*\)[ \t]*#[ \t]*(.+?)[ \t]*$", block, flags=re.M)
   for value in expected:
     assert value in out, f"{name} python block {index}: expected {value!r} in the output, got {out!r}"
