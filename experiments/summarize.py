@@ -3,6 +3,7 @@
   python experiments/summarize.py            # print the tables
   python experiments/summarize.py --write    # rewrite the generated blocks of docs/results.md
   python experiments/summarize.py --check    # exit 1 if a block of docs/results.md is out of date
+  python experiments/summarize.py --record-default-run workdirs/default   # after `make train`
 
 docs/results.md holds one generated block per experiment (E2-E5), between the lines
 `<!-- summarize:<exp>:begin -->` and `<!-- summarize:<exp>:end -->`. Each block is the
@@ -18,6 +19,13 @@ arm, or to re-evaluate) restores each finished run and evaluates it again, so th
 `train_wall_s` it records for that run is the few seconds of the restore, not the training.
 An entry marked `"resumed": true` in the result file is such a run; its wall time is printed
 as "—" with a note, never as a training time.
+
+The default run. `--record-default-run WORKDIR` reads the eval losses of a finished run of
+configs/default.py (what `make train` trains) from WORKDIR/metrics.jsonl and writes them to
+experiments/results/default_run.json, with the date, the git commit, and the Python version
+and standard-library corpus size of the interpreter running this script (run it with the
+interpreter that trained: the corpus is that Python's own source files, so another Python
+gives other losses). The README quotes that file, and tests/test_doc_figures.py checks it.
 
 --smoke is accepted and changes nothing (the docs test appends it to every experiments/
 command; this script only reads small JSON files).
@@ -170,6 +178,54 @@ def blocks(results_dir: str = RESULTS) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------
+# The default run (README "Measured").
+# --------------------------------------------------------------------------------------
+
+
+def record_default_run(workdir: str, results_dir: str = RESULTS) -> str:
+  """Writes <results_dir>/default_run.json from a finished configs/default.py run; returns its path."""
+  import datetime
+  import platform
+  import subprocess
+  sys.path.insert(0, ROOT)
+  from roformer_jax.data import corpus  # the corpus this interpreter would build
+
+  with open(os.path.join(workdir, "config.json")) as f:
+    config = json.load(f)
+  with open(os.path.join(workdir, "metrics.jsonl")) as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  evals = [[r["step"], r["eval_loss"]] for r in rows if "eval_loss" in r]
+  if not evals or evals[-1][0] != config["total_steps"]:
+    raise ValueError(f"{workdir}: no eval at the last step {config['total_steps']} in metrics.jsonl; "
+                     "finish the run (re-run the same train.py command) first.")
+  files = corpus.stdlib_files()
+  split = corpus.split_files(files)
+  try:
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                            text=True, check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    commit = None
+  result = {
+      "title": "make train: configs/default.py (4-layer d=128 byte LM), eval loss in nats/byte",
+      "command": "make train",
+      "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+      "git_commit": commit,
+      "python": platform.python_version(),
+      "corpus": {"files": len(files), "bytes": sum(p.stat().st_size for _, p in files),
+                 "validation_files": len(split["validation"])},
+      "total_steps": config["total_steps"], "batch_size": config["batch_size"],
+      "max_length": config["data"]["max_length"],
+      "eval_loss": evals,
+  }
+  os.makedirs(results_dir, exist_ok=True)
+  path = os.path.join(results_dir, "default_run.json")
+  with open(path, "w") as f:
+    json.dump(result, f, indent=1)
+    f.write("\n")
+  return path
+
+
+# --------------------------------------------------------------------------------------
 # The document.
 # --------------------------------------------------------------------------------------
 
@@ -212,8 +268,17 @@ def main(argv: list[str] | None = None) -> int:
   mode.add_argument("--check", action="store_true", help="write nothing; exit 1 if --doc would change")
   parser.add_argument("--doc", default=DOC, help="the markdown file (default docs/results.md)")
   parser.add_argument("--results", default=RESULTS, help="directory of <exp>.json (default experiments/results)")
+  mode.add_argument("--record-default-run", metavar="WORKDIR",
+                    help="write experiments/results/default_run.json from a finished configs/default.py run")
   parser.add_argument("--smoke", action="store_true", help="accepted for the docs test; changes nothing")
   args = parser.parse_args(argv)
+  if args.record_default_run:
+    try:
+      print("wrote", record_default_run(args.record_default_run, args.results))
+    except (OSError, ValueError, KeyError) as e:
+      print(f"error: {e}", file=sys.stderr)
+      return 2
+    return 0
   if not (args.write or args.check):
     for name, body in blocks(args.results).items():
       print(f"### {load(name, args.results)['title']}\n\n{body}\n")
