@@ -190,6 +190,9 @@ def record_default_run(workdir: str, results_dir: str = RESULTS) -> str:
   sys.path.insert(0, ROOT)
   from roformer_jax.data import corpus  # the corpus this interpreter would build
 
+  if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
+    raise ValueError(f"{workdir}: no metrics.jsonl; pass the workdir of a finished configs/default.py run "
+                     "(make train writes workdirs/default).")
   with open(os.path.join(workdir, "config.json")) as f:
     config = json.load(f)
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
