@@ -27,8 +27,8 @@ and standard-library corpus size of the interpreter running this script (run it 
 interpreter that trained: the corpus is that Python's own source files, so another Python
 gives other losses). The README quotes that file, and tests/test_doc_figures.py checks it.
 
---smoke is accepted and changes nothing (the docs test appends it to every experiments/
-command; this script only reads small JSON files).
+--smoke (which the docs test appends to every experiments/ command) never writes a committed
+file: --record-default-run writes into a temporary directory and --write acts as --check.
 """
 
 from __future__ import annotations
@@ -273,11 +273,16 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--results", default=RESULTS, help="directory of <exp>.json (default experiments/results)")
   mode.add_argument("--record-default-run", metavar="WORKDIR",
                     help="write experiments/results/default_run.json from a finished configs/default.py run")
-  parser.add_argument("--smoke", action="store_true", help="accepted for the docs test; changes nothing")
+  parser.add_argument("--smoke", action="store_true",
+                      help="write no committed file: --record-default-run into a temp dir, --write as --check")
   args = parser.parse_args(argv)
+  if args.smoke and args.write:
+    args.write, args.check = False, True
   if args.record_default_run:
+    import tempfile
     try:
-      print("wrote", record_default_run(args.record_default_run, args.results))
+      results = tempfile.mkdtemp(prefix="default_run_") if args.smoke else args.results
+      print("wrote", record_default_run(args.record_default_run, results))
     except (OSError, ValueError, KeyError) as e:
       print(f"error: {e}", file=sys.stderr)
       return 2

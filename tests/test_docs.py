@@ -235,6 +235,9 @@ def workdir_of(text):
   m = re.search(r"--workdir[= ](\S+)", text)
   if m:
     return m.group(1).rstrip("/")
+  m = re.search(r"(?:^|[\s=])(workdirs/[\w.-]+)", text)  # e.g. `summarize.py --record-default-run workdirs/x`
+  if m:
+    return m.group(1)
   if text.split()[:2] == ["make", "train"]:
     return workdir_of(" ".join(_make_recipes()["train"]))
   return None
