@@ -51,7 +51,7 @@ COMMAND_RE = re.compile(rf"^{_ENV_PREFIX}(?:(?:\.venv/bin/)?python3?\s+(?:-m\s+\
                         r"|pytest\s+\S|srun\s|gcloud\s|[\w./-]+\.py\s+-)")
 PROGRAM_NAME_RE = re.compile(r"^(?:\.venv/bin/)?python3?\s+(?:\./)?(?:train|eval|generate)\.py$")
 MARKER_RE = re.compile(r"#\s*needs:\s*([\w ,-]+?)\s*$")
-SYNOPSIS_RE = re.compile(r"<[^<>\s=][^<>]*>|\[--|\[:|(?:^|\s)\.\.\.(?:\s|$|\))|\{\d,\d\}")
+SYNOPSIS_RE = re.compile(r"<[^<>\s=][^<>]*>|\[--|\[:|(?:^|\s)\.\.\.(?:\s|$|\))|\{\w+(?:,\w+)+\}")
 
 
 @dataclass
