@@ -365,7 +365,8 @@ def _run_group(group, tmp_path, cache_dir):
   before = _digest_tree(copy, names)
   env = dict(os.environ)
   env.update(JAX_PLATFORMS="cpu", ROFORMER_JAX_DATA_DIR=str(copy / ".data"),
-             JAX_COMPILATION_CACHE_DIR=str(cache_dir), MPLBACKEND="Agg",
+             JAX_COMPILATION_CACHE_DIR=str(cache_dir), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+             MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1",
              PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}")
   env.pop("XLA_FLAGS", None)
   script = []
