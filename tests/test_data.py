@@ -135,6 +135,19 @@ def test_sentencepiece_trains_on_a_tiny_corpus_and_round_trips(tmp_path):
   assert tok.mask_id not in tok.encode("<mask>")  # only the pipeline can produce a mask.
 
 
+def test_a_vocabulary_smaller_than_the_alphabet_says_what_size_it_needs(tmp_path):
+  """Every character that character_coverage keeps is a piece: 100 distinct ones do not fit 64."""
+  alphabet = [chr(0x100 + i) for i in range(100)]
+  sentences = ["".join(alphabet[(i + j) % 100] for j in range(20)) + " common words here" for i in range(300)]
+  with pytest.raises(ValueError, match=r"64-piece .*character_coverage=1.0 .* need 1\d\d pieces"):
+    data.train_sentencepiece(sentences, tmp_path / "sp.model", vocab_size=64)
+  assert not (tmp_path / "sp.model").exists()
+  cfg = data.default_data_config()
+  cfg.update(dataset="wmt14_translate/de-en", tokenizer="sentencepiece", vocab_size=256,
+             tokenizer_character_coverage=0.9995)
+  assert data.tokenizer_path(cfg).name == "wmt14_translate_de-en_bpe256_cov0.9995.model"
+
+
 def test_missing_sentencepiece_model_names_the_command(tmp_path):
   cfg = data.default_data_config()
   cfg.update(dataset="wmt14_translate/de-en", tokenizer="sentencepiece", data_dir=str(tmp_path))
