@@ -93,7 +93,7 @@ def test_stdlib_corpus_concurrent_builds_share_one_result(tmp_path):
     t.join()
   assert not errors
   source = corpus.build_stdlib_corpus(tmp_path, max_documents=12).as_data_source("train")
-  assert len(source) == 11
+  assert len(source) == 12 - corpus.MIN_VALIDATION_FILES
   assert not list(tmp_path.rglob("*incomplete*"))
 
 
@@ -104,7 +104,13 @@ def test_stdlib_split_is_a_function_of_the_path():
   assert 0.005 < len(splits["validation"]) / len(files) < 0.05
   assert not any("site-packages" in rel for rel, _ in files)
   capped = corpus.split_files(corpus.stdlib_files(max_documents=300))
-  assert {r for r, _ in capped["validation"]} <= {r for r, _ in splits["validation"]}
+  hashed = {r for r, _ in capped["validation"] if corpus._hash(r) % 100 < corpus.VALIDATION_BUCKETS}
+  assert hashed <= {r for r, _ in splits["validation"]}
+  # A small corpus still has a validation file for each of several processes (the smoke
+  # configs' 40 files hash only 1 into the buckets), and never gives away half its files.
+  for docs, count in ((40, corpus.MIN_VALIDATION_FILES), (300, corpus.MIN_VALIDATION_FILES), (3, 1), (1, 0)):
+    small = corpus.split_files(corpus.stdlib_files(max_documents=docs))
+    assert len(small["validation"]) == count and len(small["train"]) == docs - count
 
 
 # --------------------------------------------------------------------------------------
@@ -471,4 +477,5 @@ def test_prepare_command_builds_the_stdlib_corpus(tmp_path):
                         "--data_dir", str(tmp_path)], capture_output=True, text=True, check=True,
                        timeout=120)
   assert "prepared python_stdlib_bytes" in out.stdout
-  assert (tmp_path / corpus.NAME / corpus.stdlib_config().name / "1.0.0" / "dataset_info.json").exists()
+  version = str(corpus.PythonStdlibBytes.VERSION)
+  assert (tmp_path / corpus.NAME / corpus.stdlib_config().name / version / "dataset_info.json").exists()
