@@ -140,6 +140,7 @@ def apply_smoke(config: ml_collections.ConfigDict, *, batch_size: int = 8, max_l
   config.eval_batches = 1
   config.samples_per_eval = 0  # no decode compile in the seconds-long smoke runs.
   config.keep_checkpoints = 3
+  config.eval.average_last = 0  # 2 steps: nothing worth averaging (the newest checkpoint alone).
   config.data.max_length = max_length
   config.data.num_threads = 1
   config.data.prefetch = 8

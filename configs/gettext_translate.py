@@ -74,6 +74,5 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     config.data.max_target_length = 32
     config.model.embed_init_std = 32 ** -0.5
     config.optim.warmup_steps = 1
-    config.eval.average_last = 0
     config.eval.max_decode_length = 0
   return config

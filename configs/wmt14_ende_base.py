@@ -97,6 +97,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.optim.grad_clip_norm = 0.0  # none in Sec. 4.1.
   config.optim.grad_accum_steps = 1  # one optimiser update per batch.
 
+  config.eval.average_last = 5  # Sec. 4.1: the average of the last 5 checkpoints (keep_checkpoints above).
+
   if "sinusoidal" in variants:
     config.model.position = "sinusoidal"  # Table 1 baseline: Vaswani et al.'s additive encoding.
   if common.SMOKE in variants:
