@@ -16,8 +16,9 @@ config.task (roformer_jax/generation.py):
 Without --prompt or --input, the lines piped to stdin are the inputs.
 
 The newest checkpoint that verifies is used, read-only (a trainer may be running); --step N
-picks one, --average_last N averages the last N as eval.py does. A prompt longer than the
-model's context is an error unless --truncate. Takes train.py's process flags (one process).
+picks one, --average_last N averages the last N as eval.py does (an error if the workdir holds
+fewer than N). A prompt longer than the model's context is an error unless --truncate. Takes
+train.py's process flags (one process).
 """
 
 import os

@@ -38,9 +38,9 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})  # -1 = fill with devices.
   config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes
 
-  # eval.py (roformer_jax/evaluate.py). The CLI overrides these, e.g. --config.eval.average_last=5.
+  # eval.py (roformer_jax/evaluate.py). The CLI overrides these, e.g. --config.eval.average_last=3.
   config.eval = ml_collections.ConfigDict()  # eval.py's settings
-  config.eval.average_last = 0  # average the last N checkpoints (Sec. 4.1: 5); 0/1 = newest only
+  config.eval.average_last = 0  # average the last N checkpoints (Sec. 4.1: 5; <= keep_checkpoints); 0/1 = newest only
   config.eval.split = "validation"  # the split eval.py makes a full pass over
   config.eval.max_batches = 0  # 0 = a full pass over the split
   config.eval.length_factors = (1, 2, 4, 8)  # length curve: loss at L, 2L, 4L, 8L (lm, mlm)

@@ -14,7 +14,8 @@ each language gets its own vocabulary file.
 
 Variants (comma-separated):
   sinusoidal  the Vaswani et al. baseline: sinusoidal absolute positions instead of RoPE.
-  smoke       2 steps of a tiny model with a 64-piece vocabulary.
+  smoke       2 steps of a tiny model with a 256-piece vocabulary (character coverage 0.9995;
+              the catalogues' English and German need 115 pieces: configs/common.py).
 
 Everything of Sec. 4.1 that does not depend on scale is kept from configs/wmt14_ende_base.py:
 Adam(0.9, 0.98), the inverse-square-root schedule from 1e-7 to 5e-4, label smoothing 0.1,
@@ -73,6 +74,5 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
     config.data.max_target_length = 32
     config.model.embed_init_std = 32 ** -0.5
     config.optim.warmup_steps = 1
-    config.eval.average_last = 0
     config.eval.max_decode_length = 0
   return config

@@ -424,6 +424,8 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
     FileNotFoundError: `directory` holds no checkpoint.
     ValueError: `last` is not a positive integer, `steps` is empty, or names a step that is
       not in `directory`.
+    UserError: fewer than `last` usable checkpoints (the message names both numbers and the
+      fixes), or a damaged step named in `steps`.
   """
   if steps is None and (isinstance(last, bool) or not isinstance(last, numbers.Integral) or last < 1):
     raise ValueError(f"last={last!r} is not a number of checkpoints to average: pass a positive integer "
@@ -455,6 +457,16 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
   if not use:
     raise UserError(f"every checkpoint in {directory} is damaged: " + "; ".join(
         f"step {s}: {why}" for s, why in sorted(damaged.items())) + ".")
+  if steps is None and len(use) < last:
+    # Averaging fewer than asked would pass for the requested average (Sec. 4.1's "last 5"):
+    # refuse, and say how to get what was asked.
+    left_out = f", leaving out damaged {sorted(damaged)}" if damaged else ""
+    raise UserError(
+        f"cannot average the last {last} checkpoints: {directory} holds only {len(use)} usable ones "
+        f"(steps {use}{left_out}). Ask for at most {len(use)} (eval.py: --config.eval.average_last={len(use)}; "
+        f"generate.py: --average_last={len(use)}), or keep {last} before training: the trainer keeps only the "
+        f"newest config.keep_checkpoints (--config.keep_checkpoints={last}), and a run must last {last} "
+        "checkpoint intervals.")
   select = select or (lambda s: s)
   abstract = _abstract(target_state)
   mean = None

@@ -51,6 +51,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.{key}={value!r} must be a positive integer.")
   tasks.check_task(config.task)
   tasks.model_config(config)  # validates every model field now
+  check_average_last(config)
   source = config.get("init_from") or ""
   if source and not os.path.exists(source):
     raise ValueError(f"config.init_from={source!r} does not exist; give a pre-training workdir, a checkpoint "
@@ -59,6 +60,18 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"config.init_from is for the RoFormer encoder tasks (mlm, classification), not "
                      f"task={config.task!r}.")
   mesh_lib.rules_from_config(config.logical_axis_rules)
+
+
+def check_average_last(config: ml_collections.ConfigDict) -> None:
+  """eval.average_last <= keep_checkpoints: a run keeps only its newest keep_checkpoints, so an
+  average of more could never be made (eval.py would refuse it after the whole run)."""
+  average_last = (config.get("eval") or {}).get("average_last", 0) or 0
+  keep = config.get("keep_checkpoints", 3)
+  if isinstance(average_last, int) and isinstance(keep, int) and average_last > keep:
+    raise ValueError(f"config.eval.average_last={average_last} averages more checkpoints than "
+                     f"config.keep_checkpoints={keep} keeps on disk. Keep enough before training "
+                     f"(--config.keep_checkpoints={average_last}), or average fewer "
+                     f"(--config.eval.average_last={keep}).")
 
 
 @dataclasses.dataclass(frozen=True)

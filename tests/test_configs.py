@@ -145,7 +145,7 @@ def test_wmt14_is_transformer_base_with_the_sec_4_1_optimiser():
   assert config.optim.schedule == "inverse_sqrt" and config.optim.warmup_steps == 4000
   lr0, lr_mid, lr_peak, lr_16k = schedule_at(config, 0, 2000, 4000, 16000)
   np.testing.assert_allclose([lr0, lr_mid, lr_peak, lr_16k], [1e-7, (1e-7 + 5e-4) / 2, 5e-4, 2.5e-4], rtol=1e-6)
-  assert config.keep_checkpoints >= 5  # Sec. 4.1 averages the last 5
+  assert config.keep_checkpoints >= config.eval.average_last == 5  # Sec. 4.1 averages the last 5
   assert load("wmt14_ende_base", "sinusoidal").model.position == "sinusoidal"
 
 

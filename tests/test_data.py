@@ -93,7 +93,7 @@ def test_stdlib_corpus_concurrent_builds_share_one_result(tmp_path):
     t.join()
   assert not errors
   source = corpus.build_stdlib_corpus(tmp_path, max_documents=12).as_data_source("train")
-  assert len(source) == 11
+  assert len(source) == 12 - corpus.MIN_VALIDATION_FILES
   assert not list(tmp_path.rglob("*incomplete*"))
 
 
@@ -104,7 +104,13 @@ def test_stdlib_split_is_a_function_of_the_path():
   assert 0.005 < len(splits["validation"]) / len(files) < 0.05
   assert not any("site-packages" in rel for rel, _ in files)
   capped = corpus.split_files(corpus.stdlib_files(max_documents=300))
-  assert {r for r, _ in capped["validation"]} <= {r for r, _ in splits["validation"]}
+  hashed = {r for r, _ in capped["validation"] if corpus._hash(r) % 100 < corpus.VALIDATION_BUCKETS}
+  assert hashed <= {r for r, _ in splits["validation"]}
+  # A small corpus still has a validation file for each of several processes (the smoke
+  # configs' 40 files hash only 1 into the buckets), and never gives away half its files.
+  for docs, count in ((40, corpus.MIN_VALIDATION_FILES), (300, corpus.MIN_VALIDATION_FILES), (3, 1), (1, 0)):
+    small = corpus.split_files(corpus.stdlib_files(max_documents=docs))
+    assert len(small["validation"]) == count and len(small["train"]) == docs - count
 
 
 # --------------------------------------------------------------------------------------
@@ -133,6 +139,19 @@ def test_sentencepiece_trains_on_a_tiny_corpus_and_round_trips(tmp_path):
   assert min(ids) >= tok.num_special and tok.decode(ids) == text
   assert tok.encode(text.encode()) == ids
   assert tok.mask_id not in tok.encode("<mask>")  # only the pipeline can produce a mask.
+
+
+def test_a_vocabulary_smaller_than_the_alphabet_says_what_size_it_needs(tmp_path):
+  """Every character that character_coverage keeps is a piece: 100 distinct ones do not fit 64."""
+  alphabet = [chr(0x100 + i) for i in range(100)]
+  sentences = ["".join(alphabet[(i + j) % 100] for j in range(20)) + " common words here" for i in range(300)]
+  with pytest.raises(ValueError, match=r"64-piece .*character_coverage=1.0 .* need 1\d\d pieces"):
+    data.train_sentencepiece(sentences, tmp_path / "sp.model", vocab_size=64)
+  assert not (tmp_path / "sp.model").exists()
+  cfg = data.default_data_config()
+  cfg.update(dataset="wmt14_translate/de-en", tokenizer="sentencepiece", vocab_size=256,
+             tokenizer_character_coverage=0.9995)
+  assert data.tokenizer_path(cfg).name == "wmt14_translate_de-en_bpe256_cov0.9995.model"
 
 
 def test_missing_sentencepiece_model_names_the_command(tmp_path):
@@ -458,4 +477,5 @@ def test_prepare_command_builds_the_stdlib_corpus(tmp_path):
                         "--data_dir", str(tmp_path)], capture_output=True, text=True, check=True,
                        timeout=120)
   assert "prepared python_stdlib_bytes" in out.stdout
-  assert (tmp_path / corpus.NAME / corpus.stdlib_config().name / "1.0.0" / "dataset_info.json").exists()
+  version = str(corpus.PythonStdlibBytes.VERSION)
+  assert (tmp_path / corpus.NAME / corpus.stdlib_config().name / version / "dataset_info.json").exists()

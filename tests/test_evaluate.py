@@ -10,6 +10,7 @@ import pytest
 
 from configs import default
 from roformer_jax import evaluate, trainer
+from roformer_jax.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,6 +54,16 @@ def test_average_of_the_last_checkpoints_is_used_and_differs_from_the_newest(tra
   averaged = evaluate.evaluate(config, str(trained))
   assert averaged["checkpoints"] == [1, 2, 3]
   assert averaged["metrics"]["loss"] != pytest.approx(newest, abs=1e-7)
+  # More than the run has is an error naming both numbers, not a quiet average of fewer.
+  config = smoke(keep_checkpoints=5)
+  config.eval.average_last = 5
+  with pytest.raises(UserError, match=r"last 5 checkpoints: .* only 3 usable .*average_last=3"):
+    evaluate.evaluate(config, str(trained))
+  # More than the config keeps fails before any work.
+  config = smoke()
+  config.eval.average_last = 5
+  with pytest.raises(UserError, match=r"average_last=5 .*keep_checkpoints=3"):
+    evaluate.evaluate(config, str(trained))
 
 
 def test_rope_scaling_at_eval_time_changes_only_the_long_lengths(trained):

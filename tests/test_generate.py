@@ -242,6 +242,8 @@ def test_step_and_average_last_choose_the_checkpoint(lm_run, lm):
     generation.load(smoke(), str(lm_run), step=7)
   with pytest.raises(UserError, match="give one of them"):
     generation.load(smoke(), str(lm_run), step=1, average_last=2)
+  with pytest.raises(UserError, match=r"last 4 checkpoints: .* only 3 usable .*--average_last=3"):
+    generation.load(smoke(), str(lm_run), average_last=4)
 
 
 def test_bad_workdirs_and_configs_are_one_line_user_errors(lm_run, tmp_path):

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from roformer_jax import checkpoints, mesh as mesh_lib
+from roformer_jax import checkpoints, errors, mesh as mesh_lib
 
 
 @pytest.mark.parametrize("cfg, n, shape", [
@@ -92,6 +92,8 @@ def test_average_is_the_mean_of_the_last_n(tmp_path):
   expected = np.mean([np.asarray(_state(s)["w"]) for s in used], axis=0)
   np.testing.assert_allclose(mean["w"], expected, rtol=1e-6)
   assert int(mean["count"]) == 6  # integer leaves come from the newest
+  with pytest.raises(errors.UserError, match=r"last 7 checkpoints: .* only 6 usable ones \(steps \[1, 2, 3, 4, 5, 6\]\)"):
+    checkpoints.average_checkpoints(tmp_path / "ck", _state(0), last=7)
 
 
 def test_average_without_checkpoints_says_how_to_get_them(tmp_path):

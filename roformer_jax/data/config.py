@@ -21,10 +21,14 @@ def default_data_config() -> ml_collections.ConfigDict:
     max_target_length: seq2seq target length (tgt_in / tgt_out); 0 = max_length.
     tokenizer: "bytes" (vocab 260) or "sentencepiece".
     tokenizer_path: the SentencePiece ``.model``; "" = <data_dir>/tokenizers/<dataset>_<model
-      type><vocab_size>.model.
+      type><vocab_size>.model (with ``_cov<coverage>`` before ``.model`` if the coverage is not 1).
     vocab_size: SentencePiece vocabulary when training one (Sec. 4.1: 37000 joint En-De).
     tokenizer_model_type: "bpe" (Sec. 4.1) or "unigram".
     tokenizer_max_sentences: sentences sampled to train SentencePiece.
+    tokenizer_character_coverage: the fraction of the training text's characters (most frequent
+      first) that get a piece of their own; the rest become <unk>. Every kept character takes a
+      piece, so the vocabulary must exceed their number: 1.0 suits alphabetic text at real
+      vocabulary sizes; the tiny smoke vocabularies use 0.9995 (SentencePiece's default).
     train_tokenizer_if_missing: train the SentencePiece model on the train split on first use.
       Meant for single-process smoke runs; prepare real vocabularies once, up front.
     shuffle_window: lm/mlm training cuts documents into row-sized chunks and shuffles them in a
@@ -52,6 +56,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   c.vocab_size = 37000
   c.tokenizer_model_type = "bpe"
   c.tokenizer_max_sentences = 2_000_000
+  c.tokenizer_character_coverage = 1.0
   c.train_tokenizer_if_missing = False
   c.shuffle_window = 4096
   c.mlm_probability = 0.15

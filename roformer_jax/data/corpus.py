@@ -10,8 +10,10 @@ TensorFlow.
   skipping ``site-packages``/``dist-packages`` (third-party code, not the stdlib). Features:
   ``text`` (the file's raw bytes) and ``path`` (relative to the stdlib root).
 - Splits: ``validation`` holds the files whose path hashes (SHA-256) into 2 of 100 buckets,
-  ``train`` the rest, so a file's split does not depend on the file list (a capped corpus
-  with no such file gives its lowest-hash file to validation).
+  ``train`` the rest, so a file's split does not depend on the file list. A capped corpus
+  with fewer than 4 such files (the smoke configs' 40 files have 1) tops validation up to 4
+  with its lowest-hash other files, never to more than half the corpus: several processes
+  each need a validation file of their own (``train.py --num_processes 2`` on ``:smoke``).
 - Records come back from ``tfds.data_source`` in TFDS's shuffled on-disk order.
 - The builder config name records the Python version and any cap
   (``py312``, ``py312_docs40``, ...), so different caps never share a cache entry.
@@ -35,6 +37,7 @@ from etils import epath
 
 NAME = "python_stdlib_bytes"
 VALIDATION_BUCKETS = 2  # out of 100: ~2% of the files.
+MIN_VALIDATION_FILES = 4  # a multi-process run needs a validation file per process.
 _SKIP_DIRS = ("site-packages", "dist-packages", "__pycache__")
 
 
@@ -49,10 +52,13 @@ def _hash(relative_path: str) -> int:
 
 
 def split_files(files: list[tuple[str, Path]]) -> dict[str, list[tuple[str, Path]]]:
-  """Train/validation by path hash: 2 of 100 buckets validate (at least one file does)."""
+  """Train/validation by path hash: 2 of 100 buckets validate, and at least
+  min(MIN_VALIDATION_FILES, half the files) do (the lowest-hash others top a small corpus up)."""
   validation = [f for f in files if _hash(f[0]) % 100 < VALIDATION_BUCKETS]
-  if not validation and len(files) > 1:  # a tiny capped corpus: keep one file for validation.
-    validation = [min(files, key=lambda f: _hash(f[0]))]
+  want = min(MIN_VALIDATION_FILES, len(files) // 2)
+  if len(validation) < want:  # a small capped corpus: enough files for a few processes.
+    others = sorted((f for f in files if f not in validation), key=lambda f: _hash(f[0]))
+    validation += others[:want - len(validation)]
   names = {rel for rel, _ in validation}
   return {"train": [f for f in files if f[0] not in names], "validation": validation}
 
@@ -113,8 +119,9 @@ class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 class PythonStdlibBytes(LocalBuilder):
   """The Python standard library's ``.py`` source files, one document per file, as bytes."""
 
-  VERSION = tfds.core.Version("1.0.0")
-  RELEASE_NOTES = {"1.0.0": "One document per stdlib .py file; ~98/2 train/validation by path hash."}
+  VERSION = tfds.core.Version("1.1.0")
+  RELEASE_NOTES = {"1.0.0": "One document per stdlib .py file; ~98/2 train/validation by path hash.",
+                   "1.1.0": "A small capped corpus keeps at least 4 validation files (at most half)."}
   BUILDER_CONFIGS = [stdlib_config()]
 
   def _info(self) -> tfds.core.DatasetInfo:

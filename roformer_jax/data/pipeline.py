@@ -78,9 +78,16 @@ def tokenizer_path(data_cfg: ml_collections.ConfigDict) -> Path:
   """Where the SentencePiece model of this config lives (``data.tokenizer_path`` or the default)."""
   if data_cfg.tokenizer_path:
     return Path(data_cfg.tokenizer_path).expanduser()
-  name = data_cfg.dataset.replace("/", "_")
-  return (datasets.resolve_data_dir(data_cfg.data_dir) / "tokenizers"
-          / f"{name}_{data_cfg.tokenizer_model_type}{data_cfg.vocab_size}.model")
+  name = f"{data_cfg.dataset.replace('/', '_')}_{data_cfg.tokenizer_model_type}{data_cfg.vocab_size}"
+  coverage = character_coverage(data_cfg)
+  if coverage != 1.0:  # another coverage is another vocabulary: never share a file with it
+    name += f"_cov{coverage:g}"
+  return datasets.resolve_data_dir(data_cfg.data_dir) / "tokenizers" / f"{name}.model"
+
+
+def character_coverage(data_cfg: ml_collections.ConfigDict) -> float:
+  """``data.tokenizer_character_coverage`` (1.0 for configs written before the key existed)."""
+  return float(data_cfg.get("tokenizer_character_coverage", 1.0))
 
 
 def training_sentences(data_cfg: ml_collections.ConfigDict, *, split: str = "train",
@@ -137,7 +144,8 @@ def make_tokenizer(data_cfg: ml_collections.ConfigDict) -> Tokenizer:
     with corpus.file_lock(path.parent / f".{path.name}.lock"):  # one trainer per machine.
       if not path.is_file():
         train_sentencepiece(training_sentences(data_cfg), path, vocab_size=data_cfg.vocab_size,
-                            model_type=data_cfg.tokenizer_model_type)
+                            model_type=data_cfg.tokenizer_model_type,
+                            character_coverage=character_coverage(data_cfg))
   return SentencePieceTokenizer(path)
 
 

@@ -4,13 +4,13 @@
   python -m roformer_jax.data.prepare dataset enwik8 --manual_dir DIR_WITH_ENWIK8_ZIP
   python -m roformer_jax.data.prepare dataset gettext_translate/de [--locale_dir /usr/share/locale]
   python -m roformer_jax.data.prepare tokenizer wmt14_translate/de-en --vocab_size 37000 \
-      [--model_type bpe] [--output PATH] [--data_dir DIR]
+      [--model_type bpe] [--character_coverage 1.0] [--output PATH] [--data_dir DIR]
 
 ``dataset`` downloads and prepares a TFDS catalogue dataset (network needed; ``wikipedia`` also
 needs ``pip install apache-beam mwparserfromhell mwxml``), or builds enwik8 from the zip, or the
 stdlib corpus. ``tokenizer`` trains on the train split of a prepared dataset (for a translation
 dataset on both languages: the joint vocabulary of Sec. 4.1) and writes the ``.model`` to
-``--output`` or to the path a config with the same dataset/vocab_size/model_type looks for.
+``--output`` or to the path a config with the same dataset/vocab_size/model_type/coverage looks for.
 """
 
 from __future__ import annotations
@@ -39,6 +39,8 @@ def main(argv: Sequence[str] | None = None) -> int:
   tok.add_argument("--vocab_size", type=int, default=37000)
   tok.add_argument("--model_type", default="bpe", choices=("bpe", "unigram"))
   tok.add_argument("--max_sentences", type=int, default=2_000_000)
+  tok.add_argument("--character_coverage", type=float, default=1.0,
+                   help="fraction of the characters that get a piece of their own (the rest: <unk>)")
   tok.add_argument("--output", default="", help="the .model path (default: where configs look)")
   args = parser.parse_args(argv)
 
@@ -51,10 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
   cfg = default_data_config()
   cfg.dataset, cfg.data_dir, cfg.tokenizer = args.name, args.data_dir, "sentencepiece"
   cfg.vocab_size, cfg.tokenizer_model_type, cfg.tokenizer_path = args.vocab_size, args.model_type, args.output
-  cfg.tokenizer_max_sentences = args.max_sentences
+  cfg.tokenizer_max_sentences, cfg.tokenizer_character_coverage = args.max_sentences, args.character_coverage
   path = train_sentencepiece(pipeline.training_sentences(cfg), pipeline.tokenizer_path(cfg),
                              vocab_size=args.vocab_size, model_type=args.model_type,
-                             max_sentences=args.max_sentences)
+                             character_coverage=args.character_coverage, max_sentences=args.max_sentences)
   print(f"wrote {SentencePieceTokenizer(path)}")
   return 0
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -122,13 +123,20 @@ def train_sentencepiece(sentences: Iterable[str | bytes], output: str | os.PathL
     output: path of the ``.model`` file to write; parent directories are created.
     vocab_size: target vocabulary size, specials included (Sec. 4.1: 37000, joint En-De).
     model_type: "bpe" (Sec. 4.1) or "unigram".
-    character_coverage: fraction of characters covered by the vocabulary.
+    character_coverage: the fraction of the text's characters (the most frequent first) that
+      get a piece of their own; the rest become <unk>. 1.0 (every character) suits alphabetic
+      scripts at full vocabulary sizes; SentencePiece recommends 0.9995 for large character sets.
     max_sentences: SentencePiece samples at most this many sentences.
     max_sentence_length: longer sentences (in bytes) are skipped by the trainer.
     num_threads: trainer threads (default: the CPU count).
 
   Returns:
     The path of the written model.
+
+  Raises:
+    ValueError: a bad ``model_type`` or ``character_coverage``, or a ``vocab_size`` smaller than
+      the characters ``character_coverage`` keeps
+      (plus the specials; the message gives the size needed).
   """
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
 
@@ -144,14 +152,30 @@ def train_sentencepiece(sentences: Iterable[str | bytes], output: str | os.PathL
       if s:
         yield s
 
+  if not 0.0 < character_coverage <= 1.0:
+    raise ValueError(f"character_coverage={character_coverage!r}; expected a fraction in (0, 1].")
   model = io.BytesIO()
-  spm.SentencePieceTrainer.train(
-      sentence_iterator=text_lines(), model_writer=model, vocab_size=vocab_size,
-      model_type=model_type, character_coverage=character_coverage,
-      pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=3, control_symbols=[MASK_PIECE],
-      hard_vocab_limit=False, input_sentence_size=max_sentences, shuffle_input_sentence=True,
-      max_sentence_length=max_sentence_length, num_threads=num_threads or os.cpu_count() or 1,
-      minloglevel=2)
+  try:
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=text_lines(), model_writer=model, vocab_size=vocab_size,
+        model_type=model_type, character_coverage=character_coverage,
+        pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=3, control_symbols=[MASK_PIECE],
+        hard_vocab_limit=False, input_sentence_size=max_sentences, shuffle_input_sentence=True,
+        max_sentence_length=max_sentence_length, num_threads=num_threads or os.cpu_count() or 1,
+        minloglevel=2)
+  except RuntimeError as e:
+    # vocab_size is a soft limit for merges, but never for characters: every character that
+    # character_coverage keeps must be a piece of its own. SentencePiece says so in C++ terms.
+    wall = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", str(e))
+    if not wall:
+      raise
+    need = int(wall.group(2))
+    raise ValueError(
+        f"a {vocab_size}-piece SentencePiece vocabulary cannot hold this text: the characters that "
+        f"character_coverage={character_coverage} keeps, plus the special pieces, need {need} pieces. "
+        f"Raise the vocabulary to at least {need} (data.vocab_size and model.vocab_size), or lower "
+        f"data.tokenizer_character_coverage below {character_coverage} (SentencePiece's default is "
+        "0.9995): the rarest characters then become <unk>.") from e
   fd, tmp = tempfile.mkstemp(dir=output.parent, prefix=output.name, suffix=".tmp")
   with os.fdopen(fd, "wb") as f:
     f.write(model.getvalue())
