@@ -256,6 +256,11 @@ class Group:
   commands: list = field(default_factory=list)  # list of (shell line, [Command, ...])
 
 
+# Flags of experiments/run.py whose value its --smoke overrides: commands that differ only in
+# them run the same smoke test.
+SMOKE_SIZE_FLAGS = ("--steps", "--seeds")
+
+
 def _key(line):
   """What a shrunk command does, for finding the same command documented twice: the environment
   prefix (GLIBC_TUNABLES), the python spelling and `--record` (a no-op with --smoke) aside."""
@@ -265,8 +270,16 @@ def _key(line):
     while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
       words.pop(0)
     words = ["python" if re.fullmatch(r"(?:\.venv/bin/)?python3?", w) else w for w in words]
-    if "--smoke" in words:
-      words = [w for w in words if w != "--record"]
+    if words[:1] == ["pytest"]:
+      words = ["python", "-m", *words]
+    if "--smoke" in words:  # --smoke fixes the size of the run and records nothing
+      kept = []
+      for w in words:
+        if kept and kept[-1] in SMOKE_SIZE_FLAGS and "experiments/run.py" in words:
+          kept.pop()
+        elif w != "--record":
+          kept.append(w)
+      words = kept
     parts.append(" ".join(words))
   return " && ".join(parts)
 
@@ -308,6 +321,8 @@ def build_groups(commands):
       key = block_key.setdefault(cmd.block, key)
     groups.setdefault(key, Group(key)).commands.append((line, cmds))
   kept, lone = [], set()
+  trained_in_groups = {re.sub(r"--workdir[= ]\S+", "--workdir W", _key(line)) for g in groups.values()
+                       if len(g.commands) > 1 for line, _ in g.commands if _trains(line)}
   for group in sorted(groups.values(), key=lambda g: g.key):
     group.commands.sort(key=lambda item: 0 if _trains(item[1][0].text) else 1)  # training first
     done, commands = set(), []
@@ -321,7 +336,7 @@ def build_groups(commands):
       line = group.commands[0][0]
       # the same training in another workdir that nothing else reads is the same test
       key = re.sub(r"--workdir[= ]\S+", "--workdir W", _key(line))
-      if key in in_chains or key in lone:
+      if key in in_chains or key in lone or key in trained_in_groups:
         continue
       lone.add(key)
     kept.append(group)
