@@ -161,7 +161,7 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
   np.testing.assert_allclose(two["loss"], one["loss"], rtol=1e-3)
 
 
-def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path, monkeypatch):
+def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path, monkeypatch, capsys):
   from configs import multistage
   from roformer_jax import tasks
 
@@ -172,6 +172,11 @@ def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path,
     return c
 
   trainer.train_and_evaluate(config(), str(tmp_path / "ref"))
+  # Stages are numbered 1-based everywhere, as Table 4 numbers them (the second was "stage 1").
+  captured = capsys.readouterr()
+  log = captured.out + captured.err
+  assert "stage 1/3, steps 0..6" in log and "stage 2/3: steps 3..4, max_length 48" in log, log
+  assert "stage 3/3: steps 5..6, max_length 8, batch 16" in log
   lengths = []
   real_tokens_in = tasks.tokens_in
 
