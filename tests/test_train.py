@@ -117,8 +117,8 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
 ])
 def test_bad_configs_fail_before_training(tmp_path, overrides, match):
   with pytest.raises(Exception, match=match):
-    trainer.train_and_evaluate(smoke(**overrides), str(tmp_path))
-  assert not (tmp_path / "checkpoints").exists()
+    trainer.train_and_evaluate(smoke(**overrides), str(tmp_path / "work"))
+  assert not (tmp_path / "work").exists()  # a run that fails its checks creates no workdir
 
 
 def _free_port():
