@@ -1,12 +1,11 @@
 """Loss on 1 device vs a 2x2x2 (data, fsdp, tensor) mesh of 8 fake CPU devices, same global batch.
 
   python experiments/one_vs_eight_devices.py --steps 20
-  python experiments/one_vs_eight_devices.py --smoke    # 2 steps: the same code path in seconds
 
 Trains the smoke variant of configs/default.py twice, in a temporary directory, and prints the
 largest per-step loss difference (the test
 tests/test_train.py::test_one_device_and_eight_devices_give_the_same_loss checks 3 steps to
-1e-5). Writes no file of the repository.
+1e-5). Writes no file of the repository. --smoke trains 2 steps: the same code in seconds.
 """
 
 import argparse

@@ -2,8 +2,7 @@
 
   make train                                                       # trains workdirs/default (RoPE, T = 128)
   python experiments/qk_decay.py --workdir workdirs/default         # into experiments/runs/e1/
-  python experiments/qk_decay.py --workdir workdirs/default --publish   # replaces what docs/results.md quotes
-  python experiments/qk_decay.py --workdir workdirs/default --smoke     # seconds: the smoke model, 1 batch
+  python experiments/qk_decay.py --workdir workdirs/default --smoke # seconds: the smoke model, 1 batch
 
 For every layer of the trained byte LM it takes the RoPE-rotated queries and keys of
 validation rows, computes |q_m . k_n| / sqrt(H) for every pair with n <= m, and averages by

@@ -5,7 +5,6 @@
   python experiments/run.py e4            # train at L=128, evaluate to 8L; RoPE + PI/NTK/YaRN (C7)
   python experiments/run.py e5            # En->De translation on gettext catalogues, RoPE vs sinusoidal (C4)
   python experiments/run.py e2 --steps 200 --seeds 0   # a quick look
-  python experiments/run.py e2 --steps 600 --seeds 0,1 --publish   # replaces what docs/results.md quotes
   python experiments/run.py e2 --smoke    # seconds: every arm's code path, 2 steps, one seed
 
 Every arm of e2-e4 is configs/default.py (a 4-layer, d=128 byte model on the offline stdlib
