@@ -99,7 +99,7 @@ def base_config() -> ml_collections.ConfigDict:
   config.seed = 0  # PRNG seed for init, data order, MLM masks and dropout.
   config.total_steps = 100_000  # loop steps = batches (optimiser updates unless grad_accum_steps > 1).
   config.batch_size = 64  # global batch, split over the mesh's (data, fsdp) axes.
-  config.checkpoint_every_steps = 2000  # orbax save interval (also at the end and on SIGTERM).
+  config.checkpoint_every_steps = 2000  # orbax save interval (also at the end and on SIGTERM; not at step 1).
   config.eval_every_steps = 2000  # validation interval.
   config.log_every_steps = 100  # metrics.jsonl / TensorBoard / progress-bar interval.
   config.eval_batches = 32  # validation batches per evaluation (the same first ones every time).

@@ -1,13 +1,19 @@
 """E1 (C2): the long-term decay bound of eq. (37) next to the mean |q.k| a trained model shows.
 
-  make train                                   # trains workdirs/default (RoPE, T = 128)
-  python experiments/qk_decay.py [--workdir workdirs/default]
+  make train                                                       # trains workdirs/default (RoPE, T = 128)
+  python experiments/qk_decay.py --workdir workdirs/default         # into experiments/runs/e1/
+  python experiments/qk_decay.py --workdir workdirs/default --smoke # seconds: the smoke model, 1 batch
 
 For every layer of the trained byte LM it takes the RoPE-rotated queries and keys of
 validation rows, computes |q_m . k_n| / sqrt(H) for every pair with n <= m, and averages by
 relative distance m - n. The paper's bound (rope.long_term_decay, head dim H = 32 here) is
 drawn on a second axis. Both are normalised to 1 at distance 0 so their shapes compare.
-Writes docs/figures/e1_qk_decay.png and experiments/results/e1.json.
+
+Writes experiments/runs/e1/e1.json and e1_qk_decay.png (git-ignored). --publish also writes
+experiments/results/e1.json and docs/figures/e1_qk_decay.png, the files docs/results.md quotes.
+--smoke reads the workdir as a run of configs/default.py:smoke (training one, 2 steps, under
+experiments/runs/smoke/e1/ if the workdir has no checkpoint), uses 1 batch, writes under
+experiments/runs/smoke/e1/ and never publishes.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from configs import default  # noqa: E402
-from roformer_jax import data, evaluate, mesh as mesh_lib, rope  # noqa: E402
+from roformer_jax import data, evaluate, mesh as mesh_lib, rope, trainer  # noqa: E402
 
 
 def mean_abs_qk_by_distance(model, batch) -> np.ndarray:
@@ -55,12 +61,28 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--workdir", default=os.path.join(ROOT, "workdirs", "default"))
   parser.add_argument("--batches", type=int, default=8)
+  parser.add_argument("--publish", action="store_true",
+                      help="also write experiments/results/e1.json and docs/figures/e1_qk_decay.png")
+  parser.add_argument("--smoke", action="store_true",
+                      help="the smoke model of configs/default.py, 1 batch, under experiments/runs/smoke/e1/")
   args = parser.parse_args()
   absl.logging.set_verbosity(absl.logging.WARNING)
-  config = default.get_config()
+  if args.smoke and args.publish:
+    print("--smoke never publishes: the committed results and figure are left alone.", flush=True)
+    args.publish = False
+  out_dir = os.path.join(ROOT, "experiments", "runs", *(["smoke"] if args.smoke else []), "e1")
+  workdir = os.path.abspath(args.workdir)
+  config = default.get_config("smoke" if args.smoke else "")
+  if args.smoke:
+    args.batches = 1
+    if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+      workdir = os.path.join(out_dir, "model")
+      print(f"--smoke: {args.workdir} holds no checkpoint; training configs/default.py:smoke in {workdir}",
+            flush=True)
+      trainer.train_and_evaluate(config, workdir)
   mesh = mesh_lib.make_mesh(config.mesh)
   settings = evaluate.eval_settings(config)
-  graphdef, state, step, _ = evaluate._restore(config, os.path.abspath(args.workdir), mesh,
+  graphdef, state, step, _ = evaluate._restore(config, workdir, mesh,
                                                mesh_lib.rules_from_config(config.logical_axis_rules), settings)
   model, _ = nnx.merge(graphdef, state)
   it = data.make_iterator(config.data, task="lm", split="validation", batch_size=16, seed=0,
@@ -83,19 +105,25 @@ def main():
   ax.set_title(f"E1 (C2): long-term decay, bound vs a trained RoPE byte LM (step {step})", fontsize=9)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=7)
-  os.makedirs(os.path.join(ROOT, "experiments", "results"), exist_ok=True)
-  path = os.path.join(ROOT, "docs", "figures", "e1_qk_decay.png")
   fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  picks = [0, 1, 4, 16, 64, 127]
-  result = {"workdir": os.path.relpath(os.path.abspath(args.workdir), ROOT), "step": step, "head_dim": head_dim,
+  picks = [p for p in (0, 1, 4, 16, 64, 127) if p < len(d)]
+  result = {"workdir": os.path.relpath(workdir, ROOT), "step": step, "head_dim": head_dim,
             "distances": picks, "bound_normalised": [float(bound[p] / bound[0]) for p in picks],
             "mean_abs_qk": {f"layer{i}": [float(c[p]) for p in picks] for i, c in enumerate(qk)},
-            "command": "python experiments/qk_decay.py"}
-  with open(os.path.join(ROOT, "experiments", "results", "e1.json"), "w") as f:
-    json.dump(result, f, indent=1)
+            "command": "python experiments/qk_decay.py " + " ".join(sys.argv[1:])}
   print(json.dumps(result, indent=1))
-  print("figure:", path)
+  places = [(out_dir, out_dir)]
+  if args.publish:
+    places.append((os.path.join(ROOT, "experiments", "results"), os.path.join(ROOT, "docs", "figures")))
+  for results_dir, figures_dir in places:
+    os.makedirs(results_dir, exist_ok=True)
+    os.makedirs(figures_dir, exist_ok=True)
+    with open(os.path.join(results_dir, "e1.json"), "w") as f:
+      json.dump(result, f, indent=1)
+    path = os.path.join(figures_dir, "e1_qk_decay.png")
+    fig.savefig(path, dpi=120)
+    print("results:", os.path.join(results_dir, "e1.json"))
+    print("figure:", path)
 
 
 if __name__ == "__main__":

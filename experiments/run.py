@@ -5,13 +5,23 @@
   python experiments/run.py e4            # train at L=128, evaluate to 8L; RoPE + PI/NTK/YaRN (C7)
   python experiments/run.py e5            # En->De translation on gettext catalogues, RoPE vs sinusoidal (C4)
   python experiments/run.py e2 --steps 200 --seeds 0   # a quick look
+  python experiments/run.py e2 --smoke    # seconds: every arm's code path, 2 steps, one seed
 
 Every arm of e2-e4 is configs/default.py (a 4-layer, d=128 byte model on the offline stdlib
 corpus) and every arm of e5 is configs/gettext_translate.py (a 3+3-layer, d=256 Transformer),
 with the overrides below; only the position encoding (or attention kind) differs between
-arms, and each arm runs with the same seeds. Runs go to experiments/runs/<exp>/<arm>_s<seed>
-(resumable; re-running skips finished runs). The script writes
-experiments/results/<exp>.json and docs/figures/<exp>.png; docs/results.md quotes them.
+arms, and each arm runs with the same seeds.
+
+Where things go:
+- Runs go to experiments/runs/<exp>/<arm>_s<seed> (git-ignored; resumable: re-running skips
+  finished runs), and the results and figure to experiments/runs/<exp>/<exp>.json and
+  <exp>.png. Nothing committed is touched.
+- --publish also writes experiments/results/<exp>.json and docs/figures/<exp>.png, the files
+  docs/results.md quotes: only for a run meant to replace them.
+- --smoke runs each arm on its config's smoke variant (a tiny model, 2 steps), one seed, with
+  short evaluations, under experiments/runs/smoke/<exp>/; it never publishes.
+- --plot-only redraws the figure from the JSON (the run directory's, or with --publish the
+  committed one).
 """
 
 from __future__ import annotations
@@ -81,10 +91,22 @@ def _with(config, overrides: dict):
   return common.set_dotted(config.copy_and_resolve_references(), overrides)
 
 
-def make_config(exp: dict, arm: dict, seed: int, steps: int | None):
-  config = exp.get("config", default.get_config)()
-  common = {} if "config" in exp else COMMON
+# --smoke: evaluations short enough for seconds (the smoke variants' own run lengths apply).
+SMOKE_EVAL = {"eval.max_batches": 2, "eval.length_batches": 1}
+
+
+def run_dir(name: str, smoke: bool = False) -> str:
+  """Where an experiment's runs, results and figure go (git-ignored)."""
+  return os.path.join(ROOT, "experiments", "runs", *(["smoke"] if smoke else []), name)
+
+
+def make_config(exp: dict, arm: dict, seed: int, steps: int | None, smoke: bool = False):
+  config = exp.get("config", default.get_config)("smoke" if smoke else "")
+  common = {} if "config" in exp or smoke else COMMON
   config = _with(config, {**common, **exp["overrides"], **arm, "seed": seed})
+  if smoke:  # two lengths are enough to run the length curve's code (each length compiles anew)
+    config.eval.length_factors = exp["length_factors"][:2]
+    return _with(config, SMOKE_EVAL)
   if steps:
     config.total_steps = steps
     config.eval_every_steps = config.checkpoint_every_steps = max(steps // 4, 1)
@@ -101,13 +123,13 @@ def curve(workdir: str, key: str) -> list[tuple[int, float]]:
   return [(r["step"], r[key]) for r in rows if key in r and "eval_bits_per_token" not in r]
 
 
-def run(name: str, seeds: list[int], steps: int | None) -> dict:
+def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False) -> dict:
   exp = EXPERIMENTS[name]
   out = {"title": exp["title"], "seeds": seeds, "arms": {}}
   for arm_name, arm in exp["arms"].items():
     for seed in seeds:
-      workdir = os.path.join(ROOT, "experiments", "runs", name, f"{arm_name.split()[0]}_s{seed}")
-      config = make_config(exp, arm, seed, steps)
+      workdir = os.path.join(run_dir(name, smoke), f"{arm_name.split()[0]}_s{seed}")
+      config = make_config(exp, arm, seed, steps, smoke)
       t0 = time.perf_counter()
       trainer.train_and_evaluate(config, workdir)
       train_s = time.perf_counter() - t0
@@ -135,13 +157,15 @@ def run(name: str, seeds: list[int], steps: int | None) -> dict:
   return out
 
 
-def plot(name: str, out: dict) -> str:
+def plot(name: str, out: dict, directory: str) -> str:
+  """Draws the experiment's figure into `directory`/<name>.png; returns the path."""
+  os.makedirs(directory, exist_ok=True)
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
   colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
   if name == "e5":
-    return _plot_translation(name, out, plt, colors)
+    return _plot_translation(name, out, plt, colors, directory)
   fig, ax = plt.subplots(figsize=(6.5, 4))
   if name == "e4":
     for i, (arm, entries) in enumerate(out["arms"].items()):
@@ -168,14 +192,14 @@ def plot(name: str, out: dict) -> str:
   ax.set_title(out["title"], fontsize=9)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
-  path = os.path.join(ROOT, "docs", "figures", f"{name}.png")
+  path = os.path.join(directory, f"{name}.png")
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
   return path
 
 
-def _plot_translation(name: str, out: dict, plt, colors) -> str:
+def _plot_translation(name: str, out: dict, plt, colors, directory: str) -> str:
   """Left: training loss per arm and seed; right: test BLEU, beam 4 vs greedy, per seed."""
   fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
   for i, (arm, entries) in enumerate(out["arms"].items()):
@@ -202,10 +226,18 @@ def _plot_translation(name: str, out: dict, plt, colors) -> str:
   bx.legend(fontsize=8)
   bx.grid(alpha=0.3, axis="y")
   fig.suptitle(out["title"], fontsize=9)
-  path = os.path.join(ROOT, "docs", "figures", f"{name}.png")
+  path = os.path.join(directory, f"{name}.png")
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
+  return path
+
+
+def write_results(name: str, out: dict, directory: str) -> str:
+  os.makedirs(directory, exist_ok=True)
+  path = os.path.join(directory, f"{name}.json")
+  with open(path, "w") as f:
+    json.dump(out, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else float(x))
   return path
 
 
@@ -214,22 +246,36 @@ def main():
   parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
   parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (a difference needs >= 2)")
   parser.add_argument("--steps", type=int, default=None, help=f"training steps (default {COMMON['total_steps']})")
-  parser.add_argument("--plot-only", action="store_true", help="redraw the figure from experiments/results/<exp>.json")
+  parser.add_argument("--publish", action="store_true",
+                      help="also write experiments/results/<exp>.json and docs/figures/<exp>.png (what the docs quote)")
+  parser.add_argument("--smoke", action="store_true",
+                      help="each arm's smoke variant, 2 steps, one seed, under experiments/runs/smoke/ (never publishes)")
+  parser.add_argument("--plot-only", action="store_true",
+                      help="redraw the figure from the run directory's JSON (with --publish: the committed one)")
   args = parser.parse_args()
+  if args.smoke and args.publish:
+    print("--smoke never publishes: the committed results and figures are left alone.", flush=True)
+    args.publish = False
+  results_dirs = [run_dir(args.experiment, args.smoke)]
+  figure_dirs = list(results_dirs)
+  if args.publish:
+    results_dirs.append(os.path.join(ROOT, "experiments", "results"))
+    figure_dirs.append(os.path.join(ROOT, "docs", "figures"))
   if args.plot_only:
-    with open(os.path.join(ROOT, "experiments", "results", f"{args.experiment}.json")) as f:
-      print("figure:", plot(args.experiment, json.load(f)))
+    with open(os.path.join(results_dirs[-1], f"{args.experiment}.json")) as f:
+      print("figure:", plot(args.experiment, json.load(f), figure_dirs[-1]))
     return
   absl.logging.set_verbosity(absl.logging.WARNING)
   seeds = [int(s) for s in args.seeds.split(",")]
+  seeds = seeds[:1] if args.smoke else seeds
   t0 = time.perf_counter()
-  out = run(args.experiment, seeds, args.steps)
+  out = run(args.experiment, seeds, args.steps, args.smoke)
   out["wall_s"] = round(time.perf_counter() - t0, 1)
   out["command"] = "python experiments/run.py " + " ".join(sys.argv[1:])
-  os.makedirs(os.path.join(ROOT, "experiments", "results"), exist_ok=True)
-  with open(os.path.join(ROOT, "experiments", "results", f"{args.experiment}.json"), "w") as f:
-    json.dump(out, f, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else float(x))
-  print("figure:", plot(args.experiment, out))
+  for directory in results_dirs:
+    print("results:", write_results(args.experiment, out, directory))
+  for directory in figure_dirs:
+    print("figure:", plot(args.experiment, out, directory))
   for arm, entries in out["arms"].items():
     losses = [e["eval"]["loss"] for e in entries]
     print(f"{arm:>24}: eval loss {np.mean(losses):.4f} (seeds: {', '.join(f'{x:.4f}' for x in losses)})")

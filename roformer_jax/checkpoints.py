@@ -198,7 +198,14 @@ class Checkpointer:
     if read_only:
       options = ocp.CheckpointManagerOptions(read_only=True)
     else:
-      options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_interval_steps=save_every,
+      # Saves every `save_every` steps (and when the caller forces one: the end, a stop). Not
+      # orbax's default policy, which also saves the first step a fresh manager sees: a step-1
+      # checkpoint is worth nothing to resume from, and it entered the "last N" averages of
+      # short runs (a run of 20 steps saving every 200 averaged steps [1, 20]).
+      policy = ocp.checkpoint_managers.AnySavePolicy([
+          ocp.checkpoint_managers.FixedIntervalPolicy(save_every),
+          ocp.checkpoint_managers.PreemptionCheckpointingPolicy()])
+      options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_decision_policy=policy,
                                              enable_async_checkpointing=async_save, create=True,
                                              cleanup_tmp_directories=True)
     self.manager = ocp.CheckpointManager(self.directory, options=options)

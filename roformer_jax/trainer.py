@@ -77,26 +77,31 @@ def check_average_last(config: ml_collections.ConfigDict) -> None:
 @dataclasses.dataclass(frozen=True)
 class Stage:
   """A span of steps with its own max length and global batch (Table 4's staged schedule)."""
-  index: int
+  index: int  # 0-based position in config.stages (it offsets the stage's data seed)
   first: int  # first step (1-based, inclusive)
   last: int  # last step (inclusive)
   max_length: int
   batch_size: int
+  count: int = 1  # how many stages the run has
+
+  def __str__(self) -> str:
+    """'stage 2/3': 1-based, as Table 4 numbers them; every log line names a stage this way."""
+    return f"stage {self.index + 1}/{self.count}"
 
 
 def stages_from_config(config: ml_collections.ConfigDict) -> list[Stage]:
   """`config.stages` (a list of {steps, max_length, batch_size}) or one stage for the run."""
   spec = config.get("stages") or []
   if not spec:
-    return [Stage(0, 1, config.total_steps, config.data.max_length, config.batch_size)]
+    return [Stage(0, 1, config.total_steps, config.data.max_length, config.batch_size, 1)]
   out, first = [], 1
   for i, st in enumerate(spec):
     st = dict(st)
     unknown = sorted(set(st) - {"steps", "max_length", "batch_size"})
     if unknown or any(not isinstance(st.get(k), int) or st[k] < 1 for k in ("steps", "max_length", "batch_size")):
-      raise ValueError(f"config.stages[{i}]={st} must have positive integer steps, max_length and "
-                       f"batch_size (and nothing else{'; unknown ' + str(unknown) if unknown else ''}).")
-    out.append(Stage(i, first, first + st["steps"] - 1, st["max_length"], st["batch_size"]))
+      raise ValueError(f"config.stages[{i}] (stage {i + 1}/{len(spec)})={st} must have positive integer steps, "
+                       f"max_length and batch_size (and nothing else{'; unknown ' + str(unknown) if unknown else ''}).")
+    out.append(Stage(i, first, first + st["steps"] - 1, st["max_length"], st["batch_size"], len(spec)))
     first += st["steps"]
   if out[-1].last != config.total_steps:
     raise ValueError(f"config.stages add up to {out[-1].last} steps but config.total_steps="
@@ -328,7 +333,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
         causal=config.task == "lm", linear_features=linear_features)
   progress = metrics_lib.Progress(config.total_steps, start)
   progress.write(f"{config.task}: {num_params / 1e6:.2f}M parameters, mesh {dict(mesh.shape)}, "
-                 f"global batch {stage.batch_size}, stage {stage.index + 1}/{len(stages)}, steps {start}..{config.total_steps}, workdir {workdir}")
+                 f"global batch {stage.batch_size}, {stage}, steps {start}..{config.total_steps}, workdir {workdir}")
   log_every = config.get("log_every_steps", 10)
   window_tokens, window_start, window_losses = 0, time.perf_counter(), []
   last = {}
@@ -338,7 +343,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
       if step > stage.last:  # next stage: new lengths and batch; the step recompiles once
         stage = stage_at(stages, step)
         train_iter = iterator("train", stage)
-        progress.write(f"stage {stage.index}: steps {stage.first}..{stage.last}, max_length "
+        progress.write(f"{stage}: steps {stage.first}..{stage.last}, max_length "
                        f"{stage.max_length}, batch {stage.batch_size}")
       local = next(train_iter)
       window_tokens += tasks.tokens_in(local, config.task) * processes

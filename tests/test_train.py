@@ -81,6 +81,8 @@ def test_loss_falls_on_the_offline_corpus(tmp_path):
   trainer.train_and_evaluate(config, str(tmp_path))
   losses = [r["loss"] for r in rows(tmp_path) if "loss" in r]
   assert losses[-1] < losses[0] - 1.0, losses  # bytes: ~5.6 nats at init
+  # Saves at the interval only: no step-1 checkpoint to enter "the last N" averages.
+  assert [p for p in os.listdir(tmp_path / "checkpoints") if p.isdigit()] == ["40"]
 
 
 def test_one_device_and_eight_devices_give_the_same_loss(tmp_path):
@@ -115,8 +117,8 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
 ])
 def test_bad_configs_fail_before_training(tmp_path, overrides, match):
   with pytest.raises(Exception, match=match):
-    trainer.train_and_evaluate(smoke(**overrides), str(tmp_path))
-  assert not (tmp_path / "checkpoints").exists()
+    trainer.train_and_evaluate(smoke(**overrides), str(tmp_path / "work"))
+  assert not (tmp_path / "work").exists()  # a run that fails its checks creates no workdir
 
 
 def _free_port():
@@ -159,7 +161,7 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
   np.testing.assert_allclose(two["loss"], one["loss"], rtol=1e-3)
 
 
-def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path, monkeypatch):
+def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path, monkeypatch, capsys):
   from configs import multistage
   from roformer_jax import tasks
 
@@ -170,6 +172,11 @@ def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path,
     return c
 
   trainer.train_and_evaluate(config(), str(tmp_path / "ref"))
+  # Stages are numbered 1-based everywhere, as Table 4 numbers them (the second was "stage 1").
+  captured = capsys.readouterr()
+  log = captured.out + captured.err
+  assert "stage 1/3, steps 0..6" in log and "stage 2/3: steps 3..4, max_length 48" in log, log
+  assert "stage 3/3: steps 5..6, max_length 8, batch 16" in log
   lengths = []
   real_tokens_in = tasks.tokens_in
 
