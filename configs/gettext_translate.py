@@ -40,8 +40,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.batch_size = 16  # packed rows (global) of ~4.6 pairs each: ~75 pairs, ~750 target tokens.
   config.checkpoint_every_steps = 200  # the last 5 checkpoints span the last 800 steps.
   config.keep_checkpoints = 5  # Sec. 4.1 averages the last 5.
-  config.eval_every_steps = 600
-  config.log_every_steps = 50
+  config.eval_every_steps = 600  # three evaluations in the run
+  config.log_every_steps = 50  # metrics rows
   config.eval_batches = 20  # 320 validation pairs per periodic evaluation (eval.py: all of them).
 
   config.data.dataset = "gettext_translate/de"  # English source, German target.
@@ -51,9 +51,9 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config.data.train_tokenizer_if_missing = True  # offline and ~10 s: train on first use.
   config.data.max_length = 48  # source tokens incl. EOS; ~97% of the training pairs fit.
   config.data.max_target_length = 48  # target tokens (BOS + target, target + EOS).
-  config.data.pack_pairs = True  # ~4.6 pairs per row: 4-5x the pairs per step for the same compute.
+  config.data.pack_pairs = True  # ~4.4 pairs per row: 4-5x the pairs per step for the same compute.
 
-  config.model.vocab_size = 8000
+  config.model.vocab_size = 8000  # the joint BPE vocabulary's
   config.model.d_model = 256  # ours: a quarter of Transformer-base's width ...
   config.model.num_layers = 3  # ... and half its depth (3 encoder + 3 decoder layers).
   config.model.num_heads = 4  # head size 64, as Transformer-base.
@@ -71,8 +71,8 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   if common.SMOKE in variants:
     common.apply_smoke(config)
     common.apply_smoke_sentencepiece(config)
-    config.data.max_target_length = 32
-    config.model.embed_init_std = 32 ** -0.5
-    config.optim.warmup_steps = 1
-    config.eval.max_decode_length = 0
+    config.data.max_target_length = 32  # short targets for the tiny model
+    config.model.embed_init_std = 32 ** -0.5  # d_model ** -0.5, as the full config's
+    config.optim.warmup_steps = 1  # the schedule fits 2 steps
+    config.eval.max_decode_length = 0  # = data.max_target_length
   return config
