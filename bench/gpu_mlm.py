@@ -213,7 +213,8 @@ def main(argv=None) -> int:
   parser.add_argument("--steps", type=int, default=0, help="steps per variant per round (default 5; --smoke 1)")
   parser.add_argument("--warmup", type=int, default=None,
                       help="untimed steps per variant after compiling (default 2; --smoke 1)")
-  parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
+  parser.add_argument("--variants", default=None,
+                      help="comma-separated subset of: " + ", ".join(VARIANTS) + " (default: all; --smoke: auto,no-rope)")
   parser.add_argument("--smoke", action="store_true",
                       help="a tiny model on any backend, 1 round: checks the plumbing only (--batch, --seq, --rounds, "
                       "--steps, --warmup still apply). --record then writes only to $ROFORMER_BENCH_RESULTS, as "
@@ -225,6 +226,8 @@ def main(argv=None) -> int:
   parser.add_argument("--json-out", default="", help="also write the JSON summary to this file")
   record.add_record_arg(parser)
   args = parser.parse_args(argv)
+  if args.variants is None:  # --smoke: the two variants RoPE's share of the step needs
+    args.variants = "auto,no-rope" if args.smoke else ",".join(VARIANTS)
   names = [v.strip() for v in args.variants.split(",") if v.strip()]
   unknown = [v for v in names if v not in VARIANTS]
   if unknown or not names:

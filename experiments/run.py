@@ -5,7 +5,7 @@
   python experiments/run.py e4            # train at L=128, evaluate to 8L; RoPE + PI/NTK/YaRN (C7)
   python experiments/run.py e5            # En->De translation on gettext catalogues, RoPE vs sinusoidal (C4)
   python experiments/run.py e2 --steps 200 --seeds 0   # a quick look
-  python experiments/run.py e2 --smoke    # seconds: every arm's code path, 2 steps, one seed
+  python experiments/run.py e2 --smoke    # seconds: the first arm's code path, 2 steps, one seed
 
 Every arm of e2-e4 is configs/default.py (a 4-layer, d=128 byte model on the offline stdlib
 corpus) and every arm of e5 is configs/gettext_translate.py (a 3+3-layer, d=256 Transformer),
@@ -18,8 +18,10 @@ Where things go:
   <exp>.png. Nothing committed is touched.
 - --publish also writes experiments/results/<exp>.json and docs/figures/<exp>.png, the files
   docs/results.md quotes: only for a run meant to replace them.
-- --smoke runs each arm on its config's smoke variant (a tiny model, 2 steps), one seed, with
-  short evaluations, under experiments/runs/smoke/<exp>/; it never publishes.
+- --smoke runs the first arm (and the first eval-time scaling of e4) on its config's smoke
+  variant (a tiny model, 2 steps), one seed, with short evaluations, under
+  experiments/runs/smoke/<exp>/; it never publishes. The other arms differ only in config
+  overrides, which tests/test_configs.py and tests/test_models.py cover.
 - --plot-only redraws the figure from the JSON (the run directory's, or with --publish the
   committed one).
 """
@@ -126,7 +128,9 @@ def curve(workdir: str, key: str) -> list[tuple[int, float]]:
 def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False) -> dict:
   exp = EXPERIMENTS[name]
   out = {"title": exp["title"], "seeds": seeds, "arms": {}}
-  for arm_name, arm in exp["arms"].items():
+  arms = list(exp["arms"].items())[:1] if smoke else exp["arms"].items()
+  scalings = list(exp.get("scalings", {}).items())[:1 if smoke else None]
+  for arm_name, arm in arms:
     for seed in seeds:
       workdir = os.path.join(run_dir(name, smoke), f"{arm_name.split()[0]}_s{seed}")
       config = make_config(exp, arm, seed, steps, smoke)
@@ -146,7 +150,7 @@ def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False) -> 
         entry["eval_wall_s"] = round(time.perf_counter() - t1, 1)
       if "scalings" in exp and arm.get("model.position") == "rope":
         entry["scaled"] = {}
-        for label, scaling in exp["scalings"].items():
+        for label, scaling in scalings:
           config.eval.rope_scaling = scaling
           entry["scaled"][label] = evaluate.evaluate(config, workdir)["length_curve_scaled"]
       out["arms"].setdefault(arm_name, []).append(entry)

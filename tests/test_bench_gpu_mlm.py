@@ -23,7 +23,8 @@ from roformer_jax import models  # noqa: E402
 def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
   out = tmp_path / "b3.json"
   monkeypatch.setenv("ROFORMER_BENCH_RESULTS", str(tmp_path / "results"))
-  assert gpu_mlm.main(["--smoke", "--rounds", "1", "--warmup", "0", "--json-out", str(out), "--record"]) == 0
+  assert gpu_mlm.main(["--smoke", "--variants", ",".join(gpu_mlm.VARIANTS), "--rounds", "1", "--warmup", "0",
+                       "--json-out", str(out), "--record"]) == 0
   summary = json.loads(out.read_text())
   assert summary["smoke"] and list(summary["rows"]) == list(gpu_mlm.VARIANTS)
   rows = summary["rows"]
