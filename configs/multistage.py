@@ -23,7 +23,7 @@ run restarts inside its stage with that stage's data iterator.
 
 import ml_collections
 
-from configs import default
+from configs import common, default
 from roformer_jax import optim
 
 # (max_length, global batch, steps), Table 4.
@@ -36,8 +36,7 @@ def _stages(rows):
 
 
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  if variant not in ("", "small", "smoke"):
-    raise ValueError(f"configs/multistage.py has variants '', 'small' and 'smoke', got {variant!r}.")
+  variants = common.parse_variants(variant, ("small", common.SMOKE), config_name="multistage")
   config = default.get_config()
   config.task = "mlm"  # Sec. 4.5 pre-trains a masked LM
   config.stages = _stages(TABLE_4)  # replaces batch_size and data.max_length stage by stage
@@ -49,7 +48,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
       d_model=768, num_layers=12, num_heads=12, d_ff=3072, norm="post",
       type_vocab_size=2, layer_norm_eps=1e-12, dropout=0.1, attention_dropout=0.1))
   config.optim = optim.default_optim_config("mlm")  # AdamW, Sec. 4.2 (the paper gives no Sec. 4.5 rate)
-  if variant == "small":  # Table 4's shape of schedule at 1/1000 of the steps and 1/16 of the lengths
+  if "small" in variants:  # Table 4's shape of schedule at 1/1000 of the steps and 1/16 of the lengths
     config.stages = _stages([(max(t // 16, 8), 16, max(s // 1000, 10)) for t, b, s in TABLE_4])  # 6 stages
     config.total_steps = sum(st["steps"] for st in config.stages)  # 452 steps
     config.batch_size = 16  # the first stage's
@@ -57,7 +56,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     config.model.update(dict(  # configs/default.py's model
         d_model=128, num_layers=4, num_heads=4, d_ff=512, norm="pre", dropout=0.0, attention_dropout=0.0))
     config.optim.learning_rate = 1e-3  # a small model takes a larger rate than BERT-base's 1e-5
-  if variant == "smoke":  # seconds, for tests
+  if common.SMOKE in variants:  # seconds, for tests (after small: smoke shrinks what it set)
     config.stages = _stages([(16, 8, 2), (48, 8, 2), (8, 16, 2)])  # three stages of two steps
     config.total_steps = 6  # the stages' sum
     config.batch_size = 8  # the first stage's

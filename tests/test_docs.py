@@ -314,10 +314,11 @@ def build_groups(commands):
   # A lone command that a chain (e.g. `make bench`) already runs is covered by it.
   in_chains = {part for key in seen if " && " in key for part in key.split(" && ")}
   groups, block_key = {}, {}
+  together = {c.block for c in commands if c.block and c.background}
   for line, cmds in runnable:
     cmd = cmds[0]
     key = workdir_of(cmd.text) or (cmd.block if cmd.block else cmd.text)
-    if cmd.block:  # a ```bash block runs in one group, in order (e.g. two processes together)
+    if cmd.block in together:  # a ```bash block with a `&` runs as one group (two processes together)
       key = block_key.setdefault(cmd.block, key)
     groups.setdefault(key, Group(key)).commands.append((line, cmds))
   kept, lone = [], set()
