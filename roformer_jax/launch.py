@@ -15,7 +15,9 @@ their traceback.
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 
 from absl import app, flags, logging
@@ -41,6 +43,7 @@ def initialize() -> None:
   if _COORDINATOR.value:
     # CPU processes need gloo for cross-process collectives; GPUs/TPUs ignore this setting.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    check_coordinator_port(_COORDINATOR.value, _PROCESS_ID.value)
     jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
                                process_id=_PROCESS_ID.value)
   elif _DISTRIBUTED.value:
@@ -53,6 +56,27 @@ def initialize() -> None:
   # brings the INFO lines back.
   if jax.process_index() != 0 or not flags.FLAGS["verbosity"].present:
     logging.set_verbosity(logging.WARNING)
+
+
+def check_coordinator_port(address: str, process_id: int | None) -> None:
+  """Process 0 hosts the coordinator service on the address's port. If the port is taken,
+  jax.distributed crashes with a segmentation fault instead of saying so: say it first."""
+  if process_id not in (0, None):
+    return
+  _, _, port = address.rpartition(":")
+  if not port.isdigit():
+    raise errors.UserError(f"--coordinator_address={address!r}: expected host:port, e.g. 127.0.0.1:12345.")
+  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to use
+    try:
+      s.bind(("", int(port)))
+    except OSError as e:
+      if e.errno != errno.EADDRINUSE:
+        return  # not ours to judge (e.g. a privileged port): JAX reports what it finds
+      raise errors.UserError(
+          f"--coordinator_address={address}: port {port} is already in use on this machine (another run's "
+          f"coordinator?). Choose another port for every process of the run, or wait until the previous "
+          f"run has exited (`ss -ltnp` shows who holds it).") from None
 
 
 def _without_traceback(record) -> bool:

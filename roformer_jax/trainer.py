@@ -51,6 +51,9 @@ def check_config(config: ml_collections.ConfigDict) -> None:
       raise ValueError(f"config.{key}={value!r} must be a positive integer.")
   tasks.check_task(config.task)
   tasks.model_config(config)  # validates every model field now
+  if config.model.get("attention_implementation") == "cudnn" and jax.default_backend() != "gpu":
+    raise ValueError(f"config.model.attention_implementation='cudnn' needs a GPU, but JAX's backend is "
+                     f"{jax.default_backend()!r}; use 'auto' (cuDNN wherever it applies) or 'xla'.")
   check_average_last(config)
   source = config.get("init_from") or ""
   if source and not os.path.exists(source):

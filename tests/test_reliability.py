@@ -330,3 +330,18 @@ def test_reduced_fault_campaign(tmp_path):
   assert all(r["ok"] for r in rows) and len(rows) == 10
   kills = rows[0]
   assert kills["injected"] == 3 and kills["exact"] == kills["runs"] >= 1
+
+
+def test_a_coordinator_port_in_use_is_a_clear_error_not_a_crash():
+  """jax.distributed segfaults (exit 139) when process 0's port is taken; launch says so first."""
+  from roformer_jax import launch
+  with socket.socket() as busy:
+    busy.bind(("", 0))
+    busy.listen()
+    port = busy.getsockname()[1]
+    with pytest.raises(errors.UserError, match=rf"port {port} is already in use"):
+      launch.check_coordinator_port(f"127.0.0.1:{port}", 0)
+    launch.check_coordinator_port(f"127.0.0.1:{port}", 1)  # only process 0 binds it
+  launch.check_coordinator_port(f"127.0.0.1:{port}", 0)  # free again
+  with pytest.raises(errors.UserError, match="expected host:port"):
+    launch.check_coordinator_port("localhost", 0)

@@ -114,6 +114,7 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     (dict(total_steps=0), "total_steps=0"),
     (dict(**{"model.position": "alibi"}), "alibi"),
     (dict(**{"eval.average_last": 5}), r"average_last=5 .*keep_checkpoints=3 .*--config.keep_checkpoints=5"),
+    (dict(**{"model.attention_implementation": "cudnn"}), r"'cudnn' needs a GPU, but JAX's backend is 'cpu'"),
 ])
 def test_bad_configs_fail_before_training(tmp_path, overrides, match):
   with pytest.raises(Exception, match=match):

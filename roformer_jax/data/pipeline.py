@@ -310,8 +310,11 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
 
   source = _open(data_cfg, spec, split)
   if len(source) < process_count:
-    raise ValueError(f"{spec.name} split {split!r} has {len(source)} records, fewer than the "
-                     f"{process_count} processes that must each read a disjoint shard.")
+    from roformer_jax.errors import UserError  # a data/flags mismatch: exit 2 with this message alone
+    raise UserError(f"{spec.name} split {split!r} has {len(source)} records, fewer than the "
+                    f"{process_count} processes that must each read a disjoint shard; run fewer "
+                    f"processes (--num_processes), or use a larger split (e.g. not a :smoke variant's "
+                    f"capped corpus, data.max_documents).")
   tok = tokenizer or make_tokenizer(data_cfg)
 
   ds = grain.MapDataset.source(source)[process_index::process_count]
