@@ -15,7 +15,8 @@ How each is treated (docs/development.md, "How the docs are tested", says the sa
   - train.py, eval.py and generate.py get the config's `smoke` variant (`:smoke`, or `,smoke`
     after other variants);
   - scripts in bench/, experiments/ and scripts/ get `--smoke`;
-  - pytest commands are collected, not run (`--collect-only`): the suite runs those tests.
+  - pytest commands are not run (the suite runs those tests): each named file or test must
+    exist, and a `-k` expression must select at least one of their tests.
 - Commands run from a scratch copy of the repository (so `workdirs/...` and `/tmp/...` land in
   the copy, and the committed results are never touched), with their own data directory
   (ROFORMER_JAX_DATA_DIR). Commands on the same workdir form one group and run in order,
@@ -197,16 +198,9 @@ def shrink(text):
         raise AssertionError(f"make target {target!r} is documented but not in the Makefile")
       lines += [shrink(line) for line in recipes[target] if "python" in line]
     return " && ".join(line for line in lines if line) or None
-  if parts[0] in ("pytest",) or parts[1:3] == ["-m", "pytest"]:
-    args = []
-    for a in parts:  # -n N (xdist) does not apply to collecting
-      if args and args[-1] == "-n":
-        args.pop()
-      elif a.startswith("-n") and a[2:].isdigit():
-        pass
-      else:
-        args.append(a)
-    return " ".join(map(shlex.quote, env + args + ["--collect-only", "-q", "-p", "no:cacheprovider"]))
+  if _is_pytest(parts):
+    return None  # checked by test_documented_pytest_commands_select_tests, not run
+
   script = next((p for p in parts if p.endswith(".py")), "")
   base = os.path.basename(script)
   if base in ("train.py", "eval.py", "generate.py"):
@@ -224,6 +218,10 @@ def shrink(text):
       parts.append("--smoke")
   line = " ".join(map(shlex.quote, env + parts))
   return line + (" &" if background else "")
+
+
+def _is_pytest(parts):
+  return parts[:1] == ["pytest"] or parts[1:3] == ["-m", "pytest"]
 
 
 def _smoke_config(arg):
@@ -345,6 +343,8 @@ def build_groups(commands):
 
 
 COMMANDS, PROBLEMS = collect_all()
+PYTEST_COMMANDS = [c for c in COMMANDS if not c.needs and not c.synopsis
+                   and _is_pytest([w for w in shlex.split(_strip_comment(c.text)) if "=" not in w or w.startswith("-")])]
 GROUPS = build_groups(COMMANDS)
 
 
@@ -426,8 +426,7 @@ def test_shrink_rule():
   assert shrink(".venv/bin/python bench/rope.py --record") == ".venv/bin/python bench/rope.py --record --smoke"
   assert shrink("python experiments/run.py e2  # MLM") == "python experiments/run.py e2 --smoke"
   assert shrink("make train") == "python train.py --config configs/default.py:smoke --workdir workdirs/default"
-  assert "--collect-only" in shrink(".venv/bin/python -m pytest -n 2 tests/test_rope.py")
-  assert "-n" not in shrink(".venv/bin/python -m pytest -n 2 tests/test_rope.py").split()
+  assert shrink(".venv/bin/python -m pytest -n 2 tests/test_rope.py") is None  # checked, not run
   cmds, problems = collect_markdown("x.md", "a `python train.py --config c.py --workdir W # needs: gpu` b\n"
                                     "```bash\npython eval.py --config <name>.py\n```\n"
                                     "```\npython train.py --config c.py --workdir W\n```\n")
@@ -436,8 +435,10 @@ def test_shrink_rule():
 
 @pytest.fixture(scope="session")
 def compile_cache(tmp_path_factory):
-  # One persistent XLA cache for all groups (xdist workers share the parent of their basetemps):
-  # the same smoke model compiled by several commands is compiled once.
+  # One persistent XLA cache for all groups: the suite's (tests/conftest.py), or else one shared
+  # by the xdist workers (the parent of their basetemps). A smoke model is compiled once.
+  if os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+    return pathlib.Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
   path = tmp_path_factory.getbasetemp().parent / "docs_xla_cache"
   path.mkdir(exist_ok=True)
   return path
@@ -467,3 +468,35 @@ def test_python_snippets_run(name, index, block, capsys, monkeypatch):
   expected = re.findall(r"^[ \t]*print\(.*\)[ \t]*#[ \t]*(.+?)[ \t]*$", block, flags=re.M)
   for value in expected:
     assert value in out, f"{name} python block {index}: expected {value!r} in the output, got {out!r}"
+
+
+@pytest.mark.parametrize("cmd", PYTEST_COMMANDS, ids=[c.text for c in PYTEST_COMMANDS])
+def test_documented_pytest_commands_select_tests(cmd):
+  """A documented pytest command names files (or node ids) that exist, and its -k selects tests."""
+  from _pytest.mark.expression import Expression  # pytest's own -k grammar
+  words = shlex.split(_strip_comment(cmd.text))
+  words = words[words.index("pytest") + 1:]
+  keyword, targets, skip_next = None, [], False
+  for i, w in enumerate(words):
+    if skip_next:
+      skip_next = False
+    elif w == "-k":
+      keyword, skip_next = words[i + 1], True
+    elif w in ("-n", "-p", "--durations"):
+      skip_next = True
+    elif not w.startswith("-"):
+      targets.append(w)
+  assert targets, f"{cmd.source}: {cmd.text!r} names no test file"
+  names = []
+  for target in targets:
+    path, _, node = target.partition("::")
+    assert (ROOT / path).exists(), f"{cmd.source}: {cmd.text!r}: {path} does not exist"
+    files = [ROOT / path] if (ROOT / path).is_file() else sorted((ROOT / path).glob("test_*.py"))
+    tests = [n for f in files for n in re.findall(r"^\s*(?:def|class) (Test\w*|test_\w*)", f.read_text(), flags=re.M)]
+    if node:
+      assert node.split("::")[0].split("[")[0] in tests, f"{cmd.source}: {cmd.text!r}: no test {node}"
+    names += tests
+  if keyword:
+    expression = Expression.compile(keyword)
+    assert any(expression.evaluate(lambda k, name=name: k.lower() in name.lower()) for name in names), (
+        f"{cmd.source}: {cmd.text!r}: -k {keyword!r} selects no test")
