@@ -319,6 +319,20 @@ def build_groups(commands):
     if cmd.block in together:  # a ```bash block with a `&` runs as one group (two processes together)
       key = block_key.setdefault(cmd.block, key)
     groups.setdefault(key, Group(key)).commands.append((line, cmds))
+  # A part of a chain without a workdir (e.g. `bench/decode.py && bench/report.py`) that a longer
+  # chain (`make bench`) runs is not run again.
+  covered = set()
+  for group in sorted(groups.values(), key=lambda g: -sum(len(l.split(" && ")) for l, _ in g.commands)):
+    if workdir_of(group.commands[0][1][0].text):
+      continue
+    commands = []
+    for line, cmds in group.commands:
+      parts = [p for p in line.split(" && ") if _key(p) not in covered]
+      if parts:
+        commands.append((" && ".join(parts), cmds))
+    covered.update(_key(p) for line, _ in group.commands for p in line.split(" && "))
+    group.commands = commands
+  groups = {k: g for k, g in groups.items() if g.commands}
   kept, lone = [], set()
   trained_in_groups = {re.sub(r"--workdir[= ]\S+", "--workdir W", _key(line)) for g in groups.values()
                        if len(g.commands) > 1 for line, _ in g.commands if _trains(line)}

@@ -27,7 +27,7 @@ def rope_inputs(draw):
   return x, positions, layout, rd, dtype, theta
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(rope_inputs())
 def test_matches_float64_reference(args):
   x, positions, layout, rd, dtype_name, theta = args
@@ -42,7 +42,7 @@ def test_matches_float64_reference(args):
   np.testing.assert_array_equal(np.asarray(out[..., rd:]), np.asarray(jnp.asarray(xd, dtype)[..., rd:]))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(rope_inputs(), st.integers(-(2**23), 2**23))
 def test_shift_invariance_of_scores(args, shift):
   x, positions, layout, rd, _, theta = args
@@ -58,7 +58,7 @@ def test_shift_invariance_of_scores(args, shift):
   np.testing.assert_allclose(scores(pos + shift), scores(pos), atol=5e-5 * x.shape[-1])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(rope_inputs())
 def test_norm_preserved(args):
   x, positions, layout, rd, _, theta = args
