@@ -130,10 +130,8 @@ def collect_markdown(name, text=None):
 def collect_docstring(name):
   tree = ast.parse((ROOT / name).read_text())
   doc = ast.get_docstring(tree, clean=False) or ""
-  first = tree.body[0].lineno if tree.body and isinstance(tree.body[0], ast.Expr) else 1
   commands = []
-  lines = doc.splitlines()
-  for i, line in enumerate(_join_continuations(lines)):
+  for line in _join_continuations(doc.splitlines()):
     stripped = line.strip()
     if _is_command(stripped):
       commands.append(_command(stripped, f"{name}:docstring"))
@@ -141,7 +139,6 @@ def collect_docstring(name):
     span = " ".join(span.split())
     if _is_command(span):
       commands.append(_command(span, f"{name}:docstring"))
-  del first
   return commands
 
 
