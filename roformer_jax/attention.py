@@ -10,6 +10,7 @@ holds the projections and calls them.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -19,12 +20,17 @@ import jax.numpy as jnp
 from flax import nnx
 
 from roformer_jax import rope
+from roformer_jax.chunked_attention import MaskFactors, chunked_attention, mask_factors
 from roformer_jax.partitioning import partitioned
 from roformer_jax.positional import RotaryConfig
 
 FEATURE_MAPS = ("elu", "favor")
 ATTENTION_KINDS = ("softmax", "linear")
-ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn")  # ModelConfig.attention_implementation
+ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "chunked")  # ModelConfig.attention_implementation
+# "auto" takes the chunked (O(T + S) memory) path from this key length on, where cuDNN does not
+# apply: below it the dense path is as fast or faster, above it chunked is faster and its
+# memory stays linear (docs/benchmarks.md, B8).
+CHUNKED_MIN_LENGTH = 2048
 
 # --------------------------------------------------------------------------------------
 # Masks.
@@ -85,19 +91,21 @@ def _length(index, *arrays):
 # --------------------------------------------------------------------------------------
 
 
-def attention_implementation(*, backend: str, dtype, head_dim: int, dense_mask: bool, dropout: bool) -> str:
-  """Which `jax.nn.dot_product_attention` implementation to ask for: "cudnn" or "xla".
+def attention_implementation(*, backend: str, dtype, head_dim: int, dense_mask: bool, dropout: bool,
+                             kv_length: int = 0) -> str:
+  """What "auto" runs: "cudnn", "chunked" or "xla".
 
   `jax.nn.dot_product_attention(implementation=None)` always takes the XLA path in the JAX
   versions this project pins, so cuDNN's fused (flash) kernel must be requested. It is
   requested on a GPU for bf16/fp16 inputs with a head size cuDNN supports (a multiple of 8, at
-  most 128), no dense mask (causal attention is passed as `is_causal`) and no dropout;
-  everything else runs on XLA.
+  most 128), no dense mask (causal attention is passed as `is_causal`) and no dropout.
+  Otherwise keys of `CHUNKED_MIN_LENGTH` or more take `chunked_attention` (exact, O(T + S)
+  memory), and shorter ones XLA's dense path.
   """
   half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
   if backend == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128 and not dense_mask and not dropout:
     return "cudnn"
-  return "xla"
+  return "chunked" if kv_length >= CHUNKED_MIN_LENGTH else "xla"
 
 
 def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=None,
@@ -120,7 +128,8 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
 
   Args:
     q: float[B, T, N, H]; k: float[B, S, K, H] (K divides N: grouped queries); v: [B, S, K, Hv].
-    mask: bool, broadcastable to [B, N, T, S]; see `make_attention_mask`.
+    mask: bool, broadcastable to [B, N, T, S] (see `make_attention_mask`), or `MaskFactors`
+      (see `mask_factors`): the chunked path needs factors, and builds each tile from them.
     is_causal: query slot i sees key slots <= i (T == S), without a dense mask (what cuDNN
       needs); combines with `mask`.
     q_positions, k_positions: int[B, T] / int[B, S] (or [T] / [S]); None = no rotation
@@ -128,8 +137,10 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     rotary: RoPE settings (default `RotaryConfig()`).
     rotary_value: also rotate v by the key positions (HF compatibility only).
     scale: logit scale, default 1/sqrt(H).
-    implementation: None or "auto" (the choice above), "xla", or "cudnn" (a GPU only, without
-      dropout; an error otherwise, and cuDNN's own error where it does not support the call).
+    implementation: None or "auto" (the choice above), "xla", "chunked" (exact attention in
+      O(T + S) memory, `chunked_attention`; any backend, dropout included), or "cudnn" (a GPU
+      only, without dropout; an error otherwise, and cuDNN's own error where it does not
+      support the call).
 
   Returns:
     float[B, T, N, Hv] in q's dtype.
@@ -149,36 +160,50 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     raise ValueError("rotary_value=True needs k_positions to rotate the values with.")
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
-  if mask is not None:
-    mask = jnp.broadcast_to(jnp.asarray(mask, bool), (q.shape[0], q.shape[2], q.shape[1], k.shape[1]))
+  requested = None if implementation in (None, "auto") else implementation
   if implementation == "auto":
     implementation = None
   if implementation is not None and implementation not in ATTENTION_IMPLEMENTATIONS:
     raise ValueError(f"implementation={implementation!r}; expected None or one of {ATTENTION_IMPLEMENTATIONS}.")
   dropout = dropout_rate > 0.0 and dropout_rng is not None
-  if implementation == "cudnn":
-    if jax.default_backend() != "gpu":
-      raise ValueError(f"implementation='cudnn' needs a GPU, but the default backend is {jax.default_backend()!r}; "
-                       "use 'auto' (cuDNN where it applies, XLA elsewhere) or 'xla'.")
-    if dropout or v.shape[-1] != q.shape[-1]:
-      raise ValueError("implementation='cudnn' cannot run attention-probability dropout or values wider than "
-                       f"keys (dropout_rate={dropout_rate}, value dim {v.shape[-1]} vs {q.shape[-1]}); set "
-                       "attention_dropout=0 or use 'auto'.")
+  factored = isinstance(mask, MaskFactors)
+  if implementation is None:
+    implementation = attention_implementation(
+        backend=jax.default_backend(), dtype=q.dtype, head_dim=q.shape[-1], dense_mask=mask is not None,
+        dropout=dropout or v.shape[-1] != q.shape[-1], kv_length=k.shape[1] if factored or mask is None else 0)
+  if implementation == "chunked":
+    if mask is not None and not factored:
+      raise ValueError("implementation='chunked' builds its mask tiles from MaskFactors (see mask_factors); "
+                       "a dense [T, S] mask would defeat its O(T + S) memory.")
+    if is_causal and (mask is None or not mask.causal):
+      causal = mask_factors(q.shape[0], q.shape[1], k.shape[1], causal=True)
+      mask = causal if mask is None else dataclasses.replace(mask, causal=True, q_index=causal.q_index,
+                                                              kv_index=causal.kv_index)
+    return chunked_attention(q, k, v, mask=mask, scale=scale, dropout_rate=dropout_rate if dropout else 0.0,
+                             dropout_rng=dropout_rng if dropout else None)
+  if factored:
+    mask = mask.dense()
+  if mask is not None:
+    mask = jnp.broadcast_to(jnp.asarray(mask, bool), (q.shape[0], q.shape[2], q.shape[1], k.shape[1]))
+  if implementation == "cudnn" and jax.default_backend() != "gpu":
+    raise ValueError(f"implementation='cudnn' needs a GPU, but the default backend is {jax.default_backend()!r}; "
+                     "use 'auto' (cuDNN where it applies, XLA elsewhere) or 'xla'.")
+  if implementation == "cudnn" and (dropout or v.shape[-1] != q.shape[-1]):
+    raise ValueError("implementation='cudnn' cannot run attention-probability dropout or values wider than "
+                     f"keys (dropout_rate={dropout_rate}, value dim {v.shape[-1]} vs {q.shape[-1]}); set "
+                     "attention_dropout=0 or use 'auto'.")
   if dropout or v.shape[-1] != q.shape[-1]:
     if is_causal:
       t, s = q.shape[1], k.shape[1]
       causal = make_attention_mask(causal=True, q_index=jnp.arange(t), kv_index=jnp.arange(s))
       mask = causal if mask is None else jnp.logical_and(mask, causal)
     return _xla_attention_with_dropout(q, k, v, mask, scale, dropout_rate if dropout else 0.0, dropout_rng)
-  if implementation is None:
-    implementation = attention_implementation(backend=jax.default_backend(), dtype=q.dtype, head_dim=q.shape[-1],
-                                              dense_mask=mask is not None, dropout=False)
-    if implementation == "cudnn":
-      try:
-        return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal,
-                                            implementation="cudnn")
-      except (NotImplementedError, RuntimeError, ValueError, TypeError):  # e.g. an old cuDNN
-        implementation = "xla"
+  if implementation == "cudnn" and requested is None:
+    try:
+      return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal,
+                                          implementation="cudnn")
+    except (NotImplementedError, RuntimeError, ValueError, TypeError):  # e.g. an old cuDNN
+      implementation = "xla"
   return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal,
                                       implementation=implementation)
 
@@ -583,7 +608,8 @@ def cross_attend(attn: MultiHeadAttention, x, kv: dict, *, mask=None) -> jax.Arr
 
 __all__ = [
     "ATTENTION_KINDS", "FEATURE_MAPS", "FeatureProjection", "LinearAttentionState",
-    "ATTENTION_IMPLEMENTATIONS", "MultiHeadAttention", "attention_implementation", "cross_attend", "cross_kv", "dot_product_attention",
+    "ATTENTION_IMPLEMENTATIONS", "CHUNKED_MIN_LENGTH", "MaskFactors", "MultiHeadAttention", "chunked_attention",
+    "mask_factors", "attention_implementation", "cross_attend", "cross_kv", "dot_product_attention",
     "elu_feature_map", "favor_feature_map", "favor_projection", "init_linear_state",
     "linear_attention", "linear_attention_step", "make_attention_mask",
 ]

@@ -28,7 +28,7 @@ from flax import nnx
 
 from roformer_jax import positional
 from roformer_jax.attention import (ATTENTION_IMPLEMENTATIONS, ATTENTION_KINDS, FEATURE_MAPS, MultiHeadAttention, cross_attend,
-                                    cross_kv, make_attention_mask)
+                                    cross_kv, mask_factors)
 from roformer_jax.partitioning import partitioned
 from roformer_jax.positional import RotaryConfig
 
@@ -327,11 +327,11 @@ def _run_layers(cfg: ModelConfig, layers, x: jax.Array, **kw) -> jax.Array:
   return x
 
 
-def _self_attention_mask(cfg: ModelConfig, *, valid, segment_ids, causal: bool, length: int):
+def _self_attention_mask(cfg: ModelConfig, *, valid, segment_ids, causal: bool, shape):
   if cfg.attention == "linear":
     return None  # linear attention takes kv_valid / segment_ids directly
-  idx = jnp.arange(length, dtype=jnp.int32)
-  return make_attention_mask(kv_valid=valid, q_segment_ids=segment_ids, causal=causal, q_index=idx, kv_index=idx)
+  b, t = shape
+  return mask_factors(b, t, t, kv_valid=valid, q_segment_ids=segment_ids, causal=causal)
 
 
 def _valid_tokens(ids, attention_mask, segment_ids):
@@ -385,7 +385,7 @@ class RoFormerModel(nnx.Module):
     if positions is None:
       positions = positional.default_positions(input_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(input_ids, positions=positions, token_type_ids=token_type_ids, deterministic=deterministic)
-    mask = _self_attention_mask(cfg, valid=valid, segment_ids=segment_ids, causal=False, length=input_ids.shape[1])
+    mask = _self_attention_mask(cfg, valid=valid, segment_ids=segment_ids, causal=False, shape=input_ids.shape)
     x = _run_layers(cfg, self.layers, x, positions=positions, mask=mask, kv_valid=valid, deterministic=deterministic)
     return x if self.final_norm is None else self.final_norm(x)
 
@@ -540,7 +540,7 @@ class CausalLM(nnx.Module):
       positions = positional.default_positions(tokens.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(tokens, positions=positions, deterministic=deterministic)
     mask = _self_attention_mask(self.config, valid=valid, segment_ids=segment_ids, causal=True,
-                                length=tokens.shape[1])
+                                shape=tokens.shape)
     x = _run_layers(self.config, self.layers, x, positions=positions, mask=mask, kv_valid=valid,
                     segment_ids=segment_ids, deterministic=deterministic)
     return self._logits(x)
@@ -607,7 +607,8 @@ class TransformerSeq2Seq(nnx.Module):
     if positions is None:
       positions = positional.default_positions(src_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(src_ids, positions=positions, deterministic=deterministic)
-    mask = make_attention_mask(kv_valid=valid, q_segment_ids=segment_ids)
+    mask = mask_factors(src_ids.shape[0], src_ids.shape[1], src_ids.shape[1], kv_valid=valid,
+                        q_segment_ids=segment_ids)
     x = _run_layers(self.config, self.encoder, x, positions=positions, mask=mask, deterministic=deterministic)
     return x if self.encoder_norm is None else self.encoder_norm(x).astype(self.config.compute_dtype)
 
@@ -633,12 +634,10 @@ class TransformerSeq2Seq(nnx.Module):
     if positions is None:
       positions = positional.default_positions(tgt_ids.shape, attention_mask=valid, segment_ids=tgt_segment_ids)
     x = self.embeddings(tgt_ids, positions=positions, deterministic=deterministic)
-    t = tgt_ids.shape[1]
-    idx = jnp.arange(t, dtype=jnp.int32)
-    mask = make_attention_mask(kv_valid=valid, q_segment_ids=tgt_segment_ids, causal=True, q_index=idx,
-                               kv_index=idx)
-    cross_mask = make_attention_mask(kv_valid=jnp.asarray(src_mask, bool), q_segment_ids=tgt_segment_ids,
-                                     kv_segment_ids=src_segment_ids)
+    (b, t), s = tgt_ids.shape, encoded.shape[1]
+    mask = mask_factors(b, t, t, kv_valid=valid, q_segment_ids=tgt_segment_ids, causal=True)
+    cross_mask = mask_factors(b, t, s, kv_valid=jnp.asarray(src_mask, bool), q_segment_ids=tgt_segment_ids,
+                              kv_segment_ids=src_segment_ids)
     x = _run_layers(self.config, self.decoder, x, positions=positions, mask=mask, context=encoded,
                     context_mask=cross_mask, deterministic=deterministic)
     return self._logits(x)
@@ -668,7 +667,7 @@ class TransformerSeq2Seq(nnx.Module):
     tgt_ids = _check_ids(tgt_ids, "tgt_ids")
     advanced = _advance(cache, token_mask, tgt_ids.shape[1])
     x = self.embeddings(tgt_ids, positions=advanced[0])
-    cross_mask = make_attention_mask(kv_valid=cache["src_valid"])
+    cross_mask = cache["src_valid"][:, None, None, :]
     x, new_cache = _decode_stack(self.decoder, x, cache, advanced, cross_mask=cross_mask)
     new_cache["src_valid"] = cache["src_valid"]
     return self._logits(x), new_cache
