@@ -111,7 +111,8 @@ def base_config() -> ml_collections.ConfigDict:
   config.label_smoothing = 0.0  # Sec. 4.1 uses 0.1 for translation; 0 elsewhere.
   config.feature_redraw_every = 0  # FAVOR+ projection redraw interval in steps; 0 = never.
   config.init_from = ""  # pre-trained encoder to start from (checkpoints.init_from); "" = scratch.
-  config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})  # -1 = fill with devices.
+  config.mesh = ml_collections.ConfigDict(  # -1 = fill; context > 1 splits sequences (docs/training.md).
+      {"data": -1, "fsdp": 1, "context": 1, "tensor": 1})
   config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes.
   config.data = data.default_data_config()  # every key documented in roformer_jax/data/config.py.
   config.model = model_config()  # every roformer_jax.models.ModelConfig field, at its default.

@@ -35,7 +35,8 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.label_smoothing = 0.0  # Sec. 4.1 uses 0.1 for translation
   config.feature_redraw_every = 0  # FAVOR+ projection redraw interval (Performer: 1000); 0 = never
   config.init_from = ""  # a pre-trained run (workdir) or transformers dir whose encoder starts this one
-  config.mesh = ml_collections.ConfigDict({"data": -1, "fsdp": 1, "tensor": 1})  # -1 = fill with devices.
+  config.mesh = ml_collections.ConfigDict(  # -1 = fill; context > 1 splits sequences (docs/training.md).
+      {"data": -1, "fsdp": 1, "context": 1, "tensor": 1})
   config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes
 
   # eval.py (roformer_jax/evaluate.py). The CLI overrides these, e.g. --config.eval.average_last=3.

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from roformer_jax import rope
+from roformer_jax import context_parallel, rope
 from roformer_jax.chunked_attention import MaskFactors, chunked_attention, mask_factors
 from roformer_jax.partitioning import partitioned
 from roformer_jax.positional import RotaryConfig
@@ -145,19 +145,7 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
   Returns:
     float[B, T, N, Hv] in q's dtype.
   """
-  rotary = RotaryConfig() if rotary is None else rotary
-  if (q_positions is None) != (k_positions is None):
-    raise ValueError("pass both q_positions and k_positions (RoPE on q and k) or neither.")
-  if q_positions is not None:
-    q = rotary.apply(q, q_positions)
-    k_cs = rotary.cos_sin(jnp.asarray(k_positions), k.shape[-1])
-    k = rotary.rotate(k, k_cs)
-    if rotary_value:
-      if v.shape[-1] != k.shape[-1]:
-        raise ValueError(f"rotary_value needs value head dim == key head dim, got {v.shape[-1]} vs {k.shape[-1]}.")
-      v = rotary.rotate(v, k_cs)
-  elif rotary_value:
-    raise ValueError("rotary_value=True needs k_positions to rotate the values with.")
+  q, k, v = _rotate(q, k, v, q_positions, k_positions, rotary, rotary_value)
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
   requested = None if implementation in (None, "auto") else implementation
@@ -206,6 +194,24 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
       implementation = "xla"
   return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal,
                                       implementation=implementation)
+
+
+def _rotate(q, k, v, q_positions, k_positions, rotary, rotary_value):
+  """RoPE on q and k (and v if rotary_value) with their own positions."""
+  rotary = RotaryConfig() if rotary is None else rotary
+  if (q_positions is None) != (k_positions is None):
+    raise ValueError("pass both q_positions and k_positions (RoPE on q and k) or neither.")
+  if q_positions is not None:
+    q = rotary.apply(q, q_positions)
+    k_cs = rotary.cos_sin(jnp.asarray(k_positions), k.shape[-1])
+    k = rotary.rotate(k, k_cs)
+    if rotary_value:
+      if v.shape[-1] != k.shape[-1]:
+        raise ValueError(f"rotary_value needs value head dim == key head dim, got {v.shape[-1]} vs {k.shape[-1]}.")
+      v = rotary.rotate(v, k_cs)
+  elif rotary_value:
+    raise ValueError("rotary_value=True needs k_positions to rotate the values with.")
+  return q, k, v
 
 
 def _xla_attention_with_dropout(q, k, v, mask, scale, rate, rng):
@@ -536,6 +542,18 @@ class MultiHeadAttention(nnx.Module):
                            segment_ids=segment_ids if self.causal else None)
     else:
       use_dropout = self.dropout_rate > 0 and not deterministic
+      if context_parallel.size() > 1:
+        # Rotate the T-sharded q and k here, each token with its global position; attention
+        # then gathers K/V over the context axis (context_parallel.attention).
+        if self.causal and context is None and (mask is None or not getattr(mask, "causal", False)):
+          raise ValueError("causal attention under context parallelism needs MaskFactors with the causal "
+                           "slot indices (the models pass them).")
+        q, k, v = _rotate(q, k, v, qp, kp, self.rotary, self.rotary_value and rotate)
+        y = context_parallel.attention(q, k, v, mask=mask, scale=1.0 / math.sqrt(q.shape[-1]),
+                                       implementation=self.implementation,
+                                       dropout_rate=self.dropout_rate if use_dropout else 0.0,
+                                       dropout_rng=self.rngs.dropout() if use_dropout else None)
+        return self.out(y)
       y = dot_product_attention(q, k, v, mask=mask, q_positions=qp, k_positions=kp,
                                 rotary=self.rotary, rotary_value=self.rotary_value and rotate,
                                 dropout_rate=self.dropout_rate if use_dropout else 0.0,

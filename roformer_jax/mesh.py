@@ -1,7 +1,8 @@
-"""The device mesh (data, fsdp, tensor) and the shardings the trainer uses.
+"""The device mesh (data, fsdp, context, tensor) and the shardings the trainer uses.
 
 Layers name logical axes (partitioning.py); the config's `logical_axis_rules` maps them to
-these three mesh axes. The batch is split over (data, fsdp).
+these four mesh axes. The batch is split over (data, fsdp); activations' sequence axis over
+context (context_parallel.py); parameters over fsdp and tensor.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
-MESH_AXES = ("data", "fsdp", "tensor")
+MESH_AXES = ("data", "fsdp", "context", "tensor")
 BATCH_AXES = ("data", "fsdp")
 
 # Logical axis -> mesh axis. Configs copy this table (and may change it); it is the only place
@@ -30,10 +31,11 @@ DEFAULT_RULES = (
     ("types", None),
     ("position", None),
     ("labels", None),
+    ("length", "context"),  # activations' sequence axis (context parallelism)
 )
 
 
-def mesh_shape(mesh_cfg: Mapping[str, Any], num_devices: int) -> tuple[int, int, int]:
+def mesh_shape(mesh_cfg: Mapping[str, Any], num_devices: int) -> tuple[int, ...]:
   """Axis sizes from the config; one -1 takes the devices left over.
 
   Raises:
@@ -62,10 +64,14 @@ def mesh_shape(mesh_cfg: Mapping[str, Any], num_devices: int) -> tuple[int, int,
 
 
 def make_mesh(mesh_cfg: Mapping[str, Any], devices: Sequence[jax.Device] | None = None) -> jax.sharding.Mesh:
-  """A (data, fsdp, tensor) mesh over `devices` (default: all), GSPMD-style Auto axes."""
+  """A (data, fsdp, context, tensor) mesh over `devices` (default: all), GSPMD-style Auto axes.
+
+  Devices are laid out in order, the last axis fastest, so a process's devices (which JAX
+  numbers together) hold whole data shards when data x fsdp is a multiple of the processes.
+  """
   devices = list(jax.devices() if devices is None else devices)
   shape = mesh_shape(mesh_cfg, len(devices))
-  return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * 3, devices=devices)
+  return jax.make_mesh(shape, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES), devices=devices)
 
 
 def data_parallel_size(mesh: jax.sharding.Mesh) -> int:
@@ -74,6 +80,11 @@ def data_parallel_size(mesh: jax.sharding.Mesh) -> int:
 
 def check_batch_size(global_batch: int, mesh: jax.sharding.Mesh) -> None:
   n = data_parallel_size(mesh)
+  if n % jax.process_count():
+    raise ValueError(f"the mesh {dict(mesh.shape)} has {n} data shards (data x fsdp) for {jax.process_count()} "
+                     "processes: each process reads its own rows, so data x fsdp must be a multiple of the "
+                     "process count, and the context and tensor axes must lie within a process. Lower "
+                     "mesh.context or mesh.tensor to at most the devices of one process.")
   if global_batch % n or global_batch % jax.process_count():
     raise ValueError(f"batch_size={global_batch} must be divisible by the data-parallel size "
                      f"data x fsdp = {n} and by the {jax.process_count()} processes; "

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from roformer_jax import positional
+from roformer_jax import context_parallel, positional
 from roformer_jax.attention import (ATTENTION_IMPLEMENTATIONS, ATTENTION_KINDS, FEATURE_MAPS, MultiHeadAttention, cross_attend,
                                     cross_kv, mask_factors)
 from roformer_jax.partitioning import partitioned
@@ -316,22 +316,35 @@ def _stack(cfg: ModelConfig, *, causal: bool, cross: bool, rngs: nnx.Rngs) -> nn
 
 
 def _run_layers(cfg: ModelConfig, layers, x: jax.Array, **kw) -> jax.Array:
-  """x through every layer, each under `cfg.remat`'s checkpoint policy (if any)."""
+  """x through every layer, each under `cfg.remat`'s checkpoint policy (if any).
+
+  Under context parallelism each layer's input is constrained to the (batch, length)
+  sharding, so that no layer gathers the sequence (context_parallel.shard)."""
   if cfg.remat == "none":
     for layer in layers:
-      x = layer(x, **kw)
-    return x
+      x = layer(context_parallel.shard(x), **kw)
+    return context_parallel.shard(x)
   step = nnx.remat(lambda layer, h: layer(h, **kw), policy=REMAT_POLICIES[cfg.remat])
   for layer in layers:
-    x = step(layer, x)
-  return x
+    x = step(layer, context_parallel.shard(x))
+  return context_parallel.shard(x)
 
 
-def _self_attention_mask(cfg: ModelConfig, *, valid, segment_ids, causal: bool, shape):
+def _self_attention_mask(cfg: ModelConfig, *, valid, segment_ids, causal: bool, shape, order=None):
   if cfg.attention == "linear":
     return None  # linear attention takes kv_valid / segment_ids directly
   b, t = shape
-  return mask_factors(b, t, t, kv_valid=valid, q_segment_ids=segment_ids, causal=causal)
+  slots = None if order is None else order.slots(b)
+  return mask_factors(b, t, t, kv_valid=valid, q_segment_ids=segment_ids, causal=causal, q_index=slots,
+                      kv_index=slots)
+
+
+def _check_context_parallel(cfg: ModelConfig, length: int, *, causal: bool, name: str = "sequence") -> None:
+  if context_parallel.size() > 1:
+    if cfg.attention != "softmax":
+      raise ValueError(f"context parallelism (mesh.context={context_parallel.size()}) needs softmax attention; "
+                       f"attention={cfg.attention!r} is not split over the context axis. Set mesh.context=1.")
+    context_parallel.check_length(length, causal=causal, name=name)
 
 
 def _valid_tokens(ids, attention_mask, segment_ids):
@@ -381,6 +394,7 @@ class RoFormerModel(nnx.Module):
     if segment_ids is not None and cfg.attention == "linear":
       raise ValueError("packed segment_ids with bidirectional linear attention are not supported; "
                        "unpack the batch or use attention='softmax'.")
+    _check_context_parallel(cfg, input_ids.shape[1], causal=False)
     valid = _valid_tokens(input_ids, attention_mask, segment_ids)
     if positions is None:
       positions = positional.default_positions(input_ids.shape, attention_mask=valid, segment_ids=segment_ids)
@@ -535,15 +549,20 @@ class CausalLM(nnx.Module):
     (0 = padding) with positions restarting in each.
     """
     tokens = _check_ids(tokens, "tokens")
+    _check_context_parallel(self.config, tokens.shape[1], causal=True)
     valid = _valid_tokens(tokens, attention_mask, segment_ids)
     if positions is None:
       positions = positional.default_positions(tokens.shape, attention_mask=valid, segment_ids=segment_ids)
+    # Context parallelism: rows in zig-zag order (each shard an equal share of the causal
+    # work), positions and masks permuted with them, the order restored after the last layer.
+    order = context_parallel.Order(tokens.shape[1], causal=True)
+    tokens, positions, valid, segment_ids = map(order.permute, (tokens, positions, valid, segment_ids))
     x = self.embeddings(tokens, positions=positions, deterministic=deterministic)
     mask = _self_attention_mask(self.config, valid=valid, segment_ids=segment_ids, causal=True,
-                                shape=tokens.shape)
+                                shape=tokens.shape, order=order)
     x = _run_layers(self.config, self.layers, x, positions=positions, mask=mask, kv_valid=valid,
                     segment_ids=segment_ids, deterministic=deterministic)
-    return self._logits(x)
+    return self._logits(order.restore(x))
 
   def init_cache(self, batch: int, max_len: int, dtype=None) -> dict[str, Any]:
     """An empty decode cache for `max_len` tokens (prompt + generated)."""
@@ -604,6 +623,7 @@ class TransformerSeq2Seq(nnx.Module):
     src_ids = _check_ids(src_ids, "src_ids")
     valid = _valid_tokens(src_ids, src_mask, segment_ids) if (src_mask is not None or segment_ids is not None) \
         else src_ids != self.config.pad_id
+    _check_context_parallel(self.config, src_ids.shape[1], causal=False, name="source")
     if positions is None:
       positions = positional.default_positions(src_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(src_ids, positions=positions, deterministic=deterministic)
@@ -631,16 +651,21 @@ class TransformerSeq2Seq(nnx.Module):
     valid = None if tgt_mask is None else jnp.asarray(tgt_mask, bool)
     if tgt_segment_ids is not None:
       valid = _valid_tokens(tgt_ids, tgt_mask, tgt_segment_ids)
+    _check_context_parallel(self.config, tgt_ids.shape[1], causal=True, name="target")
     if positions is None:
       positions = positional.default_positions(tgt_ids.shape, attention_mask=valid, segment_ids=tgt_segment_ids)
-    x = self.embeddings(tgt_ids, positions=positions, deterministic=deterministic)
     (b, t), s = tgt_ids.shape, encoded.shape[1]
-    mask = mask_factors(b, t, t, kv_valid=valid, q_segment_ids=tgt_segment_ids, causal=True)
+    order = context_parallel.Order(t, causal=True)  # zig-zag under context parallelism (see CausalLM)
+    tgt_ids, positions, valid, tgt_segment_ids = map(order.permute, (tgt_ids, positions, valid, tgt_segment_ids))
+    x = self.embeddings(tgt_ids, positions=positions, deterministic=deterministic)
+    slots = order.slots(b)
+    mask = mask_factors(b, t, t, kv_valid=valid, q_segment_ids=tgt_segment_ids, causal=True, q_index=slots,
+                        kv_index=slots)
     cross_mask = mask_factors(b, t, s, kv_valid=jnp.asarray(src_mask, bool), q_segment_ids=tgt_segment_ids,
                               kv_segment_ids=src_segment_ids)
     x = _run_layers(self.config, self.decoder, x, positions=positions, mask=mask, context=encoded,
                     context_mask=cross_mask, deterministic=deterministic)
-    return self._logits(x)
+    return self._logits(order.restore(x))
 
   def __call__(self, src_ids, tgt_ids, *, src_mask=None, tgt_mask=None, src_segment_ids=None,
                tgt_segment_ids=None, src_positions=None, tgt_positions=None, deterministic: bool = True):

@@ -15,6 +15,7 @@ was never interrupted. What the loop survives, and how (docs/reliability.md):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -63,6 +64,26 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"config.init_from is for the RoFormer encoder tasks (mlm, classification), not "
                      f"task={config.task!r}.")
   mesh_lib.rules_from_config(config.logical_axis_rules)
+  check_context_parallel(config)
+
+
+def check_context_parallel(config: ml_collections.ConfigDict) -> None:
+  """mesh.context > 1 needs softmax attention and lengths the context axis splits evenly
+  (causal models: 2 x context chunks, for the zig-zag load balance)."""
+  c = (config.mesh or {}).get("context", 1)
+  if not isinstance(c, int) or c == 1 or c == -1:
+    return
+  if config.model.get("attention", "softmax") != "softmax":
+    raise ValueError(f"config.mesh.context={c} needs model.attention='softmax' (linear attention is not split "
+                     f"over the context axis); set --config.mesh.context=1.")
+  need = 2 * c if config.task in ("lm", "seq2seq") else c
+  lengths = [("data.max_length", (config.get("data") or {}).get("max_length"))]
+  lengths += [(f"stages[{i}].max_length", dict(st).get("max_length")) for i, st in enumerate(config.get("stages") or [])]
+  for name, length in lengths:
+    if isinstance(length, int) and length % need:
+      raise ValueError(f"config.{name}={length} is not a multiple of {need}: mesh.context={c} splits each "
+                       f"{'causal row into 2 x context chunks (zig-zag)' if need > c else 'row into context pieces'}. "
+                       f"Use a max_length that {need} divides, e.g. {length + (-length % need)}.")
 
 
 def check_average_last(config: ml_collections.ConfigDict) -> None:
@@ -144,7 +165,23 @@ def create_state(config: ml_collections.ConfigDict, mesh, rules, tx):
 # ======================================================================================
 
 
-def _train_step(graphdef, state, batch, *, task: str, label_smoothing: float):
+@contextlib.contextmanager
+def _step_context(mesh, rules):
+  """Traces a step with the mesh and the logical rules in context: context parallelism
+  (context_parallel.py) reads the context axis and the "length" rule from them."""
+  if mesh is None:
+    yield
+    return
+  with jax.sharding.use_abstract_mesh(mesh.abstract_mesh), nnx.logical_axis_rules(rules):
+    yield
+
+
+def _train_step(graphdef, state, batch, *, task: str, label_smoothing: float, mesh=None, rules=None):
+  with _step_context(mesh, rules):
+    return _train_step_body(graphdef, state, batch, task=task, label_smoothing=label_smoothing)
+
+
+def _train_step_body(graphdef, state, batch, *, task: str, label_smoothing: float):
   model, optimizer = nnx.merge(graphdef, state)
 
   def loss_fn(model):
@@ -161,9 +198,10 @@ def _train_step(graphdef, state, batch, *, task: str, label_smoothing: float):
   return nnx.state((model, optimizer)), out
 
 
-def _eval_step(graphdef, state, batch, *, task: str):
+def _eval_step(graphdef, state, batch, *, task: str, mesh=None, rules=None):
   model, _ = nnx.merge(graphdef, state)
-  return tasks.loss_sums(model, batch, task=task, deterministic=True)
+  with _step_context(mesh, rules):
+    return tasks.loss_sums(model, batch, task=task, deterministic=True)
 
 
 def _redraw_features(graphdef, state, key):
@@ -286,10 +324,10 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
   batch_sharding = mesh_lib.batch_sharding(mesh)
 
   train_step = jax.jit(
-      functools.partial(_train_step, graphdef, task=config.task,
+      functools.partial(_train_step, graphdef, task=config.task, mesh=mesh, rules=rules,
                         label_smoothing=float(config.get("label_smoothing", 0.0))),
       in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, None), donate_argnums=(0,))
-  eval_step = jax.jit(functools.partial(_eval_step, graphdef, task=config.task),
+  eval_step = jax.jit(functools.partial(_eval_step, graphdef, task=config.task, mesh=mesh, rules=rules),
                       in_shardings=(state_sharding, batch_sharding))
   redraw_every = int(config.get("feature_redraw_every", 0) or 0)
   redraw = jax.jit(functools.partial(_redraw_features, graphdef), in_shardings=(state_sharding, None),

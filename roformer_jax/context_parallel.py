@@ -1,0 +1,176 @@
+"""Context parallelism: the sequence axis of activations split over the mesh's `context` axis.
+
+With `config.mesh.context = C`, every activation [B, T, ...] is sharded T-wise into C pieces
+(the logical axis "length", mapped to the mesh axis "context" by the rules table), so one
+device holds T / C tokens of each row, and per-device activation memory falls as 1 / C.
+Everything in a transformer layer is per token except attention, so only attention talks
+across the axis:
+
+- **RoPE** is elementwise in the token: each shard rotates its q and k with its own slice of
+  the global `positions` array, which the model computed over the whole row before
+  sharding, so the phases are exactly the unsharded ones (packing and left padding included).
+- **Attention** (`attention`) runs under `jax.shard_map`: a device all-gathers K, V and the
+  key-side mask factors over the axis and attends its T / C queries to all S keys, with the
+  chunked (O(T + S) memory) or the dense kernel. Causal masks use global slot indices.
+- **Load balance** for causal attention (`zigzag_order`): with contiguous shards the last
+  shard has C times the work of the first (it sees every key, the first sees 1 / C of them).
+  The causal models therefore permute each row so that shard i holds chunks i and 2C - 1 - i
+  (zig-zag, as in MaxText and Ring/Striped attention), and restore the order after the last
+  layer; every shard then has the same number of (query, key) pairs below the diagonal.
+
+All-gather, not a ring of `ppermute`: the gathered K/V of one layer (2 x T x D per row) is
+small next to the T / C x T logits a dense shard forms, and with chunked attention the peak
+is one K/V copy plus a tile; a ring would save that one copy at the price of C sequential
+steps whose transfers XLA must overlap with compute to pay off. On the fake-device CPU mesh
+this project can test on, transfers are memcpys and cannot show that overlap, so the simpler
+collective is the one we can measure (docs/benchmarks.md, B8). Backward: the all-gather's
+transpose is a reduce-scatter of dK and dV, which XLA emits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax.core import spmd
+from jax.sharding import PartitionSpec as P
+
+AXIS = "context"
+
+
+def _mesh():
+  mesh = jax.sharding.get_abstract_mesh()
+  return None if mesh.empty else mesh
+
+
+def size() -> int:
+  """The context axis's size in the current mesh context (`jax.set_mesh`); 1 without one."""
+  mesh = _mesh()
+  return int(mesh.shape[AXIS]) if mesh is not None and AXIS in mesh.axis_names else 1
+
+
+def _rules():
+  from roformer_jax import mesh as mesh_lib  # mesh.py imports nothing from the model side
+  return dict(spmd.get_logical_axis_rules() or mesh_lib.DEFAULT_RULES)
+
+
+def _axes(logical: str):
+  target = _rules().get(logical)
+  mesh = _mesh()
+  names = () if target is None else (tuple(target) if isinstance(target, (list, tuple)) else (target,))
+  names = tuple(n for n in names if mesh is not None and n in mesh.axis_names and mesh.shape[n] > 1)
+  return names or None
+
+
+def _batch_axes():
+  return _axes("batch")
+
+
+def _length_axes():
+  axes = _axes("length")
+  if axes not in (None, (AXIS,)):
+    raise ValueError(f"logical_axis_rules maps 'length' to {axes}; context parallelism needs ('length', "
+                     f"'{AXIS}') (mesh.DEFAULT_RULES).")
+  return axes
+
+
+def check_length(length: int, *, causal: bool, name: str = "sequence") -> None:
+  """Raises a clear error if `length` cannot be split over the context axis."""
+  c = size()
+  need = 2 * c if causal else c
+  if c > 1 and length % need:
+    kind = "causal (zig-zag: 2 x context chunks)" if causal else "bidirectional"
+    raise ValueError(f"the {name} length {length} is not a multiple of {need}, which context parallelism over "
+                     f"mesh.context={c} needs for {kind} attention; pad or pack rows to a multiple of {need} "
+                     "(data.max_length), or change mesh.context.")
+
+
+def shard(x: jax.Array) -> jax.Array:
+  """x [B, T, ...] constrained to (batch axes, context axis, replicated...) when C > 1."""
+  if size() == 1:
+    return x
+  spec = P(_batch_axes(), _length_axes(), *([None] * (x.ndim - 2)))
+  return jax.lax.with_sharding_constraint(x, spec)
+
+
+def zigzag_order(length: int, c: int) -> np.ndarray:
+  """Slot order int[T] whose C contiguous shards hold chunks (i, 2C - 1 - i) of 2C chunks.
+
+  Shard i's causal work is then (i + 1/2) + (2C - i - 1/2) = 2C chunk pairs for every i.
+  """
+  if c == 1:
+    return np.arange(length, dtype=np.int32)
+  chunks = np.arange(length, dtype=np.int32).reshape(2 * c, length // (2 * c))
+  return np.concatenate([np.concatenate([chunks[i], chunks[2 * c - 1 - i]]) for i in range(c)])
+
+
+class Order:
+  """The permutation a causal model applies under context parallelism (identity otherwise)."""
+
+  def __init__(self, length: int, *, causal: bool):
+    c = size()
+    self.active = causal and c > 1
+    self.order = zigzag_order(length, c) if self.active else None
+    self.inverse = np.argsort(self.order).astype(np.int32) if self.active else None
+
+  def permute(self, x):
+    """x [B, T, ...] in zig-zag order (None stays None)."""
+    return x if (x is None or not self.active) else jnp.take(jnp.asarray(x), self.order, axis=1)
+
+  def restore(self, x):
+    return x if not self.active else jnp.take(x, self.inverse, axis=1)
+
+  def slots(self, batch: int):
+    """int[B, T] original slot of each permuted position (the causal mask's indices), or None."""
+    if not self.active:
+      return None
+    return jnp.broadcast_to(jnp.asarray(self.order), (batch, len(self.order)))
+
+
+def attention(q, k, v, *, mask, scale: float, implementation: str | None, dropout_rate: float = 0.0,
+              dropout_rng=None):
+  """Softmax attention with q, k, v [B, T|S, N, H] sharded T-wise over the context axis.
+
+  Each device all-gathers K, V and the key-side mask factors and attends its own queries to
+  every key, with `dot_product_attention(implementation=...)` (rotation is done by the
+  caller, which rotates the sharded q and k with their global positions).
+  """
+  from roformer_jax import attention as attn  # attention.py imports this module
+
+  mesh = _mesh()
+  batch, length = _batch_axes(), _length_axes()
+  n = q.shape[2]
+  tensor = "tensor" if ("tensor" in mesh.axis_names and mesh.shape["tensor"] > 1
+                        and n % mesh.shape["tensor"] == 0 and k.shape[2] % mesh.shape["tensor"] == 0) else None
+  heads = P(batch, length, tensor, None)
+  rows = P(batch, length)
+  if mask is not None and not isinstance(mask, attn.MaskFactors):
+    raise ValueError("context parallelism needs the mask as MaskFactors (mask_factors): a dense [T, S] mask "
+                     "cannot be split over the context axis.")
+  mask_specs = jax.tree.map(lambda _: rows, mask)
+  use_dropout = dropout_rate > 0.0 and dropout_rng is not None
+  key = jax.random.key_data(dropout_rng) if use_dropout else None
+
+  def local(q, k, v, mask, key=None):
+    gather = lambda x: None if x is None else jax.lax.all_gather(x, AXIS, axis=1, tiled=True)
+    k, v = gather(k), gather(v)
+    if mask is not None:
+      mask = dataclasses.replace(mask, kv_valid=gather(mask.kv_valid), kv_segment_ids=gather(mask.kv_segment_ids),
+                                 kv_index=gather(mask.kv_index))
+    rng = None
+    if key is not None:  # a different dropout stream on every device
+      for ax in mesh.axis_names:
+        key = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key), jax.lax.axis_index(ax)))
+      rng = jax.random.wrap_key_data(key)
+    return attn.dot_product_attention(q, k, v, mask=mask, scale=scale, implementation=implementation,
+                                      dropout_rate=dropout_rate if rng is not None else 0.0, dropout_rng=rng)
+
+  args, specs = (q, k, v, mask), (heads, heads, heads, mask_specs)
+  if key is not None:
+    args, specs = args + (key,), specs + (P(),)
+  return jax.shard_map(local, in_specs=specs, out_specs=heads, check_vma=False)(*args)
+
+
+__all__ = ["AXIS", "Order", "attention", "check_length", "shard", "size", "zigzag_order"]
