@@ -9,10 +9,11 @@ from roformer_jax import checkpoints, errors, mesh as mesh_lib
 
 
 @pytest.mark.parametrize("cfg, n, shape", [
-    ({"data": -1, "fsdp": 1, "tensor": 1}, 8, (8, 1, 1)),
-    ({"data": 2, "fsdp": -1, "tensor": 2}, 8, (2, 2, 2)),
-    ({"data": 1, "fsdp": 2, "tensor": 4}, 8, (1, 2, 4)),
-    ({"data": -1}, 1, (1, 1, 1)),
+    ({"data": -1, "fsdp": 1, "tensor": 1}, 8, (8, 1, 1, 1)),
+    ({"data": 2, "fsdp": -1, "tensor": 2}, 8, (2, 2, 1, 2)),
+    ({"data": 1, "fsdp": 2, "tensor": 4}, 8, (1, 2, 1, 4)),
+    ({"data": 2, "context": -1}, 8, (2, 1, 4, 1)),
+    ({"data": -1}, 1, (1, 1, 1, 1)),
 ])
 def test_mesh_shape_fills_the_minus_one_axis(cfg, n, shape):
   assert mesh_lib.mesh_shape(cfg, n) == shape

@@ -7,6 +7,7 @@ tests/test_reliability.py and scripts/fault_campaign.py.
 
 import json
 import os
+import shutil
 import pathlib
 import socket
 import subprocess
@@ -95,6 +96,15 @@ def test_one_device_and_eight_devices_give_the_same_loss(tmp_path):
   assert len(a) == len(b) == 3
   np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
+  # Context parallelism (issue 15): (data=2, context=4), then step 3 again after a restore
+  # onto (data=4, context=2). The same losses as one device, whatever the context size.
+  run = dict(total_steps=3, checkpoint_every_steps=2, async_checkpoints=False)
+  trainer.train_and_evaluate(smoke(mesh={"data": 2, "fsdp": 1, "context": 4, "tensor": 1}, **run), str(tmp_path / "cp"))
+  shutil.rmtree(tmp_path / "cp" / "checkpoints" / "3")
+  trainer.train_and_evaluate(smoke(mesh={"data": 4, "fsdp": 1, "context": 2, "tensor": 1}, **run), str(tmp_path / "cp"))
+  c = {r["step"]: r["loss"] for r in rows(tmp_path / "cp") if "loss" in r}  # the resumed step 3 last
+  np.testing.assert_allclose([c[1], c[2], c[3]], a, rtol=1e-5, atol=1e-5)
+
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
   config = smoke(total_steps=6, checkpoint_every_steps=1, async_checkpoints=False)
@@ -135,11 +145,11 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
   process (it once had 1, and the second process had nothing to read)."""
   port = _free_port()
   common = ["--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2", "--cpu_devices", "2",
-            "--config.total_steps=3", "--config.mesh.fsdp=2"]
+            "--config.total_steps=3", "--config.mesh.fsdp=2", "--config.mesh.context=2"]
   procs = [train_cli(tmp_path, *common, "--process_id", str(i), wait=False) for i in range(2)]
   outs = [p.communicate(timeout=300)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outs)
-  assert "mesh {'data': 2, 'fsdp': 2, 'tensor': 1}" in outs[0]
+  assert "mesh {'data': 1, 'fsdp': 2, 'context': 2, 'tensor': 1}" in outs[0]  # context within a process
   assert [r["step"] for r in rows(tmp_path) if "loss" in r] == [1, 2, 3]  # process 0 writes once
   assert "3" in os.listdir(tmp_path / "checkpoints")
 

@@ -1,0 +1,149 @@
+"""Context parallelism on 8 fake CPU devices: a (data=2, context=4) mesh gives the loss and
+gradients of one device, for each model family, with packing and left padding.
+
+The reference is the same model run unsharded on one device (no mesh in context). A shard
+that rotated with its local positions, a causal mask on permuted slots, or a lost K/V shard
+would each change the loss (`test_the_comparison_can_fail`).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from roformer_jax import context_parallel as cp
+from roformer_jax import mesh as mesh_lib
+from roformer_jax import models as M
+
+TINY = dict(d_model=32, num_layers=2, num_heads=4, d_ff=64, dropout=0.0, attention_dropout=0.0, vocab_size=50,
+            max_position=128)
+B, T = 4, 32
+
+
+def _batch(kind, seed=0):
+  rng = np.random.default_rng(seed)
+  if kind == "packed":
+    seg = np.sort(rng.integers(0, 4, (B, T)), axis=1).astype(np.int32)
+    seg[:, 0] = np.maximum(seg[:, 0], 1)
+    ids = np.where(seg != 0, rng.integers(3, 50, (B, T)), 0).astype(np.int32)
+    return {"ids": ids, "seg": seg, "weights": (seg != 0).astype(np.float32)}
+  # left padding: row i starts after 3 * i pad tokens; positions count real tokens only.
+  valid = np.arange(T)[None, :] >= 3 * np.arange(B)[:, None]
+  ids = np.where(valid, rng.integers(3, 50, (B, T)), 0).astype(np.int32)
+  return {"ids": ids, "valid": valid, "weights": valid.astype(np.float32)}
+
+
+def _model(family, impl):
+  cfg = M.ModelConfig(**TINY, attention_implementation=impl)
+  rngs = nnx.Rngs(0)
+  return {"lm": M.CausalLM, "mlm": M.RoFormerForMaskedLM, "seq2seq": M.TransformerSeq2Seq}[family](cfg, rngs=rngs)
+
+
+def _call(family, model, batch):
+  ids = batch["ids"]
+  if family == "seq2seq":
+    if "seg" in batch:
+      return model(ids, ids, src_segment_ids=batch["seg"], tgt_segment_ids=batch["seg"])
+    return model(ids, ids, src_mask=batch["valid"], tgt_mask=batch["valid"])
+  if "seg" in batch:
+    return model(ids, segment_ids=batch["seg"])
+  return model(ids, attention_mask=batch["valid"])
+
+
+def _loss_and_grads(family, impl, batch, mesh=None):
+  graphdef, params, rest = nnx.split(_model(family, impl), nnx.Param, ...)
+
+  def loss(params, batch):
+    logits = _call(family, nnx.merge(graphdef, params, rest), batch)
+    logp = jax.nn.log_softmax(logits, -1)
+    return -jnp.sum(jnp.take_along_axis(logp, batch["ids"][..., None], -1)[..., 0] * batch["weights"])
+
+  fn = jax.jit(jax.value_and_grad(loss))
+  if mesh is None:
+    return fn(params, batch)
+  with jax.set_mesh(mesh):
+    sharded = jax.device_put(batch, NamedSharding(mesh, P(mesh_lib.BATCH_AXES)))
+    return fn(params, sharded)
+
+
+def _assert_same(a, b, rtol=1e-5):
+  (va, ga), (vb, gb) = a, b
+  np.testing.assert_allclose(float(vb), float(va), rtol=rtol)
+  scale = max(float(jnp.abs(g).max()) for g in jax.tree.leaves(ga))  # the gradient's overall scale
+  for (path, x), y in zip(jax.tree.leaves_with_path(ga), jax.tree.leaves(gb)):
+    err = float(jnp.abs(x - y).max())
+    assert err <= rtol * max(float(jnp.abs(x).max()), 0.01 * scale), (jax.tree_util.keystr(path), err)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+  return mesh_lib.make_mesh({"data": 2, "context": 4})
+
+
+@pytest.mark.parametrize("family,impl,kind", [
+    ("lm", "chunked", "packed"), ("lm", "xla", "left_padded"), ("mlm", "xla", "packed"),
+    ("mlm", "chunked", "left_padded"), ("seq2seq", "chunked", "packed"),
+])
+def test_data2_context4_equals_one_device(mesh, family, impl, kind):
+  batch = _batch(kind)
+  _assert_same(_loss_and_grads(family, impl, batch), _loss_and_grads(family, impl, batch, mesh))
+
+
+def test_the_comparison_can_fail(mesh, monkeypatch):
+  """Were each shard to rotate with positions counted from its own first token, the loss
+  would change: the equivalence above really checks the global phases."""
+  batch = _batch("left_padded")
+  one = _loss_and_grads("mlm", "xla", batch)
+  original = M.positional.default_positions
+
+  def local_positions(shape, **kw):  # per-shard positions: restart every T / C tokens
+    return original(shape, **kw) % (shape[1] // 4)
+
+  monkeypatch.setattr(M.positional, "default_positions", local_positions)
+  wrong = _loss_and_grads("mlm", "xla", batch, mesh)
+  with pytest.raises(AssertionError):
+    _assert_same(one, wrong)
+
+
+def test_activations_are_sharded_and_attention_gathers_over_context(mesh):
+  """The compiled step splits the sequence: per-device hidden states are T / 4 long, and
+  the K/V all-gathers run over the context axis."""
+  batch = _batch("packed")
+  graphdef, params, rest = nnx.split(_model("lm", "chunked"), nnx.Param, ...)
+
+  def hidden(params, batch):
+    model = nnx.merge(graphdef, params, rest)
+    x = model.embeddings(batch["ids"], positions=jnp.zeros_like(batch["ids"]))
+    return cp.shard(x)
+
+  with jax.set_mesh(mesh):
+    sharded = jax.device_put(batch, NamedSharding(mesh, P(mesh_lib.BATCH_AXES)))
+    x = jax.jit(hidden)(params, sharded)
+    assert {s.data.shape for s in x.addressable_shards} == {(B // 2, T // 4, TINY["d_model"])}
+    fn = jax.jit(jax.grad(lambda p, b: jnp.sum(_call("lm", nnx.merge(graphdef, p, rest), b))))
+    hlo = fn.lower(params, sharded).compile().as_text()
+  assert "all-gather" in hlo
+
+
+def test_zigzag_order_balances_causal_work():
+  for t, c in [(16, 2), (64, 4), (64, 8)]:
+    order = cp.zigzag_order(t, c)
+    assert sorted(order.tolist()) == list(range(t))
+    shards = order.reshape(c, t // c)
+    work = [int(sum(s + 1 for s in shard)) for shard in shards]  # causal keys seen by each shard's queries
+    assert len(set(work)) == 1, work
+    contiguous = [int(sum(s + 1 for s in shard)) for shard in np.arange(t).reshape(c, t // c)]
+    assert max(contiguous) / min(contiguous) > 2
+
+
+def test_lengths_that_do_not_split_are_refused_clearly(mesh):
+  batch = _batch("packed")
+  batch = {k: v[:, :28] for k, v in batch.items()}  # 28 is not a multiple of 2 x 4
+  with pytest.raises(ValueError, match=r"length 28 is not a multiple of 8.*mesh.context=4"):
+    _loss_and_grads("lm", "chunked", batch, mesh)
+  cfg = dict(TINY, attention="linear")
+  model = M.CausalLM(M.ModelConfig(**cfg), rngs=nnx.Rngs(0))
+  with jax.set_mesh(mesh), pytest.raises(ValueError, match="needs softmax attention"):
+    model(jnp.asarray(batch["ids"]))
