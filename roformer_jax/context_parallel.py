@@ -24,7 +24,9 @@ is one K/V copy plus a tile; a ring would save that one copy at the price of C s
 steps whose transfers XLA must overlap with compute to pay off. On the fake-device CPU mesh
 this project can test on, transfers are memcpys and cannot show that overlap, so the simpler
 collective is the one we can measure (docs/benchmarks.md, B8). Backward: the all-gather's
-transpose is a reduce-scatter of dK and dV, which XLA emits.
+transpose is a reduce-scatter of dK and dV, which XLA emits. The gathered K/V are not kept
+for the backward pass (it gathers again and recomputes the attention forward, one extra
+attention forward per layer), so per-device activation memory falls as 1 / C.
 """
 
 from __future__ import annotations
@@ -170,6 +172,10 @@ def attention(q, k, v, *, mask, scale: float, implementation: str | None, dropou
   args, specs = (q, k, v, mask), (heads, heads, heads, mask_specs)
   if key is not None:
     args, specs = args + (key,), specs + (P(),)
+  # Rematerialised: the backward pass gathers K/V again and recomputes this forward, so
+  # the residuals kept per layer are the local q, k, v (T / C tokens), not the gathered K/V
+  # (T tokens), and per-device activation memory stays proportional to 1 / C.
+  local = jax.checkpoint(local)
   return jax.shard_map(local, in_specs=specs, out_specs=heads, check_vma=False)(*args)
 
 

@@ -562,7 +562,7 @@ class CausalLM(nnx.Module):
                                 shape=tokens.shape, order=order)
     x = _run_layers(self.config, self.layers, x, positions=positions, mask=mask, kv_valid=valid,
                     segment_ids=segment_ids, deterministic=deterministic)
-    return self._logits(order.restore(x))
+    return self._logits(context_parallel.shard(order.restore(x)))
 
   def init_cache(self, batch: int, max_len: int, dtype=None) -> dict[str, Any]:
     """An empty decode cache for `max_len` tokens (prompt + generated)."""
@@ -665,7 +665,7 @@ class TransformerSeq2Seq(nnx.Module):
                               kv_segment_ids=src_segment_ids)
     x = _run_layers(self.config, self.decoder, x, positions=positions, mask=mask, context=encoded,
                     context_mask=cross_mask, deterministic=deterministic)
-    return self._logits(order.restore(x))
+    return self._logits(context_parallel.shard(order.restore(x)))
 
   def __call__(self, src_ids, tgt_ids, *, src_mask=None, tgt_mask=None, src_segment_ids=None,
                tgt_segment_ids=None, src_positions=None, tgt_positions=None, deterministic: bool = True):

@@ -65,6 +65,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                      f"task={config.task!r}.")
   mesh_lib.rules_from_config(config.logical_axis_rules)
   check_context_parallel(config)
+  make_optimizer(config)  # schedule errors (warmup_steps > total_steps, ...) before any work
 
 
 def check_context_parallel(config: ml_collections.ConfigDict) -> None:

@@ -125,6 +125,9 @@ def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     (dict(**{"model.position": "alibi"}), "alibi"),
     (dict(**{"eval.average_last": 5}), r"average_last=5 .*keep_checkpoints=3 .*--config.keep_checkpoints=5"),
     (dict(**{"model.attention_implementation": "cudnn"}), r"'cudnn' needs a GPU, but JAX's backend is 'cpu'"),
+    (dict(**{"mesh.context": 4, "mesh.data": 2, "data.max_length": 60}),
+     r"data.max_length=60 is not a multiple of 8: mesh.context=4 .*zig-zag.* e.g. 64"),
+    (dict(**{"mesh.context": 2, "mesh.data": 4, "model.attention": "linear"}), r"mesh.context=2 needs model.attention"),
 ])
 def test_bad_configs_fail_before_training(tmp_path, overrides, match):
   with pytest.raises(Exception, match=match):
