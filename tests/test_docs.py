@@ -13,7 +13,7 @@ How each is treated (docs/development.md, "How the docs are tested", says the sa
 - `make test` is this suite; `make <target>` runs the target's recipe from the Makefile.
 - The shrink rule, the same for every command:
   - train.py, eval.py and generate.py get the config's `smoke` variant (`:smoke`, or `,smoke`
-    after other variants);
+    after other variants); train.py loses `--config.total_steps` / `--config.optim.warmup_steps`;
   - scripts in bench/, experiments/ and scripts/ get `--smoke`;
   - pytest commands are not run (the suite runs those tests): each named file or test must
     exist, and a `-k` expression must select at least one of their tests.
@@ -209,12 +209,18 @@ def shrink(text):
         if p.startswith("--config=") and prefix == "--config=":
           parts[i] = "--config=" + _smoke_config(p[len("--config="):])
           break
+    if base == "train.py":  # the smoke variant fixes the run's length (2 steps)
+      parts = [p for p in parts if not p.startswith(RUN_LENGTH_FLAGS)]
   elif script.split("/")[0].lstrip("./") in ("bench", "experiments", "scripts") or \
       os.path.dirname(script.lstrip("./")) in ("bench", "experiments", "scripts"):
     if "--smoke" not in parts:
       parts.append("--smoke")
   line = " ".join(map(shlex.quote, env + parts))
   return line + (" &" if background else "")
+
+
+# A documented training length (and its warmup) gives way to the smoke variant's two steps.
+RUN_LENGTH_FLAGS = ("--config.total_steps=", "--config.optim.warmup_steps=")
 
 
 def _is_pytest(parts):
@@ -436,6 +442,9 @@ def test_shrink_rule():
       "python eval.py --config=configs/default.py:smoke --workdir W"
   assert shrink(".venv/bin/python bench/rope.py --record") == ".venv/bin/python bench/rope.py --record --smoke"
   assert shrink("python experiments/run.py e2  # MLM") == "python experiments/run.py e2 --smoke"
+  assert shrink("python train.py --config configs/default.py --workdir W --config.total_steps=20 "
+                "--config.optim.warmup_steps=5 --config.batch_size=1") == \
+      "python train.py --config configs/default.py:smoke --workdir W --config.batch_size=1"
   assert shrink("make train") == "python train.py --config configs/default.py:smoke --workdir workdirs/default"
   assert shrink(".venv/bin/python -m pytest -n 2 tests/test_rope.py") is None  # checked, not run
   cmds, problems = collect_markdown("x.md", "a `python train.py --config c.py --workdir W # needs: gpu` b\n"
