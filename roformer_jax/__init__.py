@@ -2,7 +2,7 @@
 
 Public modules:
   rope        pure RoPE functions (eq. 34 and the dense eq. 15), scalings, layouts
-  attention   softmax attention with RoPE, linear attention (eq. 19), MultiHeadAttention
+  attention   softmax attention with RoPE (dense or chunked), linear attention (eq. 19), MultiHeadAttention
   positional  the position-encoding enum (rope | sinusoidal | learned | none)
   models      ModelConfig; RoFormer encoder and heads, Transformer-base seq2seq, causal LM
   decoding    greedy / sampling / beam search over the models' decode caches
@@ -11,6 +11,8 @@ Public modules:
   data                Grain/TFDS input pipelines, tokenizers, the offline corpus
   trainer             train_and_evaluate(config, workdir): the sharded training loop
   mesh, checkpoints, metrics, tasks   the trainer's parts
+  chunked_attention   exact attention in O(T + S) memory (online softmax, recomputing backward)
+  context_parallel    sequences split over the mesh's context axis
 """
 
 import importlib
@@ -23,7 +25,7 @@ __version__ = "0.1.0"
 # optax and absl) for every user of the pure RoPE functions. tests/test_packaging.py checks
 # each module's import set.
 _SUBMODULES = frozenset(__all__) | {
-    "checkpoints", "data", "errors", "eval_metrics", "evaluate", "launch", "losses", "mesh", "metrics",
+    "checkpoints", "chunked_attention", "context_parallel", "data", "errors", "eval_metrics", "evaluate", "launch", "losses", "mesh", "metrics",
     "optim", "partitioning", "stopping", "tasks", "trainer", "workdir_lock"}
 
 

@@ -39,6 +39,7 @@ FOOTPRINTS = {
     "roformer_jax.rope": (JAX, ()),
     "roformer_jax.positional": (JAX, ()),
     "roformer_jax.attention": (FLAX, ()),
+    "roformer_jax.chunked_attention": (JAX, ()),
     "roformer_jax.models": (FLAX, ()),
     "roformer_jax.decoding": (FLAX, ()),
     "roformer_jax.hf": (FLAX, ("safetensors",)),  # imported where checkpoints are read or written
