@@ -177,9 +177,17 @@ def _allgather_strings(strings: list[str]) -> list[str]:
 def _loss_pass(config, graphdef, state, mesh, batches, progress_desc: str) -> dict[str, float]:
   """Summed loss/weight/correct over `batches` (token-level tasks and classification loss)."""
 
+  rules = mesh_lib.rules_from_config(config.logical_axis_rules)
+  context = mesh.shape.get("context", 1)
+
   @jax.jit
   def step(state, batch):
-    return tasks.loss_sums(nnx.merge(graphdef, state), batch, task=config.task, deterministic=True)
+    # Split over the context axis like training, at every length that splits evenly (the
+    # length curve's shorter rows may not); other lengths run unsplit on the same mesh.
+    length = max(v.shape[1] for v in batch.values() if v.ndim == 2)
+    split = context > 1 and length % (2 * context) == 0
+    with trainer.step_context(mesh if split else None, rules):
+      return tasks.loss_sums(nnx.merge(graphdef, state), batch, task=config.task, deterministic=True)
 
   sums = {"loss": 0.0, "weight": 0.0, "correct": 0.0}
   from tqdm import tqdm

@@ -167,7 +167,7 @@ def create_state(config: ml_collections.ConfigDict, mesh, rules, tx):
 
 
 @contextlib.contextmanager
-def _step_context(mesh, rules):
+def step_context(mesh, rules):
   """Traces a step with the mesh and the logical rules in context: context parallelism
   (context_parallel.py) reads the context axis and the "length" rule from them."""
   if mesh is None:
@@ -178,7 +178,7 @@ def _step_context(mesh, rules):
 
 
 def _train_step(graphdef, state, batch, *, task: str, label_smoothing: float, mesh=None, rules=None):
-  with _step_context(mesh, rules):
+  with step_context(mesh, rules):
     return _train_step_body(graphdef, state, batch, task=task, label_smoothing=label_smoothing)
 
 
@@ -201,7 +201,7 @@ def _train_step_body(graphdef, state, batch, *, task: str, label_smoothing: floa
 
 def _eval_step(graphdef, state, batch, *, task: str, mesh=None, rules=None):
   model, _ = nnx.merge(graphdef, state)
-  with _step_context(mesh, rules):
+  with step_context(mesh, rules):
     return tasks.loss_sums(model, batch, task=task, deterministic=True)
 
 
