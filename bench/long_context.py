@@ -1,8 +1,8 @@
 """B8: long sequences. Dense, chunked (exact, O(N) memory) and linear attention to 64K, and the default model's train step.
 
 Run (from the repository root):
-  .venv/bin/python bench/long_context.py                        # about 10 min on 2 CPU cores
-  .venv/bin/python bench/long_context.py --max-time-len 65536   # also time chunked attention at 32K and 64K (slow)
+  .venv/bin/python bench/long_context.py                        # about 7 min on 2 CPU cores
+  .venv/bin/python bench/long_context.py --max-time-len 65536   # also time chunked at 32K, 64K (~13 min more)
   .venv/bin/python bench/long_context.py --record               # also save the figures for bench/report.py
   .venv/bin/python bench/long_context.py --smoke                # seconds: tiny shapes; writes nothing
 
