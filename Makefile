@@ -44,6 +44,7 @@ bench: venv
 	$(PY) bench/remat.py --record
 	$(PY) bench/gpu_mlm.py --record
 	$(PY) bench/checkpoint_digest.py --record
+	$(PY) bench/long_context.py --record
 	$(PY) bench/report.py
 
 figures: venv

@@ -146,6 +146,26 @@ def _attention_fit() -> float:
   return max(fig("attention", "B4.linear_mem_vs_linear_fit_fwd"), fig("attention", "B4.linear_mem_vs_linear_fit_fwd_bwd"))
 
 
+def _b8(fig_id: str, passes: tuple[str, ...] = ("fwd", "fwd_bwd")) -> list[float]:
+  """A B8 (bench/long_context.py) figure per pass: `fig_id` with {} for the pass."""
+  return [fig("long_context", fig_id.format(p)) for p in passes]
+
+
+def _b8_row(rows: str, key: str, **match) -> float:
+  """A value of one measured row of B8's result file (rows: "results" or "train")."""
+  (value,) = [r[key] for r in bench("long_context")["result"][rows] if all(r.get(k) == v for k, v in match.items())]
+  return value
+
+
+def _b8_train_gib(impl: str, t: int) -> str:
+  return f(_b8_row("train", "peak_bytes", impl=impl, T=t) / 2**30, 1)
+
+
+def _b8_1k(pas: str) -> float:
+  get = lambda method: _b8_row("results", "ms", part="attention", method=method, N=1024, **{"pass": pas})  # noqa: E731
+  return get("chunked") / get("dense")
+
+
 def _absolute_at_8x() -> float:
   return mean([length_curve("learned", 1024), length_curve("sinusoidal-scaled (embeddings x sqrt(D))", 1024)])
 
@@ -264,6 +284,30 @@ FIGURES = [
      lambda: [f(bench("decode")["result"]["load_avg_1min"], 1),
               report.fmt_value(fig("decode", "B4.decode_softmax_cached_vs_recompute"), ""),
               report.fmt_value(fig("decode", "B4.decode_linear_cached_vs_recompute"), "")]),
+    ("docs/benchmarks.md", "| chunked memory within 1.2× of a least-squares fit a + bN, N = 1K … 64K | forward **{}×** (at "
+     "1K, where the fixed cost weighs most), fwd+bwd **{}×** |",
+     lambda: [f(v, 2) for v in _b8("B8.chunked_mem_vs_linear_fit_{}")]),
+    ("docs/benchmarks.md", "| chunked fwd+bwd time ≤ 1.3× dense at 2K | **{}×** |",
+     lambda: [f(fig("long_context", "B8.chunked_over_dense_time_2048_fwd_bwd"), 2)]),
+    ("docs/benchmarks.md", "8K is the only such N on this machine: **{}×** forward, **{}×** fwd+bwd |",
+     lambda: [f(v, 2) for v in _b8("B8.chunked_over_dense_time_from_8192_{}")]),
+    ("docs/benchmarks.md", "| dense / chunked peak memory at 64K (memory analysis) | {}× forward, {}× fwd+bwd |",
+     lambda: [report.fmt_value(v, "") for v in _b8("B8.dense_over_chunked_mem_{}")]),
+    ("docs/benchmarks.md", "(what tile skipping saves) | {}× forward, {}× fwd+bwd |",
+     lambda: [f(v, 2) for v in _b8("B8.causal_skip_speedup_8192_{}")]),
+    ("docs/benchmarks.md", "train step fits in 20 GiB | xla **{}**, chunked **{}** |",
+     lambda: [str(fig("long_context", "B8.train_longest_T_20GiB_xla")),
+              f"{fig('long_context', 'B8.train_longest_T_20GiB_chunked'):,}"]),
+    ("docs/benchmarks.md", "| train step time, chunked / xla | {}× at 2K, {}× at 4K (xla at 8K needs {} GiB",
+     lambda: [f(fig("long_context", f"B8.train_chunked_over_xla_time_{t}"), 2) for t in (2048, 4096)]
+     + [_b8_train_gib("xla", 8192)]),
+    ("docs/benchmarks.md", "({}× forward, {}× fwd+bwd at 1K)", lambda: [f(_b8_1k(p), 2) for p in ("fwd", "fwd+bwd")]),
+    ("docs/benchmarks.md", "chunked attention ({} GiB at 32K, {} GiB at 256K). With xla it grows quadratically: {} GiB "
+     "at 8K, {} GiB at 16K.",
+     lambda: [_b8_train_gib("chunked", 32768), _b8_train_gib("chunked", 262144), _b8_train_gib("xla", 8192),
+              _b8_train_gib("xla", 16384)]),
+    ("docs/benchmarks.md", "512×512 took {}× its time at 2K and {}× at 8K",
+     lambda: [f(fig("long_context", f"B8.default_tile_over_best_{n}_fwd_bwd"), 2) for n in (2048, 8192)]),
     # ---------------------------------------------------------------- docs/training.md (figures only)
     ("docs/training.md", "B=8, T=512 on CPU: {}% of the memory at about the same speed, or {}% for {}% more time",
      lambda: [f(100 * _remat("c", "dots", "memory"), 0), f(100 * _remat("c", "full", "memory"), 0),

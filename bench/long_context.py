@@ -1,0 +1,681 @@
+"""B8: long sequences. Dense, chunked (exact, O(N) memory) and linear attention to 64K, and the default model's train step.
+
+Run (from the repository root):
+  .venv/bin/python bench/long_context.py                        # about 7 min on 2 CPU cores
+  .venv/bin/python bench/long_context.py --max-time-len 65536   # also time chunked at 32K, 64K (~13 min more)
+  .venv/bin/python bench/long_context.py --record               # also save the figures for bench/report.py
+  .venv/bin/python bench/long_context.py --smoke                # seconds: tiny shapes; writes nothing
+
+Part 1, attention alone, for x [B=1, N, heads=4, H=64] in float32 (as bench/attention.py),
+N = 1K, 2K, ..., 64K, all with RoPE on q and k:
+  dense:   `dot_product_attention(implementation="xla")` with a causal `make_attention_mask`
+           (the [B, heads, N, N] logits and probabilities are materialised);
+  chunked: `dot_product_attention(implementation="chunked")` with causal `mask_factors`
+           (`chunked_attention`, default 512 x 512 tiles; tiles above the diagonal are skipped);
+  linear:  `linear_attention(..., causal=True, feature_map="elu")` with RoPE on phi(q), phi(k) (eq. 19).
+Each is compiled forward and forward+backward (the VJP w.r.t. q, k, v). Peak memory is XLA's
+compiled memory analysis (argument + output + temp - alias bytes): deterministic, no run
+needed, so it is reported at every N. A call is run and timed only where that peak is under
+`--mem-limit-gb` and, for dense and chunked attention (quadratic time), N <= `--max-time-len`
+(default 16K: chunked fwd+bwd takes about 20 s a call at 32K on 2 cores). Linear attention is
+timed at every N. Also, at N in `--skip-lens` (8K): chunked attention without a mask, against
+the causal call, which shows what skipping the tiles above the diagonal saves; and at N in
+`--tile-lens` (2K, 8K): chunked attention called directly with each tile size of `--tiles`,
+to see which block_q x block_k is fastest on this machine.
+Timing: every runnable configuration of one (N, pass) takes part in `--rounds` rounds (order
+rotated); in each, an untimed warm-up call and then 2 timed calls (5 under 50 ms, 1 over
+`--slow-s`). The median over all timed calls is reported (with min and max), so ratios within
+a group share the machine's drifts (the development machine is shared with other jobs).
+
+Part 2, configs/default.py's model (a 4-layer, d=128 byte LM, 4 heads of 32) in one full
+train step: `trainer._train_step` (forward, loss, value_and_grad, the config's AdamW update,
+jitted with the state donated, as the trainer does), batch 1, one document per row, for
+T = 2K ... 32K and attention_implementation "xla" (dense) vs "chunked". Peak memory from
+the memory analysis for every T; then, analysis only, T keeps doubling (up to
+`--fit-max-len`) until the peak passes 20 GiB, which gives the longest power-of-two T that
+fits in 20 GiB per implementation. Time per step where the peak is under `--mem-limit-gb`
+and T <= `--train-max-time-len` (default 8K): both implementations of one T take turns over
+`--train-rounds` rounds as above, each step reading its loss back.
+
+Part 3, per-device activation memory against the size of the context axis
+(`context_parallel_memory`): a stub until context parallelism lands; nothing is measured yet.
+
+Prints markdown tables, one JSON line per measured configuration and a summary JSON line;
+writes the log-log figure to docs/figures/long_context.png (--smoke: to a temporary
+directory, then deleted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import json
+import os
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from bench import _record  # noqa: E402
+from bench.attention import default_mem_limit_gb, machine_info, memory_bytes  # noqa: E402
+from roformer_jax import attention as attn  # noqa: E402
+from roformer_jax.chunked_attention import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, chunked_attention, mask_factors  # noqa: E402
+from roformer_jax.positional import RotaryConfig  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+METHODS = ("dense", "chunked", "linear")
+QUADRATIC = ("dense", "chunked")  # time grows as N^2 (chunked: half of it, the causal half)
+TRAIN_IMPLS = ("xla", "chunked")
+FIT_GIB = 20.0  # "the longest T that fits in 20 GiB"
+PASSES = ("fwd", "fwd+bwd")
+DEFAULT_TILES = "128x128,256x256,512x256,512x512,1024x1024"
+
+
+# --------------------------------------------------------------------------------------
+# Timing.
+# --------------------------------------------------------------------------------------
+
+
+def time_round_robin(calls: dict, rounds: int, slow_s: float) -> dict:
+  """Seconds per call for each of `calls` (key -> a function that runs and waits for one call).
+
+  The configurations of a group take turns: `rounds` rounds, the order rotated every round,
+  and in each a block of one untimed warm-up call and then 2 timed calls (5 under 50 ms, 1
+  over `slow_s`). Slow drifts of a shared machine's speed then hit every configuration alike,
+  and the warm-up call absorbs the page faults of memory that another configuration's large
+  buffers handed back to the OS (bench/attention.py saw 3x slower first calls from that).
+  """
+  times, keys = {k: [] for k in calls}, list(calls)
+  for r in range(rounds):
+    k0 = r % len(keys) if keys else 0
+    for k in keys[k0:] + keys[:k0]:
+      t0 = time.perf_counter()
+      calls[k]()
+      first = time.perf_counter() - t0
+      for _ in range(1 if first > slow_s else 5 if first < 0.05 else 2):
+        t0 = time.perf_counter()
+        calls[k]()
+        times[k].append(time.perf_counter() - t0)
+  return times
+
+
+def timing(ts: list[float]) -> dict:
+  return {"ms": 1e3 * statistics.median(ts), "ms_min": 1e3 * min(ts), "ms_max": 1e3 * max(ts), "repeats": len(ts)}
+
+
+NOT_TIMED = {"ms": None, "ms_min": None, "ms_max": None, "repeats": 0}
+
+
+# --------------------------------------------------------------------------------------
+# Part 1: attention alone.
+# --------------------------------------------------------------------------------------
+
+
+def attention_fn(method: str, n: int, *, chunk_size: int = 64, tile: tuple[int, int] | None = None,
+                 causal: bool = True):
+  """fwd(q, k, v, pos) for one method at length n (RoPE on q and k inside)."""
+  if method == "dense":
+    def fwd(q, k, v, pos):
+      idx = jnp.arange(n, dtype=jnp.int32)
+      mask = attn.make_attention_mask(causal=True, q_index=idx, kv_index=idx)
+      return attn.dot_product_attention(q, k, v, mask=mask, q_positions=pos, k_positions=pos, implementation="xla")
+  elif method == "chunked" and tile is None:
+    def fwd(q, k, v, pos):
+      mask = mask_factors(q.shape[0], n, n, causal=True) if causal else None
+      return attn.dot_product_attention(q, k, v, mask=mask, q_positions=pos, k_positions=pos,
+                                        implementation="chunked")
+  elif method == "chunked":  # explicit tiles: dot_product_attention uses the defaults
+    rotary = RotaryConfig()
+
+    def fwd(q, k, v, pos):
+      mask = mask_factors(q.shape[0], n, n, causal=True) if causal else None
+      return chunked_attention(rotary.apply(q, pos), rotary.apply(k, pos), v, mask=mask, block_q=tile[0],
+                               block_k=tile[1])
+  else:
+    def fwd(q, k, v, pos):
+      return attn.linear_attention(q, k, v, q_positions=pos, k_positions=pos, causal=True, feature_map="elu",
+                                   chunk_size=chunk_size)
+  return fwd
+
+
+def compiled_pass(fwd, pas: str, args):
+  """(compiled, compile seconds) of the forward or forward+backward call on args (q, k, v, pos, ct)."""
+  if pas == "fwd":
+    fn = jax.jit(lambda q, k, v, pos, ct: fwd(q, k, v, pos))
+  else:
+    def fwd_bwd(q, k, v, pos, ct):
+      out, vjp = jax.vjp(lambda q, k, v: fwd(q, k, v, pos), q, k, v)
+      return out, vjp(ct)
+    fn = jax.jit(fwd_bwd)
+  t0 = time.perf_counter()
+  compiled = fn.lower(*args).compile()
+  return compiled, time.perf_counter() - t0
+
+
+def lengths_from(lo: int, hi: int) -> list[int]:
+  out, n = [], lo
+  while n <= hi:
+    out.append(n)
+    n *= 2
+  return out
+
+
+def run_attention(args) -> list[dict]:
+  """Every configuration at each N and pass: compiled and analysed; run where it fits and is
+  not too slow, the runnable ones of one (N, pass) timed together (`time_round_robin`)."""
+  b, nh, h = args.batch, args.heads, args.head_dim
+  rng = np.random.default_rng(0)
+  limit = args.mem_limit_gb * 2**30
+  rows, t_start = [], time.perf_counter()
+  for n in lengths_from(args.min_len, args.max_len):
+    qkv = tuple(jnp.asarray(rng.normal(size=(b, n, nh, h)), jnp.float32) for _ in range(4))
+    call_args = (*qkv[:3], jnp.arange(n, dtype=jnp.int32), qkv[3])
+    configs = []  # (row fields, fwd, why it is not run or None)
+    for method in METHODS:
+      too_slow = method in QUADRATIC and n > args.max_time_len
+      configs.append(({"part": "attention", "method": method}, attention_fn(method, n, chunk_size=args.chunk_size),
+                      f"N > --max-time-len {args.max_time_len}" if too_slow else None))
+    if n in args.skip_lens:  # what skipping the tiles above the diagonal saves: the same call without a mask
+      configs.append(({"part": "no_mask", "method": "chunked"}, attention_fn("chunked", n, causal=False), None))
+    if n in args.tile_lens:
+      for tile in dict.fromkeys((min(q, n), min(k, n)) for q, k in args.tiles):
+        configs.append(({"part": "tiles", "method": "chunked", "tile": list(tile)}, attention_fn("chunked", n, tile=tile),
+                        None))
+    for pas in PASSES:
+      group, calls = [], {}
+      for i, (fields, fwd, reason) in enumerate(configs):
+        compiled, compile_s = compiled_pass(fwd, pas, call_args)
+        mem = memory_bytes(compiled)
+        row = {**fields, "pass": pas, "N": n, "mem": mem, "peak_bytes": mem.get("peak"), "compile_s": compile_s,
+               **NOT_TIMED, "skipped": reason}
+        if mem and mem["peak"] > limit:
+          row["skipped"] = f"compiled peak {mem['peak'] / 2**30:.2f} GiB > --mem-limit-gb {args.mem_limit_gb:.1f}"
+        elif reason is None:
+          calls[i] = functools.partial(lambda c: jax.block_until_ready(c(*call_args)), compiled)
+        group.append(row)
+      for i, ts in time_round_robin(calls, args.rounds, args.slow_s).items():
+        group[i].update(timing(ts))
+      rows += group
+      del calls
+    del qkv, call_args
+    print(f"# attention N={n} done ({time.perf_counter() - t_start:.0f}s elapsed)", file=sys.stderr, flush=True)
+  return rows
+
+
+# --------------------------------------------------------------------------------------
+# Part 2: the default model's train step.
+# --------------------------------------------------------------------------------------
+
+
+def load_config(spec: str):
+  """configs/<file>.py[:variant]'s get_config()."""
+  import importlib.util
+  path, _, variant = spec.partition(":")
+  module_spec = importlib.util.spec_from_file_location("long_context_config", os.path.join(ROOT, path))
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(variant) if variant else module.get_config()
+
+
+class TrainStep:
+  """One implementation's model, optimiser and jitted train step (the trainer's `_train_step`)."""
+
+  def __init__(self, config_spec: str, impl: str, batch: int):
+    from flax import nnx
+
+    from roformer_jax import tasks, trainer
+
+    self.config = load_config(config_spec)
+    self.config.model.attention_implementation = impl
+    self.config.batch_size = batch
+    tx, _, _ = trainer.make_optimizer(self.config)
+    model = tasks.build_model(self.config, nnx.Rngs(params=self.config.seed, dropout=self.config.seed + 1))
+    self.graphdef, self.state = nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
+    self.step = jax.jit(functools.partial(trainer._train_step, self.graphdef, task=self.config.task,
+                                          label_smoothing=0.0), donate_argnums=0)
+    self.batch_size = batch
+
+  def batch(self, t: int) -> dict:
+    """An LM batch as the pipeline formats it: one document filling each row."""
+    toks = np.random.default_rng(t).integers(4, self.config.model.vocab_size, size=(self.batch_size, t + 1))
+    b = {"inputs": toks[:, :-1], "targets": toks[:, 1:], "segment_ids": np.ones((self.batch_size, t)),
+         "positions": np.broadcast_to(np.arange(t), (self.batch_size, t)), "weights": np.ones((self.batch_size, t))}
+    return {k: jnp.asarray(v, jnp.float32 if k == "weights" else jnp.int32) for k, v in b.items()}
+
+  def compile(self, t: int):
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), (self.state, self.batch(t)))
+    t0 = time.perf_counter()
+    compiled = self.step.lower(*shapes).compile()
+    return compiled, time.perf_counter() - t0
+
+  def run(self, compiled, batch) -> float:
+    """One step; the loss read back (the state is donated and replaced)."""
+    self.state, out = compiled(self.state, batch)
+    return float(out["loss"])
+
+
+def run_train(args) -> list[dict]:
+  """Both implementations at each T: compiled, analysed, timed together where they fit; then,
+  analysis only, T doubles for each while its step still fits in 20 GiB."""
+  rows, t_start = [], time.perf_counter()
+  limit, fit = args.mem_limit_gb * 2**30, FIT_GIB * 2**30
+  steps = {impl: TrainStep(args.config, impl, args.train_batch) for impl in TRAIN_IMPLS}
+
+  def analyse(impl, t, search):
+    compiled, compile_s = steps[impl].compile(t)
+    mem = memory_bytes(compiled)
+    row = {"part": "train", "impl": impl, "T": t, "B": args.train_batch, "mem": mem, "peak_bytes": mem.get("peak"),
+           "compile_s": compile_s, **NOT_TIMED, "skipped": None, "fit_search": search}
+    if search:
+      row["skipped"] = f"analysis only (search for the longest T that fits in {FIT_GIB:.0f} GiB)"
+    elif mem and mem["peak"] > limit:
+      row["skipped"] = f"compiled peak {mem['peak'] / 2**30:.2f} GiB > --mem-limit-gb {args.mem_limit_gb:.1f}"
+    elif t > args.train_max_time_len:
+      row["skipped"] = f"T > --train-max-time-len {args.train_max_time_len}"
+    rows.append(row)
+    print(f"# train {impl} T={t} analysed ({time.perf_counter() - t_start:.0f}s elapsed)", file=sys.stderr, flush=True)
+    return row, compiled
+
+  for t in lengths_from(args.train_min_len, args.train_max_len):
+    group, calls = {}, {}
+    for impl in TRAIN_IMPLS:
+      row, compiled = analyse(impl, t, False)
+      if row["skipped"] is None:
+        group[impl], batch = row, steps[impl].batch(t)
+        calls[impl] = functools.partial(steps[impl].run, compiled, batch)
+    for impl, ts in time_round_robin(calls, args.train_rounds, args.slow_s).items():
+      group[impl].update(timing(ts))
+    del calls
+  for impl in TRAIN_IMPLS:  # past the measured lengths: the longest power-of-two T that fits in 20 GiB
+    last = max((r for r in rows if r["impl"] == impl), key=lambda r: r["T"])
+    t, peak = last["T"], last["peak_bytes"]
+    while peak is not None and peak <= fit and 2 * t <= args.fit_max_len:
+      t *= 2
+      peak = analyse(impl, t, True)[0]["peak_bytes"]
+  return rows
+
+
+# --------------------------------------------------------------------------------------
+# Part 3: context parallelism (to come).
+# --------------------------------------------------------------------------------------
+
+
+def context_parallel_memory(args) -> dict | None:
+  """Per-device activation memory of the train step against the size of the context axis.
+
+  STUB, to be filled in when context parallelism lands (issue 15): on fake CPU devices
+  (`--xla_force_host_platform_device_count`), the compiled memory analysis of the sharded step
+  per context-axis size. Returns None until then, and the report leaves the part out.
+  """
+  del args
+  return None
+
+
+# --------------------------------------------------------------------------------------
+# Summary, report, figure.
+# --------------------------------------------------------------------------------------
+
+
+def _find(rows, **kw):
+  for r in rows:
+    if all(r.get(k) == v for k, v in kw.items()):
+      return r
+  return None
+
+
+def _fit(ns, mems) -> dict:
+  """Least-squares fit mem = a + b N, its worst ratios either way, and the log-log slope."""
+  ns, mems = np.asarray(ns, np.float64), np.asarray(mems, np.float64)
+  a, b = np.linalg.lstsq(np.stack([np.ones_like(ns), ns], 1), mems, rcond=None)[0]
+  ratio = mems / (a + b * ns)
+  return {"a_bytes": float(a), "b_bytes_per_token": float(b), "max_mem_over_fit": float(ratio.max()),
+          "max_fit_over_mem": float((1 / ratio).max()), "worst": float(max(ratio.max(), (1 / ratio).max())),
+          "loglog_slope": float(np.polyfit(np.log(ns), np.log(mems), 1)[0]) if len(ns) > 1 else None}
+
+
+def summarise(args, rows, train_rows, cp, info, command, t_start, load_before) -> dict:
+  lengths = lengths_from(args.min_len, args.max_len)
+  summ = {"bench": "long_context_summary", "shape": {"B": args.batch, "heads": args.heads, "H": args.head_dim,
+                                                     "dtype": "float32"},
+          "lengths": lengths, "chunk_size": args.chunk_size, "default_tile": [DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K],
+          "mem_limit_gb": args.mem_limit_gb, "max_time_len": args.max_time_len, "train_config": args.config,
+          "machine": info, "command": command, "date": datetime.date.today().isoformat(),
+          "loadavg_before": load_before, "loadavg_after": os.getloadavg(), "total_s": time.perf_counter() - t_start}
+  def get(method, pas, n, key, part="attention"):
+    row = _find(rows, part=part, method=method, N=n, **{"pass": pas})
+    return None if row is None else row[key]
+
+  def ratio(x, y):
+    return x / y if x and y else None
+
+  ms = functools.partial(get, key="ms")
+  n2k = 2048 if 2048 in lengths else lengths[0]
+  for pas in PASSES:
+    for method in METHODS:
+      summ[f"mem_fit_{method}_{pas}"] = _fit(lengths, [get(method, pas, n, "peak_bytes") for n in lengths])
+    summ[f"chunked_over_dense_time_{pas}"] = {"N": n2k, "ratio": ratio(ms("chunked", pas, n2k), ms("dense", pas, n2k))}
+    beyond = [(n, ratio(ms("chunked", pas, n), ms("dense", pas, n))) for n in lengths if n >= args.beyond_len]
+    beyond = [(n, r) for n, r in beyond if r is not None]
+    summ[f"chunked_vs_dense_from_{args.beyond_len}_{pas}"] = {
+        "ratios": beyond, "worst": max((r for _, r in beyond), default=None),
+        "chunked_faster_everywhere": all(r < 1 for _, r in beyond) if beyond else None}
+    n_max = lengths[-1]
+    summ[f"dense_over_chunked_mem_{pas}"] = {
+        "N": n_max, "ratio": ratio(get("dense", pas, n_max, "peak_bytes"), get("chunked", pas, n_max, "peak_bytes"))}
+    summ[f"causal_skip_{pas}"] = {
+        str(n): {"no_mask_ms": ms("chunked", pas, n, part="no_mask"), "causal_ms": ms("chunked", pas, n),
+                 "no_mask_over_causal": ratio(ms("chunked", pas, n, part="no_mask"), ms("chunked", pas, n))}
+        for n in args.skip_lens if n in lengths}
+    tiles = {}
+    for n in args.tile_lens:
+      timed = [r for r in rows if r["part"] == "tiles" and r["N"] == n and r["pass"] == pas and r["ms"]]
+      if timed:
+        best = min(timed, key=lambda r: r["ms"])
+        default = next((r for r in timed if r["tile"] == [min(DEFAULT_BLOCK_Q, n), min(DEFAULT_BLOCK_K, n)]), None)
+        tiles[str(n)] = {"best_tile": best["tile"], "best_ms": best["ms"], "default_ms": default and default["ms"],
+                         "default_over_best": default["ms"] / best["ms"] if default else None,
+                         "ms": {f"{r['tile'][0]}x{r['tile'][1]}": r["ms"] for r in timed}}
+    summ[f"tiles_{pas}"] = tiles
+  longest = {}
+  for impl in TRAIN_IMPLS:
+    analysed = [r for r in train_rows if r["impl"] == impl and r["peak_bytes"] is not None]
+    fits = [r for r in analysed if r["peak_bytes"] <= FIT_GIB * 2**30]
+    best = max(fits, key=lambda r: r["T"], default=None)
+    longest[impl] = {"T": best and best["T"], "peak_gib": best and best["peak_bytes"] / 2**30,
+                     # every T analysed fits and the search stopped at --fit-max-len: the true limit is longer
+                     "at_search_cap": bool(best and len(fits) == len(analysed) and 2 * best["T"] > args.fit_max_len)}
+  summ["train_longest_T_in_20GiB"] = longest
+  summ["train_chunked_over_xla_time"] = {
+      str(r["T"]): r["ms"] / x["ms"] for r in train_rows
+      if r["impl"] == "chunked" and r["ms"] and (x := _find(train_rows, impl="xla", T=r["T"])) and x["ms"]}
+  summ["context_parallel"] = cp
+  return summ
+
+
+def fmt_mib(x):
+  return "-" if x is None else f"{x / 2**20:.1f}"
+
+
+def cell(r):
+  if r is None:
+    return "-"
+  if r["ms"] is not None:
+    return f"{r['ms']:.1f} ({r['ms_min']:.1f})"
+  return "not run" if r["peak_bytes"] is None or "GiB" not in (r["skipped"] or "") else \
+      f"not run ({r['peak_bytes'] / 2**30:.1f} GiB)"
+
+
+def print_report(args, rows, train_rows, summ) -> str:
+  """Prints the tables and the JSON lines; returns the tables."""
+  out = []
+  m = summ["machine"]
+  out.append(f"\nLong sequences (B8): B={args.batch}, heads={args.heads}, H={args.head_dim}, float32, causal, RoPE; "
+             f"chunked tiles {DEFAULT_BLOCK_Q}x{DEFAULT_BLOCK_K}; linear = elu, chunk {args.chunk_size}")
+  out.append(f"device {m['platform']} ({m['device_kind']}), {m['cpu_count']} CPUs ({m['cpu']}), jax {m['jax']}; "
+             f"load average before/after {summ['loadavg_before'][0]:.2f}/{summ['loadavg_after'][0]:.2f}; "
+             f"runs only under {args.mem_limit_gb:.1f} GiB (compiled peak), dense/chunked timed to N={args.max_time_len}")
+  out.append(f"command: {summ['command']}\n")
+  for pas in PASSES:
+    out.append(f"| N | dense {pas} ms, median (min) | chunked ms | linear ms | chunked / dense time | dense peak MiB | "
+               "chunked peak MiB | linear peak MiB | dense / chunked memory |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for n in summ["lengths"]:
+      r = {meth: _find(rows, part="attention", method=meth, N=n, **{"pass": pas}) for meth in METHODS}
+      ratio = f"{r['chunked']['ms'] / r['dense']['ms']:.2f}" if r["dense"]["ms"] and r["chunked"]["ms"] else "-"
+      mr = r["dense"]["peak_bytes"] / r["chunked"]["peak_bytes"]
+      out.append(f"| {n} | {cell(r['dense'])} | {cell(r['chunked'])} | {cell(r['linear'])} | {ratio} | "
+                 f"{fmt_mib(r['dense']['peak_bytes'])} | {fmt_mib(r['chunked']['peak_bytes'])} | "
+                 f"{fmt_mib(r['linear']['peak_bytes'])} | {mr:.1f} |")
+    fc, fl = summ[f"mem_fit_chunked_{pas}"], summ[f"mem_fit_linear_{pas}"]
+    out.append(f"\n{pas}: chunked memory vs least-squares fit a + bN (a={fc['a_bytes'] / 2**20:.2f} MiB, "
+               f"b={fc['b_bytes_per_token']:.0f} B/token): worst ratio {fc['worst']:.3f}, log-log slope "
+               f"{fc['loglog_slope']:.2f} (linear attention: {fl['worst']:.3f}, {fl['loglog_slope']:.2f}; dense: "
+               f"{summ[f'mem_fit_dense_{pas}']['loglog_slope']:.2f})")
+    c2 = summ[f"chunked_over_dense_time_{pas}"]
+    bd = summ[f"chunked_vs_dense_from_{args.beyond_len}_{pas}"]
+    c2_text = "-" if c2["ratio"] is None else f"{c2['ratio']:.2f}"
+    out.append(f"{pas}: chunked / dense time at N={c2['N']}: {c2_text}; "
+               f"from N={args.beyond_len} where dense ran: "
+               f"{', '.join(f'N={n}: {r:.2f}' for n, r in bd['ratios']) or 'dense not run'}")
+    for n, s in summ[f"causal_skip_{pas}"].items():
+      if s["no_mask_over_causal"]:
+        out.append(f"{pas}: tile skipping at N={n}: chunked without a mask {s['no_mask_ms']:.1f} ms, causal "
+                   f"{s['causal_ms']:.1f} ms: {s['no_mask_over_causal']:.2f}x")
+    for n, s in summ[f"tiles_{pas}"].items():
+      listing = ", ".join(f"{k} {v:.1f}" for k, v in s["ms"].items())
+      out.append(f"{pas}: tiles at N={n} (block_q x block_k: ms): {listing}; best {s['best_tile'][0]}x"
+                 f"{s['best_tile'][1]}" + (f", default / best {s['default_over_best']:.2f}" if s["default_over_best"]
+                                           else ""))
+    out.append("")
+  out.append(f"Train step of {args.config}'s model, batch {args.train_batch}, one document per row "
+             f"(forward, loss, backward, AdamW; float32):\n")
+  out.append("| T | xla peak GiB | xla ms/step, median (min) | chunked peak GiB | chunked ms/step, median (min) | "
+             "chunked / xla time |")
+  out.append("|---:|---:|---:|---:|---:|---:|")
+  for t in sorted({r["T"] for r in train_rows}):
+    x, c = _find(train_rows, impl="xla", T=t), _find(train_rows, impl="chunked", T=t)
+    gib = lambda r: "-" if r is None else f"{r['peak_bytes'] / 2**30:.3f}"
+    tcell = lambda r: "-" if r is None else (f"{r['ms']:.0f} ({r['ms_min']:.0f})" if r["ms"] is not None else
+                                             ("analysis only" if r["fit_search"] else "not run"))
+    ratio = f"{c['ms'] / x['ms']:.2f}" if x and c and x["ms"] and c["ms"] else "-"
+    out.append(f"| {t} | {gib(x)} | {tcell(x)} | {gib(c)} | {tcell(c)} | {ratio} |")
+  for impl, s in summ["train_longest_T_in_20GiB"].items():
+    cap = " (the search stopped at --fit-max-len)" if s["at_search_cap"] else ""
+    out.append(f"\n{impl}: longest T (power of two) whose train step fits in {FIT_GIB:.0f} GiB: {s['T']}"
+               + (f" ({s['peak_gib']:.3g} GiB){cap}" if s["T"] else ""))
+  table = "\n".join(out)
+  print(table)
+  base = {"machine": summ["machine"], "command": summ["command"], "date": summ["date"]}
+  for r in rows + train_rows:
+    keep = {k: v for k, v in r.items() if k not in ("mem",)}
+    keep["compile_s"] = round(keep["compile_s"], 3)
+    print(json.dumps({"bench": "long_context", **keep, "memory": r["mem"], **base}))
+  print(json.dumps(summ))
+  return table
+
+
+def plot(args, rows, train_rows, summ, path):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(2, 2, figsize=(12, 8.4))
+  (ax_t, ax_m), (ax_tm, ax_tt) = axes
+  colors = {"dense": "tab:red", "chunked": "tab:green", "linear": "tab:blue", "xla": "tab:red"}
+  styles = {"fwd": "-", "fwd+bwd": "--"}
+  for method in METHODS:
+    for pas in PASSES:
+      rs = [r for r in rows if r["part"] == "attention" and r["method"] == method and r["pass"] == pas]
+      timed = [r for r in rs if r["ms"] is not None]
+      if timed:
+        err = np.array([[r["ms"] - r["ms_min"] for r in timed], [r["ms_max"] - r["ms"] for r in timed]])
+        ax_t.errorbar([r["N"] for r in timed], [r["ms"] for r in timed], yerr=err, fmt=styles[pas], marker="o", ms=3,
+                      capsize=2, color=colors[method], label=f"{method} {pas}")
+      ax_m.plot([r["N"] for r in rs], [r["peak_bytes"] / 2**20 for r in rs], styles[pas], marker="o", ms=3,
+                color=colors[method], label=f"{method} {pas}")
+  nm = [r for r in rows if r["part"] == "no_mask" and r["ms"] is not None]
+  if nm:
+    ax_t.plot([r["N"] for r in nm], [r["ms"] for r in nm], "x", color="k", ms=7, label="chunked, no mask (no skipping)")
+  ns = np.array(summ["lengths"], np.float64)
+  fc = summ["mem_fit_chunked_fwd+bwd"]
+  ax_m.plot(ns, (fc["a_bytes"] + fc["b_bytes_per_token"] * ns) / 2**20, ":", color="gray",
+            label="fit a + bN (chunked fwd+bwd)")
+  ax_m.axhline(args.mem_limit_gb * 1024, color="k", lw=0.7, ls="-.", label=f"run limit {args.mem_limit_gb:.0f} GiB")
+  ax_t.set_title("attention: time per call (dense/chunked timed to "
+                 f"N={args.max_time_len}, under {args.mem_limit_gb:.0f} GiB)", fontsize=9)
+  ax_m.set_title("attention: peak memory (XLA memory analysis, every N)", fontsize=9)
+  for impl in TRAIN_IMPLS:
+    rs = [r for r in train_rows if r["impl"] == impl]
+    ax_tm.plot([r["T"] for r in rs], [r["peak_bytes"] / 2**30 for r in rs], "-", marker="o", ms=3,
+               color=colors[impl], label=f"attention_implementation={impl}")
+    timed = [r for r in rs if r["ms"] is not None]
+    if timed:
+      ax_tt.plot([r["T"] for r in timed], [r["ms"] for r in timed], "-", marker="o", ms=3, color=colors[impl],
+                 label=f"attention_implementation={impl}")
+  ax_tm.axhline(FIT_GIB, color="k", lw=0.7, ls="--", label=f"{FIT_GIB:.0f} GiB")
+  ax_tm.axhline(args.mem_limit_gb, color="k", lw=0.7, ls="-.", label=f"run limit {args.mem_limit_gb:.0f} GiB")
+  ax_tm.set_title(f"train step ({args.config}, B={args.train_batch}): peak memory", fontsize=9)
+  ax_tt.set_title("train step: time per step", fontsize=9)
+  for ax, xl, yl in ((ax_t, "sequence length N", "ms (median, bars min..max)"),
+                     (ax_m, "sequence length N", "peak MiB"), (ax_tm, "sequence length T", "peak GiB"),
+                     (ax_tt, "sequence length T", "ms per step (median)")):
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xl)
+    ax.set_ylabel(yl)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left")
+  m = summ["machine"]
+  fig.suptitle(f"Long sequences: causal attention with RoPE, B={args.batch}, {args.heads} heads, H={args.head_dim}, "
+               f"fp32; default-model train step — {m['platform']} ({m['cpu_count']} CPUs), jax {m['jax']}", fontsize=10)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def figures(args, summ) -> list[dict]:
+  """B8's headline figures, with the issue's goals where it sets one."""
+  out = []
+  n_max = summ["lengths"][-1]
+  for pas in PASSES:
+    key = pas.replace("+", "_")
+    fc = summ[f"mem_fit_chunked_{pas}"]
+    out.append(_record.figure(f"B8.chunked_mem_vs_linear_fit_{key}", f"chunked attention peak memory vs a least-squares "
+                              f"fit a + bN, worst ratio ({pas}, N = {summ['lengths'][0]} ... {n_max})", fc["worst"], "x",
+                              goal="<= 1.2x", met=fc["worst"] <= 1.2))
+    c2 = summ[f"chunked_over_dense_time_{pas}"]
+    if c2["ratio"] is not None:
+      goal = dict(goal="<= 1.3x", met=c2["ratio"] <= 1.3) if pas == "fwd+bwd" else {}
+      out.append(_record.figure(f"B8.chunked_over_dense_time_{c2['N']}_{key}",
+                                f"chunked / dense attention time at N={c2['N']} ({pas})", c2["ratio"], "x", **goal))
+    bd = summ[f"chunked_vs_dense_from_{args.beyond_len}_{pas}"]
+    if bd["worst"] is not None:
+      ns = ", ".join(str(n) for n, _ in bd["ratios"])
+      out.append(_record.figure(f"B8.chunked_over_dense_time_from_{args.beyond_len}_{key}",
+                                f"chunked / dense attention time, worst over N >= {args.beyond_len} where dense ran "
+                                f"(N = {ns}; {pas})", bd["worst"], "x", goal="< 1x (chunked faster)",
+                                met=bd["worst"] < 1))
+    dm = summ[f"dense_over_chunked_mem_{pas}"]
+    out.append(_record.figure(f"B8.dense_over_chunked_mem_{key}", f"dense / chunked attention peak memory at "
+                              f"N={dm['N']} ({pas}; dense from the memory analysis)", dm["ratio"], "x"))
+    for n, s in summ[f"causal_skip_{pas}"].items():
+      if s["no_mask_over_causal"] is not None:
+        out.append(_record.figure(f"B8.causal_skip_speedup_{n}_{key}", f"chunked attention: time without a mask / "
+                                  f"causal (tiles above the diagonal skipped), N={n} ({pas})",
+                                  s["no_mask_over_causal"], "x"))
+    for n, s in summ[f"tiles_{pas}"].items():
+      if s["default_over_best"] is not None:
+        best = f"{s['best_tile'][0]}x{s['best_tile'][1]}"
+        out.append(_record.figure(f"B8.default_tile_over_best_{n}_{key}", f"chunked attention time, default "
+                                  f"{DEFAULT_BLOCK_Q}x{DEFAULT_BLOCK_K} tiles / the fastest tried ({best}), N={n} "
+                                  f"({pas})", s["default_over_best"], "x"))
+  for impl, s in summ["train_longest_T_in_20GiB"].items():
+    if s["T"] is not None:
+      cap = ", search cap" if s["at_search_cap"] else ""
+      out.append(_record.figure(f"B8.train_longest_T_20GiB_{impl}", f"{args.config} train step (B={args.train_batch}), "
+                                f"attention_implementation={impl}: longest power-of-two T with a compiled peak "
+                                f"<= {FIT_GIB:.0f} GiB{cap}", s["T"], "tokens"))
+  for t, r in summ["train_chunked_over_xla_time"].items():
+    out.append(_record.figure(f"B8.train_chunked_over_xla_time_{t}", f"{args.config} train step (B={args.train_batch}): "
+                              f"chunked / xla time per step, T={t}", r, "x"))
+  return out
+
+
+def _ints(text: str) -> list[int]:
+  return [int(x) for x in text.split(",") if x.strip()]
+
+
+def _tiles(text: str) -> list[tuple[int, int]]:
+  out = []
+  for part in text.split(","):
+    q, _, k = part.strip().partition("x")
+    out.append((int(q), int(k or q)))
+  return out
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--min-len", type=int, default=1024)
+  p.add_argument("--max-len", type=int, default=65536)
+  p.add_argument("--max-time-len", type=int, default=16384,
+                 help="time dense and chunked attention only up to this N (their time is quadratic); linear "
+                      "attention is timed at every N, and every N gets its memory analysis")
+  p.add_argument("--batch", type=int, default=1)
+  p.add_argument("--heads", type=int, default=4)
+  p.add_argument("--head-dim", type=int, default=64)
+  p.add_argument("--chunk-size", type=int, default=64, help="linear attention's chunk")
+  p.add_argument("--rounds", type=int, default=3, help="timing rounds (see time_round_robin)")
+  p.add_argument("--slow-s", type=float, default=1.0, help="1 timed call per block (not 2) when a call takes longer")
+  p.add_argument("--beyond-len", type=int, default=8192,
+                 help="the goal 'chunked faster than dense' is checked at every N >= this where dense ran")
+  p.add_argument("--skip-lens", type=_ints, default=[8192],
+                 help="N at which chunked attention also runs without a mask (what causal tile skipping saves)")
+  p.add_argument("--tile-lens", type=_ints, default=[2048, 8192], help="N at which the tile sizes are compared")
+  p.add_argument("--tiles", type=_tiles, default=_tiles(DEFAULT_TILES), help=f"block_q x block_k (default {DEFAULT_TILES})")
+  p.add_argument("--config", default="configs/default.py", help="the train step's config file[:variant]")
+  p.add_argument("--train-min-len", type=int, default=2048)
+  p.add_argument("--train-max-len", type=int, default=32768)
+  p.add_argument("--train-max-time-len", type=int, default=8192, help="time the train step only up to this T")
+  p.add_argument("--train-batch", type=int, default=1)
+  p.add_argument("--train-rounds", type=int, default=3)
+  p.add_argument("--fit-max-len", type=int, default=2**20,
+                 help="how far T doubles (analysis only) looking for the longest T that fits in 20 GiB")
+  p.add_argument("--mem-limit-gb", type=float, default=None,
+                 help="do not run a configuration whose compiled peak memory exceeds this (its memory is still "
+                      "reported); default: 80%% of the accelerator's memory, or min(8, 40%% of RAM) on CPU")
+  p.add_argument("--figure", default=None,
+                 help="where the figure goes (default docs/figures/long_context.png; --smoke: a temporary directory, "
+                      "deleted afterwards)")
+  p.add_argument("--no-figure", action="store_true")
+  _record.add_record_arg(p)
+  _record.add_smoke_arg(p, "N = 64, 128 with 2 heads of 16 (tiles 32x32 at N=128), configs/default.py:smoke's train "
+                        "step at T = 64, 1 repeat (overrides the size flags)")
+  args = p.parse_args(argv)
+  if args.smoke:
+    args.min_len, args.max_len, args.max_time_len, args.heads, args.head_dim = 64, 128, 128, 2, 16
+    args.chunk_size, args.rounds, args.beyond_len, args.skip_lens, args.tile_lens = 16, 1, 128, [128], [128]
+    args.tiles = [(32, 32)]
+    args.config, args.train_min_len, args.train_max_len, args.train_max_time_len = "configs/default.py:smoke", 64, 64, 64
+    args.train_rounds, args.fit_max_len = 1, 64
+  if args.mem_limit_gb is None:
+    args.mem_limit_gb = default_mem_limit_gb()
+  info = machine_info()
+  command = " ".join([".venv/bin/python", "bench/long_context.py"] + [shlex.quote(a) for a in sys.argv[1:]])
+  load_before, t_start = os.getloadavg(), time.perf_counter()
+  rows = run_attention(args)
+  train_rows = run_train(args)
+  cp = context_parallel_memory(args)
+  summ = summarise(args, rows, train_rows, cp, info, command, t_start, load_before)
+  table = print_report(args, rows, train_rows, summ)
+  if not args.no_figure:
+    scratch, figure = None, args.figure
+    if figure is None and args.smoke:  # the plot still runs, but never over the docs' figure
+      scratch = tempfile.mkdtemp(prefix="long_context_smoke_")
+      figure = os.path.join(scratch, "long_context.png")
+    elif figure is None:
+      figure = os.path.join(ROOT, "docs", "figures", "long_context.png")
+    try:
+      plot(args, rows, train_rows, summ, figure)
+      print(f"# wrote {os.path.relpath(figure, ROOT)}" + (" (--smoke: deleted now)" if scratch else ""), file=sys.stderr)
+    finally:
+      if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+  bench = _record.record_name("long_context", args)
+  if bench:
+    path = _record.save(bench, figures=figures(args, summ), table=table,
+                        result={"summary": summ, "results": rows, "train": train_rows})
+    print(f"# recorded {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+  main()
