@@ -11,7 +11,7 @@ N = 1K, 2K, ..., 64K, all with RoPE on q and k:
   dense:   `dot_product_attention(implementation="xla")` with a causal `make_attention_mask`
            (the [B, heads, N, N] logits and probabilities are materialised);
   chunked: `dot_product_attention(implementation="chunked")` with causal `mask_factors`
-           (`chunked_attention`, default 512 x 512 tiles; tiles above the diagonal are skipped);
+           (`chunked_attention`, default 256 x 256 tiles; tiles above the diagonal are skipped);
   linear:  `linear_attention(..., causal=True, feature_map="elu")` with RoPE on phi(q), phi(k) (eq. 19).
 Each is compiled forward and forward+backward (the VJP w.r.t. q, k, v). Peak memory is XLA's
 compiled memory analysis (argument + output + temp - alias bytes): deterministic, no run
@@ -38,7 +38,11 @@ and T <= `--train-max-time-len` (default 8K): both implementations of one T take
 `--train-rounds` rounds as above, each step reading its loss back.
 
 Part 3, per-device activation memory against the size of the context axis
-(`context_parallel_memory`): a stub until context parallelism lands; nothing is measured yet.
+(`context_parallel_memory`): configs/default.py's model, forward+backward at T = `--cp-len`
+(16K), batch 1, chunked attention, on (data=1, context=C) meshes of C = 1, 2, 4, 8 fake CPU
+devices (a subprocess with --xla_force_host_platform_device_count). XLA's per-device temp
+bytes (activations and workspace; the replicated parameters are arguments) against 1 / C:
+the goal is temp(C) x C / temp(1) <= 1.3.
 
 Prints markdown tables, one JSON line per measured configuration and a summary JSON line;
 writes the log-log figure to docs/figures/long_context.png (--smoke: to a temporary
@@ -55,6 +59,7 @@ import os
 import shlex
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -310,14 +315,56 @@ def run_train(args) -> list[dict]:
 
 
 def context_parallel_memory(args) -> dict | None:
-  """Per-device activation memory of the train step against the size of the context axis.
+  """Per-device memory of the default model's forward+backward against the context-axis size.
 
-  STUB, to be filled in when context parallelism lands (issue 15): on fake CPU devices
-  (`--xla_force_host_platform_device_count`), the compiled memory analysis of the sharded step
-  per context-axis size. Returns None until then, and the report leaves the part out.
+  Runs in a subprocess with `--xla_force_host_platform_device_count` fake CPU devices (the
+  device count must be set before JAX starts, and the other parts time one real device). For
+  each C in `--cp-sizes`, a (data=1, context=C) mesh of C devices: the compiled memory
+  analysis (per device, SPMD) of value_and_grad of the LM loss at T = `--cp-len`, batch 1,
+  attention_implementation="chunked". Nothing is run. Returns {C: bytes} and the ratios
+  temp(C) x C / temp(1) (1.0 = exactly proportional to 1 / C).
   """
-  del args
-  return None
+  if not args.cp_sizes:
+    return None
+  env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
+         f"--xla_force_host_platform_device_count={max(args.cp_sizes)}".strip(), "JAX_PLATFORMS": "cpu"}
+  cmd = [sys.executable, os.path.abspath(__file__), "--cp-worker", "--config", args.config,
+         "--cp-len", str(args.cp_len), "--cp-sizes", ",".join(map(str, args.cp_sizes))]
+  done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+  if done.returncode:
+    raise RuntimeError(f"context-parallel memory worker failed:\n{done.stderr[-3000:]}")
+  per = {int(c): v for c, v in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+  base = per[min(per)]["temp"]
+  return {"T": args.cp_len, "config": args.config, "implementation": "chunked",
+          "per_device": {str(c): v for c, v in per.items()},
+          "temp_times_c_over_c1": {str(c): v["temp"] * c / base for c, v in per.items()}}
+
+
+def _cp_worker(args) -> None:
+  """The subprocess of `context_parallel_memory`: prints {C: {"temp", "argument", "output"}}."""
+  from flax import nnx
+  from jax.sharding import NamedSharding, PartitionSpec as P
+
+  from roformer_jax import mesh as mesh_lib, tasks
+
+  config = load_config(args.config)
+  config.model.attention_implementation = "chunked"
+  model = tasks.build_model(config, nnx.Rngs(0))
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+  def loss(params, ids):
+    logits = nnx.merge(graphdef, params, rest)(ids)
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits, -1), ids[..., None], -1))
+
+  out = {}
+  for c in args.cp_sizes:
+    mesh = mesh_lib.make_mesh({"data": 1, "context": c}, jax.devices()[:c])
+    with jax.set_mesh(mesh):
+      ids = jax.ShapeDtypeStruct((1, args.cp_len), jnp.int32, sharding=NamedSharding(mesh, P()))
+      ma = jax.jit(jax.value_and_grad(loss)).lower(params, ids).compile().memory_analysis()
+    out[c] = {"temp": int(ma.temp_size_in_bytes), "argument": int(ma.argument_size_in_bytes),
+              "output": int(ma.output_size_in_bytes)}
+  print(json.dumps(out))
 
 
 # --------------------------------------------------------------------------------------
@@ -472,6 +519,14 @@ def print_report(args, rows, train_rows, summ) -> str:
     cap = " (the search stopped at --fit-max-len)" if s["at_search_cap"] else ""
     out.append(f"\n{impl}: longest T (power of two) whose train step fits in {FIT_GIB:.0f} GiB: {s['T']}"
                + (f" ({s['peak_gib']:.3g} GiB){cap}" if s["T"] else ""))
+  cp = summ.get("context_parallel")
+  if cp:
+    out.append(f"\n### Per-device memory vs context-axis size ({cp['config']}, forward+backward, T={cp['T']}, "
+               "chunked; XLA memory analysis)\n")
+    out.append("| context C | per-device temp MiB | temp x C / temp(C=1) |")
+    out.append("|---:|---:|---:|")
+    for c, v in cp["per_device"].items():
+      out.append(f"| {c} | {fmt_mib(v['temp'])} | {cp['temp_times_c_over_c1'][c]:.2f} |")
   table = "\n".join(out)
   print(table)
   base = {"machine": summ["machine"], "command": summ["command"], "date": summ["date"]}
@@ -585,6 +640,13 @@ def figures(args, summ) -> list[dict]:
       out.append(_record.figure(f"B8.train_longest_T_20GiB_{impl}", f"{args.config} train step (B={args.train_batch}), "
                                 f"attention_implementation={impl}: longest power-of-two T with a compiled peak "
                                 f"<= {FIT_GIB:.0f} GiB{cap}", s["T"], "tokens"))
+  cp = summ.get("context_parallel")
+  if cp:
+    for c, r in cp["temp_times_c_over_c1"].items():
+      if c != "1":
+        out.append(_record.figure(f"B8.cp_temp_times_c_over_c1_{c}", f"{cp['config']} forward+backward at T={cp['T']}, "
+                                  f"context={c}: per-device temp memory x {c} / one device's (1 = proportional "
+                                  f"to 1/context)", r, "x", goal="<= 1.3x", met=r <= 1.3))
   for t, r in summ["train_chunked_over_xla_time"].items():
     out.append(_record.figure(f"B8.train_chunked_over_xla_time_{t}", f"{args.config} train step (B={args.train_batch}): "
                               f"chunked / xla time per step, T={t}", r, "x"))
@@ -637,16 +699,23 @@ def main(argv=None):
                  help="where the figure goes (default docs/figures/long_context.png; --smoke: a temporary directory, "
                       "deleted afterwards)")
   p.add_argument("--no-figure", action="store_true")
+  p.add_argument("--cp-len", type=int, default=16384, help="T of the context-parallel memory analysis (part 3)")
+  p.add_argument("--cp-sizes", type=_ints, default=[1, 2, 4, 8], help="context-axis sizes of part 3 (empty: skip)")
+  p.add_argument("--cp-worker", action="store_true", help=argparse.SUPPRESS)
   _record.add_record_arg(p)
   _record.add_smoke_arg(p, "N = 64, 128 with 2 heads of 16 (tiles 32x32 at N=128), configs/default.py:smoke's train "
                         "step at T = 64, 1 repeat (overrides the size flags)")
   args = p.parse_args(argv)
+  if args.cp_worker:
+    _cp_worker(args)
+    return
   if args.smoke:
     args.min_len, args.max_len, args.max_time_len, args.heads, args.head_dim = 64, 128, 128, 2, 16
     args.chunk_size, args.rounds, args.beyond_len, args.skip_lens, args.tile_lens = 16, 1, 128, [128], [128]
     args.tiles = [(32, 32)]
     args.config, args.train_min_len, args.train_max_len, args.train_max_time_len = "configs/default.py:smoke", 64, 64, 64
     args.train_rounds, args.fit_max_len = 1, 64
+    args.cp_len, args.cp_sizes = 64, [1, 2]
   if args.mem_limit_gb is None:
     args.mem_limit_gb = default_mem_limit_gb()
   info = machine_info()

@@ -28,9 +28,10 @@ FEATURE_MAPS = ("elu", "favor")
 ATTENTION_KINDS = ("softmax", "linear")
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "chunked")  # ModelConfig.attention_implementation
 # "auto" takes the chunked (O(T + S) memory) path from this key length on, where cuDNN does not
-# apply: below it the dense path is as fast or faster, above it chunked is faster and its
-# memory stays linear (docs/benchmarks.md, B8).
-CHUNKED_MIN_LENGTH = 2048
+# apply. On CPU chunked attention is already faster than dense at 1024 keys, forward and
+# forward+backward, and its memory stays linear (docs/benchmarks.md, B8); shorter rows were
+# not measured below 1024 and keep the dense path, which the default 128-token model uses.
+CHUNKED_MIN_LENGTH = 1024
 
 # --------------------------------------------------------------------------------------
 # Masks.

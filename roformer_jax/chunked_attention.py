@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-DEFAULT_BLOCK_Q = 512
-DEFAULT_BLOCK_K = 512
+DEFAULT_BLOCK_Q = 256  # 256 x 256 tiles: the fastest forward+backward on CPU (docs/benchmarks.md, B8)
+DEFAULT_BLOCK_K = 256
 
 
 @jax.tree_util.register_dataclass
