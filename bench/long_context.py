@@ -703,7 +703,7 @@ def main(argv=None):
   p.add_argument("--cp-sizes", type=_ints, default=[1, 2, 4, 8], help="context-axis sizes of part 3 (empty: skip)")
   p.add_argument("--cp-worker", action="store_true", help=argparse.SUPPRESS)
   _record.add_record_arg(p)
-  _record.add_smoke_arg(p, "N = 64, 128 with 2 heads of 16 (tiles 32x32 at N=128), configs/default.py:smoke's train "
+  _record.add_smoke_arg(p, "N = 64, 128 with 2 heads of 16 (no tile sweep), configs/default.py:smoke's train "
                         "step at T = 64, 1 repeat (overrides the size flags)")
   args = p.parse_args(argv)
   if args.cp_worker:
@@ -711,7 +711,7 @@ def main(argv=None):
     return
   if args.smoke:
     args.min_len, args.max_len, args.max_time_len, args.heads, args.head_dim = 64, 128, 128, 2, 16
-    args.chunk_size, args.rounds, args.beyond_len, args.skip_lens, args.tile_lens = 16, 1, 128, [128], [128]
+    args.chunk_size, args.rounds, args.beyond_len, args.skip_lens, args.tile_lens = 16, 1, 128, [128], []
     args.tiles = [(32, 32)]
     args.config, args.train_min_len, args.train_max_len, args.train_max_time_len = "configs/default.py:smoke", 64, 64, 64
     args.train_rounds, args.fit_max_len = 1, 64

@@ -389,8 +389,10 @@ def test_quadratic_detector_catches_naive_attention():
 
   bad, prims = _quadratic_avals(nested, q, k, v, t=T_BIG)
   assert bad and "scan" in prims
-  # Softmax attention materialises T x T logits, and the detector sees them.
-  bad, _ = _quadratic_avals(lambda q, k, v: attn.dot_product_attention(q, k, v, q_positions=pos, k_positions=pos),
+  # Dense softmax attention materialises T x T logits, and the detector sees them ("auto"
+  # would take the chunked path at this length, which tests/test_chunked_attention.py checks).
+  bad, _ = _quadratic_avals(lambda q, k, v: attn.dot_product_attention(q, k, v, q_positions=pos, k_positions=pos,
+                                                                       implementation="xla"),
                             q, k, v, t=T_BIG)
   assert bad
 

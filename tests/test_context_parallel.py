@@ -83,8 +83,8 @@ def mesh():
 
 
 @pytest.mark.parametrize("family,impl,kind", [
-    ("lm", "chunked", "packed"), ("lm", "xla", "left_padded"), ("mlm", "xla", "packed"),
-    ("mlm", "chunked", "left_padded"), ("seq2seq", "chunked", "packed"),
+    ("lm", "chunked", "packed"), ("lm", "xla", "left_padded"), ("mlm", "chunked", "left_padded"),
+    ("seq2seq", "chunked", "packed"),  # each family; both kernels; packing and left padding
 ])
 def test_data2_context4_equals_one_device(mesh, family, impl, kind):
   batch = _batch(kind)
