@@ -72,6 +72,7 @@ import numpy as np  # noqa: E402
 
 from bench import _record  # noqa: E402
 from bench.attention import default_mem_limit_gb, machine_info, memory_bytes  # noqa: E402
+from bench.default_config import load_config  # noqa: E402
 from roformer_jax import attention as attn  # noqa: E402
 from roformer_jax.chunked_attention import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, chunked_attention, mask_factors  # noqa: E402
 from roformer_jax.positional import RotaryConfig  # noqa: E402
@@ -219,16 +220,6 @@ def run_attention(args) -> list[dict]:
 # --------------------------------------------------------------------------------------
 # Part 2: the default model's train step.
 # --------------------------------------------------------------------------------------
-
-
-def load_config(spec: str):
-  """configs/<file>.py[:variant]'s get_config()."""
-  import importlib.util
-  path, _, variant = spec.partition(":")
-  module_spec = importlib.util.spec_from_file_location("long_context_config", os.path.join(ROOT, path))
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module.get_config(variant) if variant else module.get_config()
 
 
 class TrainStep:
