@@ -26,6 +26,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,6 +72,20 @@ def record_name(bench: str, args) -> str | None:
           f"directory to record them there as {bench}_smoke.json", file=sys.stderr)
     return None
   return f"{bench}_smoke"
+
+
+def write_figure(draw, name: str, *, figure: str | None, smoke: bool) -> None:
+  """Calls draw(path) for a bench's PNG: at `figure` if given, else docs/figures/<name>. Under
+  --smoke the plot still runs, but into a temporary directory deleted afterwards, never over
+  the docs' figure."""
+  scratch = tempfile.mkdtemp(prefix=f"{os.path.splitext(name)[0]}_smoke_") if figure is None and smoke else None
+  path = figure or os.path.join(scratch or os.path.join(ROOT, "docs", "figures"), name)
+  try:
+    draw(path)
+    print(f"# wrote {os.path.relpath(path, ROOT)}" + (" (--smoke: deleted now)" if scratch else ""), file=sys.stderr)
+  finally:
+    if scratch:
+      shutil.rmtree(scratch, ignore_errors=True)
 
 
 def results_dir(out_dir: str | None = None) -> str:

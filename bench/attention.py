@@ -32,10 +32,8 @@ import json
 import os
 import platform
 import shlex
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -333,20 +331,7 @@ def main(argv=None):
   rep = run(args)
   table = print_report(rep)
   if not args.no_figure:
-    scratch = None
-    figure = args.figure
-    if figure is None and args.smoke:  # the plot still runs, but never over the docs' figure
-      scratch = tempfile.mkdtemp(prefix="attention_smoke_")
-      figure = os.path.join(scratch, "attention_scaling.png")
-    elif figure is None:
-      figure = os.path.join(ROOT, "docs", "figures", "attention_scaling.png")
-    try:
-      plot(rep, figure)
-      print(f"# wrote {os.path.relpath(figure, ROOT)}" + (" (--smoke: deleted now)" if scratch else ""),
-            file=sys.stderr)
-    finally:
-      if scratch:
-        shutil.rmtree(scratch, ignore_errors=True)
+    _record.write_figure(lambda path: plot(rep, path), "attention_scaling.png", figure=args.figure, smoke=args.smoke)
   bench = _record.record_name("attention", args)
   if bench:
     path = _record.save(bench, figures=_figures(rep), table=table,

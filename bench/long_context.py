@@ -57,11 +57,9 @@ import functools
 import json
 import os
 import shlex
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -718,18 +716,8 @@ def main(argv=None):
   summ = summarise(args, rows, train_rows, cp, info, command, t_start, load_before)
   table = print_report(args, rows, train_rows, summ)
   if not args.no_figure:
-    scratch, figure = None, args.figure
-    if figure is None and args.smoke:  # the plot still runs, but never over the docs' figure
-      scratch = tempfile.mkdtemp(prefix="long_context_smoke_")
-      figure = os.path.join(scratch, "long_context.png")
-    elif figure is None:
-      figure = os.path.join(ROOT, "docs", "figures", "long_context.png")
-    try:
-      plot(args, rows, train_rows, summ, figure)
-      print(f"# wrote {os.path.relpath(figure, ROOT)}" + (" (--smoke: deleted now)" if scratch else ""), file=sys.stderr)
-    finally:
-      if scratch:
-        shutil.rmtree(scratch, ignore_errors=True)
+    _record.write_figure(lambda path: plot(args, rows, train_rows, summ, path), "long_context.png",
+                         figure=args.figure, smoke=args.smoke)
   bench = _record.record_name("long_context", args)
   if bench:
     path = _record.save(bench, figures=figures(args, summ), table=table,
