@@ -4,6 +4,9 @@ Run (the README's first command does this through `make train`):
   python train.py --config configs/default.py --workdir workdirs/default
   python train.py --config configs/default.py:smoke --workdir /tmp/smoke_default   # seconds, for tests
 
+Context extension (docs/training.md): fine-tune that run at 4x its length with YaRN,
+  python train.py --config configs/default.py:extend --workdir workdirs/default_extend
+
 The corpus is the Python standard library's own source files, read as bytes: it exists on
 every machine with Python, so nothing is downloaded. It is turned into an ArrayRecord TFDS
 dataset on first use (under ~/.cache/roformer_jax/tfds, about 0.5 s).
@@ -15,9 +18,13 @@ from configs import common
 from roformer_jax import data, mesh, optim
 
 
+VARIANTS = ("extend", common.SMOKE)
+EXTEND_FACTOR = 4  # the extend variant's new length, in multiples of the trained one
+
+
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  if variant not in ("", "smoke"):
-    raise ValueError(f"configs/default.py has variants '' and 'smoke', got {variant!r}.")
+  """The default run; `extend` fine-tunes it at 4x the length; `smoke` shrinks either (`extend,smoke`)."""
+  variants = common.parse_variants(variant, VARIANTS, config_name="default")
   config = ml_collections.ConfigDict()
   config.task = "lm"  # lm | mlm | seq2seq | classification (roformer_jax.tasks)
   config.seed = 0  # PRNG seed for init, data order and dropout.
@@ -82,7 +89,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.optim.weight_decay = 0.01  # AdamW's decoupled decay
   config.optim.grad_clip_norm = 1.0  # global-norm clipping
 
-  if variant == "smoke":  # seconds, for tests: a tiny model on 40 documents
+  if common.SMOKE in variants:  # seconds, for tests: a tiny model on 40 documents
     config.total_steps = 2  # two optimiser steps
     config.checkpoint_every_steps = 1  # a save every step: resume tests
     config.eval_every_steps = 2  # one eval, at the end
@@ -94,4 +101,34 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     config.data.max_length = 32  # T
     config.model.update(dict(d_model=32, num_layers=1, num_heads=2, d_ff=64))  # tiny
     config.optim.warmup_steps = 1  # the schedule fits 2 steps
+  if "extend" in variants:
+    extend(config)
+  return config
+
+
+def extend(config: ml_collections.ConfigDict, factor: int = EXTEND_FACTOR) -> ml_collections.ConfigDict:
+  """Context extension: the trained default run, fine-tuned at `factor` x its length with YaRN.
+
+  YaRN (Peng et al. 2023) interpolates the slow RoPE frequencies by `factor`, keeps the fast
+  ones, and scales the logits by its attention factor (0.1 ln(factor) + 1), in training, eval
+  and decoding alike. The fine-tune keeps the tokens per step of the original run (the batch
+  shrinks by `factor`), a fresh optimiser with a short warmup and a lower peak rate. Its data
+  mixes in passkey-retrieval rows so that eval.py's passkey probe has a format the byte model
+  has seen (docs/training.md, "Context extension"). experiments/run.py e6 compares this with
+  PI, NTK, ABF and training from scratch.
+  """
+  trained = config.data.max_length
+  config.init_from = "workdirs/default"  # the README's default run (make train); set another with --config.init_from
+  config.data.max_length = trained * factor
+  config.batch_size = max(config.batch_size // factor, 1)  # the same tokens per step
+  config.model.rope_scaling = {"rope_type": "yarn", "factor": float(factor),
+                               "original_max_position_embeddings": trained}
+  if config.total_steps > 2:  # the smoke variant keeps its two steps
+    config.total_steps = 250
+    config.checkpoint_every_steps = 125
+    config.eval_every_steps = 50
+    config.log_every_steps = 10
+    config.optim.warmup_steps = 20
+  config.optim.learning_rate = 1e-3  # a third of the pre-training peak: a fine-tune, not a restart
+  config.eval.length_factors = tuple(f / factor for f in (1, 2, 4, 8, 16))  # L ... 16L of the trained length
   return config

@@ -499,9 +499,12 @@ __all__ = ["Checkpointer", "average_checkpoints"]
 # --------------------------------------------------------------------------------------
 
 ENCODER = "roformer"  # the shared encoder's attribute in RoFormerForMaskedLM / ...ForSequenceClassification
-# ModelConfig fields that may differ between pre-training and fine-tuning.
+# ModelConfig fields that may differ between pre-training and fine-tuning. The RoPE base and
+# scaling change no parameter: changing them is how a model is extended to a longer context
+# (PI, YaRN, NTK, ABF), so a fine-tuning run may set its own.
 _FREE_FIELDS = {"dropout", "attention_dropout", "dtype", "param_dtype", "max_position", "attention_implementation",
-               "remat"}
+               "remat", "rope_theta", "rope_scaling"}
+_ROPE_FIELDS = ("rope_theta", "rope_scaling")
 
 
 class InitFromError(UserError, ValueError):
@@ -553,37 +556,59 @@ def _is_transformers_dir(source: str) -> bool:
     return "model_type" in json.load(f)
 
 
-def _pretrained_encoder(source: str, cfg) -> tuple[dict[tuple[str, ...], np.ndarray], str]:
-  """The pre-trained encoder's parameters by path below `roformer`, and a description."""
+def _saved_config(step_dir: str) -> dict[str, Any] | None:
+  """The config.json a training workdir saved beside checkpoints/<step> (None if absent)."""
+  path = os.path.join(os.path.dirname(os.path.dirname(step_dir)), "config.json")
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return json.load(f)
+
+
+def _pretrained(source: str, cfg, prefix: tuple[str, ...], task: str | None = None
+                ) -> tuple[dict[tuple[str, ...], np.ndarray], str, Any]:
+  """The source's parameters below `prefix` of the saved model, a description, and its ModelConfig.
+
+  prefix ("roformer",) takes the encoder of an MLM/classification run (or of a transformers
+  RoFormer directory); () takes the whole model (a causal LM run: `task` names the task it must
+  have been trained for).
+  """
+  from roformer_jax import models
   if _is_transformers_dir(source):
+    if prefix != (ENCODER,):
+      raise InitFromError(f"init_from={source!r} is a transformers directory; those start the encoder tasks "
+                          f"(mlm, classification), not task={task!r}. Give a training workdir of a {task!r} run.")
     from roformer_jax import hf
     from flax import nnx
     model = hf.from_pretrained(source, head="encoder", param_dtype=cfg.param_dtype)
     _check_same_architecture(model.config, cfg, source)
     encoder = model if not hasattr(model, ENCODER) else getattr(model, ENCODER)
     params = _flat(nnx.to_pure_dict(nnx.state(encoder, nnx.Param)), strip_value=False)
-    return {k: np.asarray(v) for k, v in params.items()}, f"transformers checkpoint {source}"
+    return {k: np.asarray(v) for k, v in params.items()}, f"transformers checkpoint {source}", model.config
   step_dir = os.path.abspath(_step_dir(source))  # <workdir>/checkpoints/<step>, however `source` is spelled
   state_dir = os.path.join(step_dir, "state")
-  saved_config = os.path.join(os.path.dirname(os.path.dirname(step_dir)), "config.json")
-  if os.path.isfile(saved_config):
-    from roformer_jax import models
-    with open(saved_config) as f:
-      model_fields = json.load(f).get("model", {})
-    _check_same_architecture(models.ModelConfig.from_dict(model_fields), cfg, source)
+  saved = _saved_config(step_dir)
+  pretrained_cfg = None
+  if saved is not None:
+    if task is not None and saved.get("task", task) != task:
+      raise InitFromError(f"init_from={source!r} is a task={saved.get('task')!r} run; a {task!r} run starts "
+                          f"from a {task!r} run (same model family). Name a workdir trained with task={task!r}.")
+    pretrained_cfg = models.ModelConfig.from_dict(saved.get("model", {}))
+    _check_same_architecture(pretrained_cfg, cfg, source)
   metadata = ocp.StandardCheckpointer().metadata(state_dir).item_metadata.tree
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device), metadata)
   with ocp.StandardCheckpointer() as ck:
     restored = ck.restore(state_dir, target)
   flat = _flat(restored, strip_value=True)
-  # The state is (model, optimiser): model parameters live under "0"; the encoder under "roformer".
+  # The state is (model, optimiser): model parameters live under "0" (an encoder under "roformer").
   # RNG streams (dropout keys and counters) are state, not parameters: never copied.
-  encoder = {k[2:]: np.asarray(v) for k, v in flat.items() if k[:2] == ("0", ENCODER) and "rngs" not in k}
-  if not encoder:
+  head = ("0", *prefix)
+  params = {k[len(head):]: np.asarray(v) for k, v in flat.items() if k[:len(head)] == head and "rngs" not in k}
+  if not params and prefix:
     raise InitFromError(f"the checkpoint {step_dir} has no '{ENCODER}' encoder (it is not a RoFormerModel-based "
                         "MLM or classification run, e.g. a causal LM); pre-train with task='mlm'.")
-  return encoder, f"checkpoint {step_dir}"
+  return params, f"checkpoint {step_dir}", pretrained_cfg
 
 
 def _check_same_architecture(pretrained, cfg, source: str) -> None:
@@ -592,46 +617,66 @@ def _check_same_architecture(pretrained, cfg, source: str) -> None:
   if differ:
     shown = ", ".join(f"{k}: pre-trained {a!r} vs config {b!r}" for k, (a, b) in sorted(differ.items()))
     raise InitFromError(f"init_from={source!r} was trained with a different model: {shown}. Set config.model "
-                        "to the pre-training model's values (dropout may differ).")
+                        "to the pre-training model's values (only dropout, dtypes, max_position, the attention "
+                        "implementation, remat, rope_theta and rope_scaling may differ).")
 
 
 def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
-  """Overwrites `model.roformer`'s parameters with a pre-trained encoder's, in place.
+  """Overwrites a new model's parameters with a trained run's, in place.
 
-  The task head (classifier, MLM head) keeps its fresh initialisation: BERT-style fine-tuning
-  (Sec. 4.3 fine-tunes the pre-trained RoFormer on GLUE). Every encoder parameter must be
-  present in the source with the same shape, and the architectures must agree (a saved
-  config.json in the source workdir, or the transformers config, is compared field by field);
-  anything else raises `InitFromError` naming the difference. The new values keep each
-  parameter's sharding.
+  Two uses:
+  - Encoder tasks (a model with a `roformer` encoder: RoFormerForSequenceClassification or
+    RoFormerForMaskedLM). Only the encoder is copied; the task head (classifier, MLM head)
+    keeps its fresh initialisation: BERT-style fine-tuning (Sec. 4.3 fine-tunes the
+    pre-trained RoFormer on GLUE). The source may also be a transformers RoFormer directory.
+  - The causal LM (`CausalLM`): the whole model is copied from an LM run. This is how a model
+    is extended to a longer context: the new run sets its own data.max_length and RoPE
+    (rope_theta, rope_scaling) and fine-tunes from the trained weights.
+
+  Every parameter must be present in the source with the same shape, and the architectures
+  must agree in everything but dropout, dtypes, max_position, the attention implementation,
+  remat, rope_theta and rope_scaling (a saved config.json in the source workdir, or the
+  transformers config, is compared field by field); anything else raises `InitFromError`
+  naming the difference. The new values keep each parameter's sharding. The optimiser state,
+  step and data position are the new run's own (a fresh start).
 
   Args:
-    model: a model with a `roformer` encoder (RoFormerForSequenceClassification or
-      RoFormerForMaskedLM).
+    model: the freshly built model of the new run.
     source: a training workdir (newest checkpoint), its checkpoints/ directory, one step
-      directory, or a transformers RoFormer directory (config.json + safetensors).
+      directory, or (encoder tasks) a transformers RoFormer directory (config.json + safetensors).
 
   Returns:
-    {"source": description, "loaded": number of tensors, "fresh": paths left as initialised}.
+    {"source": description, "loaded": number of tensors, "fresh": paths left as initialised,
+     "rope": {field: (source's, new)} for the RoPE settings that changed}.
   """
   from flax import nnx
+  from roformer_jax import models
   # Normalised (absolute, no trailing slash or `.`): the workdir's config.json is looked up two
   # directories above the step directory, which `W/checkpoints/1/` would miss, skipping the
   # architecture check.
   source = os.path.abspath(os.fspath(source))
-  if not hasattr(model, ENCODER):
-    raise InitFromError(f"{type(model).__name__} has no '{ENCODER}' encoder to initialise; init_from serves "
-                        "the RoFormerModel-based tasks (mlm, classification).")
-  pretrained, description = _pretrained_encoder(source, model.config)
-  encoder = getattr(model, ENCODER)
-  params = nnx.state(encoder, nnx.Param)
+  if hasattr(model, ENCODER):
+    prefix, task, target = (ENCODER,), None, getattr(model, ENCODER)
+    # Parameters only: a FAVOR+ projection of the encoder is redrawn, as the heads are.
+    state_filter = nnx.Param
+  elif isinstance(model, models.CausalLM):
+    # The whole model, FAVOR+ projections (state, not parameters) included: the fine-tune
+    # continues the same function. RNG streams are never copied.
+    prefix, task, target = (), "lm", model
+    state_filter = nnx.Not(nnx.RngState)
+  else:
+    raise InitFromError(f"{type(model).__name__} cannot be initialised from another run; init_from serves the "
+                        "RoFormerModel-based tasks (mlm, classification) and the causal LM (lm).")
+  pretrained, description, pretrained_cfg = _pretrained(source, model.config, prefix, task)
+  params = nnx.state(target, state_filter)
   ours = _flat(nnx.to_pure_dict(params), strip_value=False)
   missing = sorted("/".join(k) for k in ours if k not in pretrained)
   unused = sorted("/".join(k) for k in pretrained if k not in ours)
   shapes = sorted(f"{'/'.join(k)}: {pretrained[k].shape} vs {ours[k].shape}" for k in ours
                   if k in pretrained and pretrained[k].shape != ours[k].shape)
   if missing or unused or shapes:
-    raise InitFromError(f"the encoder in {description} does not fit this model: missing {missing[:5]}, "
+    what = "encoder" if prefix else "model"
+    raise InitFromError(f"the {what} in {description} does not fit this model: missing {missing[:5]}, "
                         f"unexpected {unused[:5]}, shape mismatches {shapes[:5]}.")
   values = {k: jax.device_put(pretrained[k].astype(ours[k].dtype), ours[k].sharding) for k in ours}
   nested: dict = {}
@@ -641,10 +686,14 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
       d = d.setdefault(part, {})
     d[k[-1]] = v
   nnx.replace_by_pure_dict(params, _rekey(nnx.to_pure_dict(params), nested))
-  nnx.update(encoder, params)
+  nnx.update(target, params)
   everything = _flat(nnx.to_pure_dict(nnx.state(model, nnx.Param)), strip_value=False)
-  fresh = sorted("/".join(k) for k in everything if k[0] != ENCODER)
-  return {"source": description, "loaded": len(values), "fresh": fresh}
+  fresh = sorted("/".join(k) for k in everything if prefix and k[0] != ENCODER)
+  shown = lambda v: dict(v) if isinstance(v, tuple) else v  # ModelConfig keeps rope_scaling as frozen items
+  rope = {} if pretrained_cfg is None else {
+      f: (shown(getattr(pretrained_cfg, f)), shown(getattr(model.config, f))) for f in _ROPE_FIELDS
+      if getattr(pretrained_cfg, f) != getattr(model.config, f)}
+  return {"source": description, "loaded": len(values), "fresh": fresh, "rope": rope}
 
 
 def _rekey(like, nested):

@@ -58,11 +58,12 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   check_average_last(config)
   source = config.get("init_from") or ""
   if source and not os.path.exists(source):
-    raise ValueError(f"config.init_from={source!r} does not exist; give a pre-training workdir, a checkpoint "
-                     "step directory or a transformers RoFormer directory (or \"\" to start from scratch).")
-  if source and config.task not in ("mlm", "classification"):
-    raise ValueError(f"config.init_from is for the RoFormer encoder tasks (mlm, classification), not "
-                     f"task={config.task!r}.")
+    raise ValueError(f"config.init_from={source!r} does not exist; train that run first, or give another trained "
+                     "workdir (--config.init_from=DIR), a checkpoint step directory or a transformers RoFormer "
+                     "directory (or \"\" to start from scratch).")
+  if source and config.task not in ("mlm", "classification", "lm"):
+    raise ValueError(f"config.init_from starts the encoder tasks (mlm, classification) from a pre-trained "
+                     f"encoder and the causal LM (lm) from a trained LM; task={config.task!r} cannot use it.")
   mesh_lib.rules_from_config(config.logical_axis_rules)
   check_context_parallel(config)
   make_optimizer(config)  # schedule errors (warmup_steps > total_steps, ...) before any work
@@ -318,8 +319,9 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
     loaded = checkpoints_lib.init_from(model, config.init_from)
     graphdef, state = nnx.split((model, optimizer))
     if process == 0:
-      print(f"init_from: {loaded['loaded']} encoder tensors from {loaded['source']}; fresh: "
-            f"{', '.join(loaded['fresh']) or 'nothing'}", flush=True)
+      rope = "".join(f"; {k}: {a!r} -> {b!r}" for k, (a, b) in loaded["rope"].items())
+      print(f"init_from: {loaded['loaded']} tensors from {loaded['source']}; fresh: "
+            f"{', '.join(loaded['fresh']) or 'nothing'}{rope}", flush=True)
   writer = metrics_lib.MetricsWriter(workdir)
   state_sharding = jax.tree.map(lambda x: x.sharding, state)
   batch_sharding = mesh_lib.batch_sharding(mesh)

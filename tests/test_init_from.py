@@ -100,10 +100,51 @@ def test_a_different_architecture_is_named(mlm_run):
     checkpoints.init_from(model, str(mlm_run))
 
 
-def test_a_causal_lm_run_or_an_empty_directory_is_refused(tmp_path):
+@pytest.fixture(scope="module")
+def lm_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("lm")
   lm = default.get_config("smoke")
   lm.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
-  trainer.train_and_evaluate(lm, str(tmp_path / "lm"))
+  lm.async_checkpoints = False
+  trainer.train_and_evaluate(lm, str(workdir))
+  return workdir
+
+
+def extend_config(source, **model):
+  c = default.get_config("extend,smoke")
+  c.init_from = str(source)
+  c.model.update(model)
+  return c
+
+
+def test_a_causal_lm_starts_from_a_trained_lm_at_a_new_length_and_rope(lm_run, mlm_run):
+  # Context extension: the whole LM is copied; the RoPE scaling and base may change, and the
+  # longer rows change no parameter.
+  config = extend_config(lm_run, rope_theta=40000.0)
+  assert config.data.max_length == 4 * default.get_config("smoke").data.max_length
+  model = tasks.build_model(config, nnx.Rngs(1))
+  info = checkpoints.init_from(model, str(lm_run))
+  ckdir = os.path.join(lm_run, "checkpoints")
+  with ocp.CheckpointManager(ckdir, options=ocp.CheckpointManagerOptions(read_only=True)) as mgr:
+    state = mgr.restore(mgr.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+  got = flat(nnx.to_pure_dict(nnx.state(model, nnx.Param)))
+  assert_same(got, flat(state["0"]))
+  assert info["loaded"] == len(got) and info["fresh"] == []
+  assert info["rope"] == {"rope_theta": (10000.0, 40000.0),
+                          "rope_scaling": (None, dict(config.model.rope_scaling))}
+  # Anything else that differs is named; an MLM run is not an LM to extend.
+  with pytest.raises(checkpoints.InitFromError, match=r"d_ff: pre-trained 64 vs config 96"):
+    checkpoints.init_from(tasks.build_model(extend_config(lm_run, d_ff=96), nnx.Rngs(0)), str(lm_run))
+  with pytest.raises(checkpoints.InitFromError, match=r"is a task='mlm' run; a 'lm' run starts from a 'lm' run"):
+    checkpoints.init_from(tasks.build_model(extend_config(mlm_run), nnx.Rngs(0)), str(mlm_run))
+  with pytest.raises(checkpoints.InitFromError, match=r"transformers directory"):
+    checkpoints.init_from(model, FIXTURE)
+  trainer.check_config(config)  # task lm may name an init_from
+
+
+def test_a_causal_lm_run_or_an_empty_directory_is_refused(lm_run, tmp_path):
+  import shutil
+  shutil.copytree(lm_run, tmp_path / "lm")
   os.remove(tmp_path / "lm" / "config.json")  # skip the architecture check: reach the encoder lookup
   model = tasks.build_model(classifier_config(""), nnx.Rngs(0))
   with pytest.raises(checkpoints.InitFromError, match="no 'roformer' encoder"):
@@ -137,10 +178,10 @@ def test_attention_implementation_is_not_architecture():
                                   "{w}/checkpoints/{step}/", "{w}/checkpoints/./{step}"])
 def test_every_spelling_of_the_source_gets_the_architecture_check(mlm_run, form):
   # A trailing slash on a step directory used to miss <workdir>/config.json and skip the check:
-  # rope_theta changes no shape, so the mismatched encoder then loaded without an error.
+  # the RoPE layout changes no shape, so the mismatched encoder then loaded without an error.
   step = max(int(d) for d in os.listdir(mlm_run / "checkpoints") if d.isdigit())
-  model = tasks.build_model(classifier_config(str(mlm_run), rope_theta=500.0), nnx.Rngs(0))
-  with pytest.raises(checkpoints.InitFromError, match=r"rope_theta: pre-trained 10000.0 vs config 500.0"):
+  model = tasks.build_model(classifier_config(str(mlm_run), rope_layout="half"), nnx.Rngs(0))
+  with pytest.raises(checkpoints.InitFromError, match=r"rope_layout: pre-trained 'interleaved' vs config 'half'"):
     checkpoints.init_from(model, form.format(w=mlm_run, step=step))
 
 
