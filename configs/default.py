@@ -118,17 +118,17 @@ def extend(config: ml_collections.ConfigDict, factor: int = EXTEND_FACTOR) -> ml
   PI, NTK, ABF and training from scratch.
   """
   trained = config.data.max_length
-  config.init_from = "workdirs/default"  # the README's default run (make train); set another with --config.init_from
-  config.data.max_length = trained * factor
-  config.batch_size = max(config.batch_size // factor, 1)  # the same tokens per step
-  config.model.rope_scaling = {"rope_type": "yarn", "factor": float(factor),
-                               "original_max_position_embeddings": trained}
+  config.init_from = "workdirs/default"  # the README's default run (make train); another: --config.init_from=DIR
+  config.data.max_length = trained * factor  # the new length
+  config.batch_size = max(config.batch_size // factor, 1)  # the same tokens per step as the trained run
+  config.model.rope_scaling = {  # YaRN from the trained length
+      "rope_type": "yarn", "factor": float(factor), "original_max_position_embeddings": trained}
   if config.total_steps > 2:  # the smoke variant keeps its two steps
-    config.total_steps = 250
-    config.checkpoint_every_steps = 125
-    config.eval_every_steps = 50
-    config.log_every_steps = 10
-    config.optim.warmup_steps = 20
+    config.total_steps = 250  # about 1 min on 2 CPU cores; YaRN's claim is a few hundred steps
+    config.checkpoint_every_steps = 125  # twice
+    config.eval_every_steps = 50  # eval loss at the new length every 50 steps
+    config.log_every_steps = 10  # metrics rows
+    config.optim.warmup_steps = 20  # a short warmup for the fresh optimiser
   config.optim.learning_rate = 1e-3  # a third of the pre-training peak: a fine-tune, not a restart
   config.eval.length_factors = tuple(f / factor for f in (1, 2, 4, 8, 16))  # L ... 16L of the trained length
   return config

@@ -187,7 +187,11 @@ def test_rope_encoder_is_shift_invariant_but_absolute_ones_are_not():
 
 
 @pytest.mark.parametrize("kw", [dict(), dict(norm="pre", position="sinusoidal"), dict(rotary_value=True),
-                                dict(attention="linear"), dict(attention="linear", feature_map="favor", num_features=16)])
+                                dict(attention="linear"), dict(attention="linear", feature_map="favor", num_features=16),
+                                # YaRN past its original length: its attention factor (1.14) scales
+                                # cos and sin in the cached steps as in the full forward.
+                                dict(rope_scaling={"rope_type": "yarn", "factor": 4.0,
+                                                   "original_max_position_embeddings": 4})])
 def test_lm_cached_decode_equals_full_forward_left_padded(kw):
   model = M.CausalLM(tiny(**kw), rngs=nnx.Rngs(10))
   b, p, t = 2, 6, 14
