@@ -4,8 +4,8 @@ Run (the README's first command does this through `make train`):
   python train.py --config configs/default.py --workdir workdirs/default
   python train.py --config configs/default.py:smoke --workdir /tmp/smoke_default   # seconds, for tests
 
-Context extension (docs/training.md): fine-tune that run at 4x its length with YaRN,
-  python train.py --config configs/default.py:extend --workdir workdirs/default_extend
+The `extend` variant fine-tunes that run at 4x its length with YaRN (context extension;
+docs/training.md shows the commands).
 
 The corpus is the Python standard library's own source files, read as bytes: it exists on
 every machine with Python, so nothing is downloaded. It is turned into an ArrayRecord TFDS

@@ -4,6 +4,7 @@
   python experiments/run.py e3            # causal linear-attention LM with and without RoPE (C8)
   python experiments/run.py e4            # train at L=128, evaluate to 8L; RoPE + PI/NTK/YaRN (C7)
   python experiments/run.py e5            # En->De translation on gettext catalogues, RoPE vs sinusoidal (C4)
+  python experiments/run.py e6            # context extension: L=128 -> 4L, 8L; PI/YaRN/ABF fine-tunes vs scratch
   python experiments/run.py e2 --steps 200 --seeds 0   # a quick look
   python experiments/run.py e2 --smoke    # seconds: the first arm's code path, 2 steps, one seed
 
@@ -11,6 +12,9 @@ Every arm of e2-e4 is configs/default.py (a 4-layer, d=128 byte model on the off
 corpus) and every arm of e5 is configs/gettext_translate.py (a 3+3-layer, d=256 Transformer),
 with the overrides below; only the position encoding (or attention kind) differs between
 arms, and each arm runs with the same seeds.
+
+E6 (experiments/context_extension.py) trains a base and fine-tunes it in several ways; its arms
+and settings are described there.
 
 Where things go:
 - Runs go to experiments/runs/<exp>/<arm>_s<seed> (git-ignored; resumable: re-running skips
@@ -42,6 +46,7 @@ import absl.logging  # noqa: E402
 import numpy as np  # noqa: E402
 
 from configs import common, default, gettext_translate  # noqa: E402
+from experiments import context_extension  # noqa: E402
 from roformer_jax import evaluate, trainer  # noqa: E402
 
 COMMON = {"total_steps": 1000, "eval_every_steps": 250, "checkpoint_every_steps": 500, "log_every_steps": 25}
@@ -247,7 +252,7 @@ def write_results(name: str, out: dict, directory: str) -> str:
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("experiment", choices=sorted(EXPERIMENTS))
+  parser.add_argument("experiment", choices=sorted([*EXPERIMENTS, "e6"]))
   parser.add_argument("--seeds", default="0,1", help="comma-separated seeds (a difference needs >= 2)")
   parser.add_argument("--steps", type=int, default=None, help=f"training steps (default {COMMON['total_steps']})")
   parser.add_argument("--publish", action="store_true",
@@ -265,21 +270,27 @@ def main():
   if args.publish:
     results_dirs.append(os.path.join(ROOT, "experiments", "results"))
     figure_dirs.append(os.path.join(ROOT, "docs", "figures"))
+  draw = (lambda name, out, d: context_extension.plot(out, d)) if args.experiment == "e6" else plot
   if args.plot_only:
     with open(os.path.join(results_dirs[-1], f"{args.experiment}.json")) as f:
-      print("figure:", plot(args.experiment, json.load(f), figure_dirs[-1]))
+      print("figure:", draw(args.experiment, json.load(f), figure_dirs[-1]))
     return
   absl.logging.set_verbosity(absl.logging.WARNING)
   seeds = [int(s) for s in args.seeds.split(",")]
   seeds = seeds[:1] if args.smoke else seeds
   t0 = time.perf_counter()
-  out = run(args.experiment, seeds, args.steps, args.smoke)
+  if args.experiment == "e6":
+    out = context_extension.run(seeds, args.steps, run_dir("e6", args.smoke), args.smoke)
+  else:
+    out = run(args.experiment, seeds, args.steps, args.smoke)
   out["wall_s"] = round(time.perf_counter() - t0, 1)
   out["command"] = "python experiments/run.py " + " ".join(sys.argv[1:])
   for directory in results_dirs:
     print("results:", write_results(args.experiment, out, directory))
   for directory in figure_dirs:
-    print("figure:", plot(args.experiment, out, directory))
+    print("figure:", draw(args.experiment, out, directory))
+  if args.experiment == "e6":
+    return
   for arm, entries in out["arms"].items():
     losses = [e["eval"]["loss"] for e in entries]
     print(f"{arm:>24}: eval loss {np.mean(losses):.4f} (seeds: {', '.join(f'{x:.4f}' for x in losses)})")
