@@ -44,7 +44,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "experiments", "results")
 DOC = os.path.join(ROOT, "docs", "results.md")
-EXPERIMENTS = ("e2", "e3", "e4", "e5")
+EXPERIMENTS = ("e2", "e3", "e4", "e5", "e6")
 REFERENCE = {"e2": "rope", "e3": "linear + RoPE", "e4": "rope"}
 
 
@@ -144,6 +144,49 @@ def translation_table(out: dict) -> str:
   return "\n".join(lines)
 
 
+def _mean_range(values: list[float | None], fmt: str = ".3f") -> str:
+  """'mean (a–b)' over seeds; a seed that never got a value makes the cell 'n/a'."""
+  if not values or any(v is None for v in values):
+    return "n/a"
+  mean = format(float(np.mean(values)), fmt)
+  return mean if len(values) == 1 else f"{mean} ({_range(values, fmt)})"
+
+
+def e6_tables(out: dict) -> str:
+  """E6: loss by length, passkey accuracy by length, and the costs, one table each per target."""
+  length = out["length"]
+  targets = sorted({int(t) for arms in out["arms"].values() for t in arms})
+  base_at_l = [e["length_curve"][0]["loss"] for e in out["base"]]
+  parts = [f"The base at L={length}: eval loss {_mean_range(base_at_l)} (the target loss below)."]
+  for factor in targets:
+    arms = {arm: by[str(factor)] for arm, by in out["arms"].items() if str(factor) in by}
+    lengths = [r["length"] for r in next(iter(arms.values()))[0]["length_curve"]]
+    lines = [f"**Extension to {factor}L = {factor * length}.** Eval loss (nats/byte) by length, mean (seed range):", "",
+             "| arm | " + " | ".join(f"{n}" for n in lengths) + " |", "|---|" + "---|" * len(lengths)]
+    for arm, entries in arms.items():
+      cells = [_mean_range([e["length_curve"][i]["loss"] for e in entries]) for i in range(len(lengths))]
+      lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+    parts.append("\n".join(lines))
+    pk = {arm: entries for arm, entries in arms.items() if entries[0].get("passkey")}
+    if pk:
+      first = next(iter(pk.values()))[0]["passkey"]
+      lines = [f"Passkey accuracy (exact, {len(first['depths'])} depths x {first['trials']} keys per length; "
+               "mean over depths, seed range), and the costs:", "",
+               "| arm | " + " | ".join(f"{n}" for n in first["lengths"]) +
+               f" | loss at L vs base | steps to the target at 4L | train wall (s/run) |",
+               "|---|" + "---|" * (len(first["lengths"]) + 3)]
+      for arm, entries in pk.items():
+        acc = [[float(np.mean(row)) for row in e["passkey"]["accuracy"]] for e in entries]
+        cells = [_mean_range([a[i] for a in acc], ".2f") for i in range(len(first["lengths"]))]
+        given_up = [e["length_curve"][0]["loss"] - b for e, b in zip(entries, base_at_l)]
+        steps = "—" if "steps_to_target" not in entries[0] or factor != 4 else ", ".join(
+            "not reached" if e["steps_to_target"] is None else str(e["steps_to_target"]) for e in entries)
+        wall = "—" if not any(e["train_wall_s"] for e in entries) else f"{np.mean([e['train_wall_s'] for e in entries]):.0f}"
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {_mean_range(given_up, '+.3f')} | {steps} | {wall} |")
+      parts.append("\n".join(lines))
+  return "\n\n".join(parts)
+
+
 def header(out: dict, *, wall_column: bool = True) -> str:
   line = f"`{out['command']}`, seeds {out['seeds']}, total {out['wall_s']:.0f} s"
   if any(_resumed(entries) for entries in out["arms"].values()):
@@ -155,6 +198,8 @@ def header(out: dict, *, wall_column: bool = True) -> str:
 
 def block(name: str, out: dict) -> str:
   """The text of one generated block (without the markers)."""
+  if name == "e6":
+    return f"`{out['command']}`, seeds {out['seeds']}, total {out['wall_s']:.0f} s\n\n" + e6_tables(out)
   parts = [header(out, wall_column=name != "e5")]
   if name == "e5":
     parts.append(translation_table(out))
