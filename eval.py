@@ -2,6 +2,7 @@
 
   python eval.py --config configs/<name>.py[:variant] --workdir DIR [--config.eval.average_last=5]
                  [--config.eval.rope_scaling='{"rope_type": "yarn", "factor": 4.0, ...}']
+                 [--config.eval.passkey_lengths=128,256,512]   (lm: pass-key retrieval)
 
 Use the config (and --config overrides) the run was trained with. Writes DIR/eval_results.json
 and eval rows in DIR/metrics.jsonl; see roformer_jax/evaluate.py for the metrics per task.
@@ -33,6 +34,9 @@ def main(argv):
     print(json.dumps({k: results[k] for k in ("step", "checkpoints", "split", "metrics")}, indent=2, default=float))
     for row in results.get("length_curve", []):
       print(f"length {row['length']:>6}: loss {row.get('loss', float('nan')):.4f}")
+    if results.get("passkey", {}).get("lengths"):
+      from roformer_jax import passkey
+      print(passkey.format_table(results["passkey"]))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ Public modules:
   data                Grain/TFDS input pipelines, tokenizers, the offline corpus
   trainer             train_and_evaluate(config, workdir): the sharded training loop
   mesh, checkpoints, metrics, tasks   the trainer's parts
+  passkey             the synthetic pass-key retrieval test (prompts, training rows, scoring)
   chunked_attention   exact attention in O(T + S) memory (online softmax, recomputing backward)
   context_parallel    sequences split over the mesh's context axis
 """
@@ -26,7 +27,7 @@ __version__ = "0.1.0"
 # each module's import set.
 _SUBMODULES = frozenset(__all__) | {
     "checkpoints", "chunked_attention", "context_parallel", "data", "errors", "eval_metrics", "evaluate", "launch", "losses", "mesh", "metrics",
-    "optim", "partitioning", "stopping", "tasks", "trainer", "workdir_lock"}
+    "optim", "partitioning", "passkey", "stopping", "tasks", "trainer", "workdir_lock"}
 
 
 def __getattr__(name):

@@ -13,6 +13,10 @@
 - Length curve (lm, mlm): the loss at lengths L, 2L, 4L, 8L for a model trained at L,
   optionally with a RoPE scaling dict applied at evaluation time only
   (`config.eval.rope_scaling`), so extrapolation methods compare without retraining.
+- Pass-key retrieval (lm, `config.eval.passkey_lengths` non-empty): greedy exact-match
+  accuracy of a 5-digit key hidden at several depths of prompts of the given lengths
+  (`roformer_jax.passkey`), on the RoPE-scaled model when `eval.rope_scaling` is set;
+  `results["passkey"]` and `<workdir>/passkey.png`.
 
 Rows also go to `<workdir>/metrics.jsonl` with the checkpoint's step.
 
@@ -40,15 +44,48 @@ from roformer_jax.errors import UserError
 
 
 def eval_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """`config.eval` with defaults (configs may leave the section out)."""
+  """`config.eval` with defaults (configs may leave the section out), checked.
+
+  Raises:
+    ValueError: an unknown key, or a bad pass-key setting (lengths that are not positive
+      integers, depths outside [0, 1], pass-key lengths for a task other than lm).
+  """
   defaults = dict(average_last=0, split="validation", max_batches=0, length_factors=(1, 2, 4, 8),
-                  length_batches=4, rope_scaling=None, beam_size=4, length_penalty=0.6, max_decode_length=0)
+                  length_batches=4, rope_scaling=None, beam_size=4, length_penalty=0.6, max_decode_length=0,
+                  passkey_lengths=(), passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0), passkey_trials=10,
+                  passkey_digits=5)
   given = config.get("eval") or {}
   given = given.to_dict() if hasattr(given, "to_dict") else dict(given)
   unknown = sorted(set(given) - set(defaults))
   if unknown:
     raise ValueError(f"config.eval has unknown keys {unknown}; known: {sorted(defaults)}.")
-  return {**defaults, **given}
+  settings = {**defaults, **given}
+  _check_passkey_settings(settings, config.get("task"))
+  return settings
+
+
+def _check_passkey_settings(settings: dict[str, Any], task: str | None) -> None:
+  """Pass-key retrieval (`eval.passkey_*`): lm only; lengths in tokens, depths in [0, 1]."""
+  lengths = settings["passkey_lengths"] or ()
+  lengths = (lengths,) if isinstance(lengths, int) else tuple(lengths)
+  if not lengths:
+    return
+  if task != "lm":
+    raise ValueError(f"config.eval.passkey_lengths={list(lengths)} asks for pass-key retrieval, a causal-LM test; "
+                     f"task {task!r} has no continuation to score. Set --config.eval.passkey_lengths='()'.")
+  if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lengths):
+    raise ValueError(f"config.eval.passkey_lengths={list(lengths)} must be prompt lengths in tokens (positive "
+                     "integers), e.g. 128,256,512.")
+  depths = settings["passkey_depths"]
+  depths = (depths,) if isinstance(depths, (int, float)) else tuple(depths)
+  if not depths or any(isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1 for d in depths):
+    raise ValueError(f"config.eval.passkey_depths={list(depths)} must be key depths in [0, 1] (0 = the key first, "
+                     "1 = just before the question), e.g. 0,0.25,0.5,0.75,1.")
+  for key in ("passkey_trials", "passkey_digits"):
+    value = settings[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+      raise ValueError(f"config.eval.{key}={value!r} must be an integer >= 1.")
+  settings["passkey_lengths"], settings["passkey_depths"] = lengths, depths
 
 
 def restore(config, workdir: str, mesh, rules, *, average_last: int = 0,
@@ -243,6 +280,38 @@ def _length_curve(config, graphdef, state, mesh, settings, local_batch) -> list[
   return curve
 
 
+def _passkey(config, graphdef, state, settings, tokenizer) -> dict[str, Any]:
+  """Pass-key retrieval accuracy of the restored model (`roformer_jax.passkey`), greedy.
+
+  Runs on the model `graphdef` describes (the RoPE-scaled one when `eval.rope_scaling` is
+  set). Every process decodes the same prompts with a full copy of the parameters (the test
+  is small); only process 0 writes. Learned absolute positions have no rows past
+  `max_position`: those lengths are left out and named in `skipped`.
+  """
+  from roformer_jax import passkey
+  from roformer_jax.data import datasets
+
+  if jax.process_count() > 1:
+    state = jax.tree.map(_fetch, state)
+  model = nnx.merge(graphdef, state)
+  cfg, digits = model.config, settings["passkey_digits"]
+  lengths, skipped = [], []
+  for n in settings["passkey_lengths"]:
+    if cfg.position == "learned" and n + digits - 1 > cfg.max_position:
+      skipped.append({"length": n, "note": f"learned positions stop at max_position={cfg.max_position}"})
+    else:
+      lengths.append(n)
+  results: dict[str, Any] = {"lengths": [], "depths": list(settings["passkey_depths"]), "accuracy": []}
+  if lengths:
+    results = passkey.evaluate_passkey(
+        passkey.greedy_generate_fn(model, digits), tokenizer, lengths=lengths, depths=settings["passkey_depths"],
+        trials=settings["passkey_trials"], digits=digits, seed=0,
+        add_bos=datasets.get_spec(config.data.dataset).add_bos_eos)
+  if skipped:
+    results["skipped"] = skipped
+  return results
+
+
 def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   """Evaluates the run in `workdir`; writes eval_results.json and metrics rows; returns them."""
   with errors.user_errors("invalid config"):
@@ -252,7 +321,17 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
     rules = mesh_lib.rules_from_config(config.logical_axis_rules)
   with errors.user_errors("data"):
-    data.check_data(config.data, splits=(settings["split"],))
+    data.check_data(config.data, splits=(settings["split"],), task=config.task)
+  if settings["passkey_lengths"]:
+    from roformer_jax import passkey
+    from roformer_jax.data import datasets
+    tokenizer = data.make_tokenizer(config.data)
+    shortest = passkey.min_prompt_length(tokenizer, settings["passkey_digits"],
+                                         add_bos=datasets.get_spec(config.data.dataset).add_bos_eos)
+    if min(settings["passkey_lengths"]) < shortest:
+      raise UserError(f"config.eval.passkey_lengths={list(settings['passkey_lengths'])}: a pass-key prompt needs at "
+                      f"least {shortest} tokens with this tokenizer (BOS, the key sentence and the question); "
+                      f"give lengths >= {shortest}.")
   workdir = os.path.abspath(workdir)
   graphdef, state, step, used = _restore(config, workdir, mesh, rules, settings)
   graphdef, state = _model_only(graphdef, state)
@@ -302,6 +381,13 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
       g2, s2 = _with_rope_scaling(config, graphdef, state, settings["rope_scaling"])
       results["rope_scaling"] = dict(settings["rope_scaling"])
       results["length_curve_scaled"] = _length_curve(config, g2, s2, mesh, settings, local_batch)
+  if settings["passkey_lengths"]:
+    # With eval.rope_scaling the scaled model answers, as for length_curve_scaled: the point
+    # is whether the scaling lets the model use the far context.
+    scaling = settings["rope_scaling"]
+    g, s = _with_rope_scaling(config, graphdef, state, scaling) if scaling else (graphdef, state)
+    results["passkey"] = _passkey(config, g, s, settings, tokenizer)
+    results["passkey"]["rope_scaling"] = dict(scaling) if scaling else None
 
   if jax.process_index() == 0:
     with open(os.path.join(workdir, "eval_results.json"), "w") as f:
@@ -312,6 +398,15 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     for row in results.get("length_curve", []):
       if math.isfinite(row.get("loss", float("nan"))):
         writer.write(step, {f"loss_at_{row['length']}": row["loss"]}, prefix="eval_")
+    pk = results.get("passkey")
+    if pk and pk["lengths"]:
+      from roformer_jax import passkey
+      for length, mean in zip(pk["lengths"], pk["mean_accuracy"]):
+        writer.write(step, {f"passkey_accuracy_at_{length}": mean}, prefix="eval_")
+      title = f"{os.path.basename(workdir)}: pass key, step {step}"
+      if pk["rope_scaling"]:
+        title += f", {pk['rope_scaling'].get('rope_type', 'scaled')} x{pk['rope_scaling'].get('factor', '?')}"
+      passkey.plot_heatmap(pk, os.path.join(workdir, "passkey.png"), title)
     writer.close()
   return results
 

@@ -69,11 +69,20 @@ def test_average_of_the_last_checkpoints_is_used_and_differs_from_the_newest(tra
 def test_rope_scaling_at_eval_time_changes_only_the_long_lengths(trained):
   config = smoke()
   config.eval.rope_scaling = {"rope_type": "linear", "factor": 2.0}
+  # Pass-key retrieval rides along (one evaluate call): 100 tokens, 3x the trained 32, on the
+  # scaled model.
+  config.eval.passkey_lengths, config.eval.passkey_depths, config.eval.passkey_trials = (100,), (0.0, 1.0), 2
   results = evaluate.evaluate(config, str(trained))
   plain, scaled = results["length_curve"], results["length_curve_scaled"]
   assert [r["length"] for r in scaled] == [32, 64]
   assert scaled[0]["loss"] != pytest.approx(plain[0]["loss"], abs=1e-6)  # positions are halved everywhere
   assert results["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+  saved = json.loads((trained / "eval_results.json").read_text())["passkey"]
+  assert saved["lengths"] == [100] and saved["depths"] == [0.0, 1.0] and saved["trials"] == 2
+  assert np.shape(saved["accuracy"]) == (1, 2) and saved["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+  assert (trained / "passkey.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
+  assert any("eval_passkey_accuracy_at_100" in r for r in rows)
 
 
 def test_no_checkpoint_says_to_train_first(tmp_path):

@@ -41,6 +41,11 @@ def default_data_config() -> ml_collections.ConfigDict:
       packer; segment ids keep them apart). Evaluation never packs.
     drop_long_pairs: seq2seq training drops pairs longer than the lengths (evaluation always
       truncates instead, so that no test sentence is lost).
+    passkey_fraction: lm training only: each packed row is replaced, with this probability,
+      by a synthetic pass-key row (``roformer_jax.passkey.training_row``: filler text with a
+      5-digit key at a random depth, the question, the answer), deterministically from the
+      seed and the row number, so resume is exact. In [0, 1); 0 = off. A fine-tuning mix for
+      context extension (eval.py's ``eval.passkey_lengths`` measures the retrieval).
     num_threads, prefetch: Grain read threads and read-ahead buffer (records).
   """
   c = ml_collections.ConfigDict()
@@ -65,6 +70,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   c.mlm_max_predictions = 0
   c.drop_long_pairs = True
   c.pack_pairs = False
+  c.passkey_fraction = 0.0
   c.num_threads = 2
   c.prefetch = 64
   return c

@@ -33,6 +33,7 @@ ordered pass whose last batch is padded with zero-weight rows):
   -> shuffle(seed) -> repeat                   a new order every epoch
   -> tokenize (+ MLM masking)                  RNG seeded by (seed, record index): resumable
   -> [lm/mlm] cut into row-sized chunks -> window shuffle -> pack into rows of T (+1 for lm)
+  -> [lm, train split] replace a row by a pass-key row with probability data.passkey_fraction
   -> batch(B)
 
 Every stage is a deterministic Grain transformation whose iterator state is a few integers,
@@ -305,6 +306,7 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
   if length < 4:
     raise ValueError(f"data.max_length={length} is too short; need >= 4.")
   training = split == "train"
+  passkey_fraction(data_cfg, task)
   repeat = training if repeat is None else repeat
   shuffle = training if shuffle is None else shuffle
 
@@ -325,7 +327,7 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
 
   if task in ("lm", "mlm"):
     it_ds = _packed_documents(ds, data_cfg, task=task, spec=spec, tok=tok, seed=seed,
-                              process_index=process_index, shuffle=shuffle)
+                              process_index=process_index, shuffle=shuffle, training=training)
     fmt = _format_lm if task == "lm" else functools.partial(
         _format_mlm, max_predictions=mlm_max_predictions(data_cfg, length))
   elif task == "seq2seq":
@@ -345,8 +347,10 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
 
 
 def _packed_documents(ds: grain.MapDataset, data_cfg, *, task: str, spec: datasets.DatasetSpec,
-                      tok: Tokenizer, seed: int, process_index: int, shuffle: bool) -> grain.IterDataset:
-  """Records -> token documents (masked for mlm) -> [chunk + window shuffle] -> packed rows."""
+                      tok: Tokenizer, seed: int, process_index: int, shuffle: bool,
+                      training: bool = False) -> grain.IterDataset:
+  """Records -> token documents (masked for mlm) -> [chunk + window shuffle] -> packed rows
+  [-> lm training: some rows replaced by pass-key rows, ``data.passkey_fraction``]."""
   ds = ds.map(_document(spec, tok)).filter(lambda ids: len(ids) > 0)
   row = data_cfg.max_length + 1 if task == "lm" else data_cfg.max_length
   if task == "lm":
@@ -361,7 +365,105 @@ def _packed_documents(ds: grain.MapDataset, data_cfg, *, task: str, spec: datase
   it_ds = _to_iter(ds, data_cfg)
   window = data_cfg.shuffle_window if shuffle else 0
   it_ds = packing.chunk_and_shuffle(it_ds, chunk_length=row, window=window, seed=_seed(seed, 2))
-  return packing.pack(it_ds, {f: row for f in features})
+  it_ds = packing.pack(it_ds, {f: row for f in features})
+  if task == "lm" and training:
+    fraction = passkey_fraction(data_cfg, task)
+    if fraction:
+      _check_passkey_row(tok, row, spec.add_bos_eos, data_cfg.max_length)
+    it_ds = _PasskeyMix(it_ds, fraction=fraction, seed=_seed(seed, 4, process_index), tokenizer=tok,
+                        length=row, add_bos=spec.add_bos_eos)
+  return it_ds
+
+
+# --------------------------------------------------------------------------------------
+# Passkey rows in the lm training mix (data.passkey_fraction).
+# --------------------------------------------------------------------------------------
+
+
+def passkey_fraction(data_cfg: ml_collections.ConfigDict, task: str | None = None) -> float:
+  """``data.passkey_fraction`` (0.0 for configs written before the key existed), checked.
+
+  Raises:
+    UserError: not a number in [0, 1), or a nonzero fraction for a task other than "lm"
+      (the rows are causal-LM documents: a question answered at the end).
+  """
+  from roformer_jax.errors import UserError
+  value = data_cfg.get("passkey_fraction", 0.0)
+  if value is None:
+    value = 0.0
+  if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+    raise UserError(f"data.passkey_fraction={value!r} must be a number in [0, 1): the probability that a "
+                    "training row is replaced by a pass-key row (0 = off, e.g. 0.1 for a fine-tuning mix).")
+  if value and task is not None and task != "lm":
+    raise UserError(f"data.passkey_fraction={value!r} mixes pass-key rows into causal-LM training; task "
+                    f"{task!r} cannot use them. Set --config.data.passkey_fraction=0.")
+  return float(value)
+
+
+def _check_passkey_row(tok: Tokenizer, row: int, add_bos: bool, max_length: int) -> None:
+  from roformer_jax import passkey
+  from roformer_jax.errors import UserError
+  need = passkey.min_prompt_length(tok, add_bos=add_bos) + len(tok.encode("0" * 5)) + int(add_bos)
+  if row < need:
+    raise UserError(f"data.passkey_fraction needs rows of at least {need} tokens (BOS, the key sentence, "
+                    f"the question, a 5-digit answer and EOS), but data.max_length={max_length} makes rows "
+                    f"of {row}; raise data.max_length to {need - 1} or more, or set data.passkey_fraction=0.")
+
+
+class _PasskeyMixIterator(grain.DatasetIterator):
+  """Replaces each packed lm row by a pass-key row with probability ``fraction``.
+
+  Row n's choice (and its key and depth) come from ``np.random.default_rng([seed, n])``,
+  with n counted by this iterator, so the mix is a function of the run's seed and the row
+  number alone, and the count in the iterator state resumes it exactly. A replaced row
+  is one whole segment (positions 0..T); the packed row it replaces is dropped.
+
+  With fraction 0 the rows and the state are exactly those of the packer (a checkpoint of a
+  run without the mix resumes unchanged); a state saved with the mix on and restored with it
+  off (or the reverse) is accepted, the count restarting at 0 when the saved state has none.
+  """
+
+  def __init__(self, parent: grain.DatasetIterator, *, fraction: float, seed: int, tokenizer, length: int,
+               add_bos: bool):
+    super().__init__(parent)
+    self._fraction, self._seed, self._tok, self._length, self._add_bos = fraction, seed, tokenizer, length, add_bos
+    self._rows = 0
+
+  def __next__(self):
+    row = next(self._parent)
+    if not self._fraction:
+      return row
+    from roformer_jax import passkey
+    rng = np.random.default_rng([self._seed, self._rows])
+    self._rows += 1
+    if rng.random() >= self._fraction:
+      return row
+    tokens = passkey.training_row(rng, self._length, self._tok, add_bos=self._add_bos)
+    return {"tokens": tokens, "segment_ids": np.ones(self._length, np.int32),
+            "positions": np.arange(self._length, dtype=np.int32)}
+
+  def get_state(self) -> dict[str, Any]:
+    if not self._fraction:
+      return self._parent.get_state()
+    return {"parent": self._parent.get_state(), "passkey_rows": self._rows}
+
+  def set_state(self, state: dict[str, Any]) -> None:
+    if isinstance(state, Mapping) and "passkey_rows" in state:
+      self._parent.set_state(state["parent"])
+      self._rows = int(state["passkey_rows"])
+    else:
+      self._parent.set_state(state)
+      self._rows = 0
+
+
+class _PasskeyMix(grain.IterDataset):
+
+  def __init__(self, parent: grain.IterDataset, **kw):
+    super().__init__(parent)
+    self._kw = kw
+
+  def __iter__(self) -> grain.DatasetIterator:
+    return _PasskeyMixIterator(self._parent.__iter__(), **self._kw)
 
 
 def _packed_pairs(ds: grain.IterDataset, src_len: int, tgt_len: int, batch_size: int, seed: int,
@@ -426,13 +528,16 @@ def make_iterator(data_cfg: ml_collections.ConfigDict, *, task: str, split: str,
   return iter(ds)
 
 
-def check_data(data_cfg: ml_collections.ConfigDict, *, splits: tuple[str, ...] = ("train",)) -> None:
-  """Fails fast, before any training, if a dataset split or the tokenizer is missing."""
+def check_data(data_cfg: ml_collections.ConfigDict, *, splits: tuple[str, ...] = ("train",),
+               task: str | None = None) -> None:
+  """Fails fast, before any training, if a dataset split or the tokenizer is missing, or
+  ``data.passkey_fraction`` is out of range (or set for a task other than ``task``'s lm)."""
+  passkey_fraction(data_cfg, task)
   spec = datasets.get_spec(data_cfg.dataset)
   for split in splits:
     _open(data_cfg, spec, split)
   make_tokenizer(data_cfg)
 
 
-__all__ = ["TASKS", "check_data", "make_dataset", "make_iterator", "make_tokenizer",
+__all__ = ["TASKS", "check_data", "make_dataset", "make_iterator", "make_tokenizer", "passkey_fraction",
            "tokenizer_path", "training_sentences"]
