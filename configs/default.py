@@ -130,5 +130,6 @@ def extend(config: ml_collections.ConfigDict, factor: int = EXTEND_FACTOR) -> ml
     config.log_every_steps = 10  # metrics rows
     config.optim.warmup_steps = 20  # a short warmup for the fresh optimiser
   config.optim.learning_rate = 1e-3  # a third of the pre-training peak: a fine-tune, not a restart
+  config.data.passkey_fraction = 0.1  # passkey rows in the mix: the format eval.py's probe asks for
   config.eval.length_factors = tuple(f / factor for f in (1, 2, 4, 8, 16))  # L ... 16L of the trained length
   return config
