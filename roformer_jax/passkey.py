@@ -29,7 +29,6 @@ so the input pipeline can build training rows without them.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -281,7 +280,9 @@ def greedy_generate_fn(model, digits: int = 5, *, max_rows: int | None = None) -
 
 
 def plot_heatmap(results: dict[str, Any], path: str, title: str = "Passkey retrieval") -> str:
-  """Draws `results["accuracy"]` as a length x depth heat map (annotated cells) into `path`.
+  """Draws `results["accuracy"]` as a length x depth heat map into `path`; each cell is
+  annotated with its exact-match accuracy and, below it, the fraction of digits right (which
+  tells a model that gets some digits, or guesses at chance 0.1, from one that gets none).
 
   The PNG is written to a temporary file in the same directory, then renamed over `path`,
   so a reader never sees half a file (eval.py may run while someone views the last one).
@@ -292,23 +293,23 @@ def plot_heatmap(results: dict[str, Any], path: str, title: str = "Passkey retri
 
   acc = np.asarray(results["accuracy"], float)
   lengths, depths = results["lengths"], results["depths"]
-  fig, ax = plt.subplots(figsize=(1.2 + 0.9 * len(depths), 1.0 + 0.45 * len(lengths)))
+  fig, ax = plt.subplots(figsize=(1.6 + 0.9 * len(depths), 1.2 + 0.5 * len(lengths)))
   image = ax.imshow(acc, vmin=0.0, vmax=1.0, cmap="RdYlGn", aspect="auto")
   ax.set_xticks(range(len(depths)), [f"{d:g}" for d in depths])
   ax.set_yticks(range(len(lengths)), [str(n) for n in lengths])
   ax.set_xlabel("key depth (fraction of the filler before it)")
   ax.set_ylabel("prompt length (tokens)")
+  digit = np.asarray(results.get("digit_accuracy", acc), float)
   for i in range(acc.shape[0]):
-    for j in range(acc.shape[1]):
-      ax.text(j, i, f"{acc[i, j]:.2f}", ha="center", va="center", fontsize=8,
+    for j in range(acc.shape[1]):  # exact match, and below it the fraction of digits right
+      ax.text(j, i, f"{acc[i, j]:.2f}\n{digit[i, j]:.2f} dig.", ha="center", va="center", fontsize=7,
               color="black" if 0.25 < acc[i, j] < 0.85 else "white")
   fig.colorbar(image, ax=ax, label=f"exact match ({results.get('trials', '?')} trials)")
   ax.set_title(title, fontsize=9)
   fig.tight_layout()
-  directory = os.path.dirname(os.path.abspath(path))
-  fd, tmp = tempfile.mkstemp(prefix=".passkey-", suffix=".png", dir=directory)
+  tmp = f"{path}.tmp-{os.getpid()}"  # the same directory (a rename within one file system)
   try:
-    with os.fdopen(fd, "wb") as f:
+    with open(tmp, "wb") as f:
       fig.savefig(f, format="png", dpi=120)
     os.replace(tmp, path)
   except BaseException:

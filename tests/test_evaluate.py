@@ -81,6 +81,7 @@ def test_rope_scaling_at_eval_time_changes_only_the_long_lengths(trained):
   assert saved["lengths"] == [100] and saved["depths"] == [0.0, 1.0] and saved["trials"] == 2
   assert np.shape(saved["accuracy"]) == (1, 2) and saved["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
   assert (trained / "passkey.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert not list(trained.glob("passkey.png.tmp*"))  # written to a temporary name, then renamed
   rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
   assert any("eval_passkey_accuracy_at_100" in r for r in rows)
 
