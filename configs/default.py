@@ -54,6 +54,10 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.eval.length_factors = (1, 2, 4, 8)  # length curve: loss at L, 2L, 4L, 8L (lm, mlm)
   config.eval.length_batches = 4  # batches per length-curve point
   config.eval.rope_scaling = ml_collections.config_dict.placeholder(object)  # HF rope_parameters at eval only
+  config.eval.passkey_lengths = ()  # pass-key prompt lengths in tokens (lm); () = off, e.g. (128, 256, 512, 1024, 2048)
+  config.eval.passkey_depths = (0.0, 0.25, 0.5, 0.75, 1.0)  # key depth: fraction of the filler before the key
+  config.eval.passkey_trials = 10  # prompts (keys) per length and depth
+  config.eval.passkey_digits = 5  # digits of the key
   config.eval.beam_size = 4  # seq2seq BLEU (Sec. 4.1)
   config.eval.length_penalty = 0.6  # GNMT alpha (Sec. 4.1)
   config.eval.max_decode_length = 0  # 0 = data.max_target_length or data.max_length
