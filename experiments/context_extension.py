@@ -75,13 +75,13 @@ def scaling_overrides(arm: str, factor: int, base_cfg) -> dict:
   return {}
 
 
-def settings(smoke: bool, base_steps: int | None) -> dict:
+def settings(smoke: bool, base_steps: int | None, targets: tuple[int, ...] | None = None) -> dict:
   if smoke:
     return dict(base_steps=2, ft_steps=2, targets=(4,), eval_factors=(1, 4), length_batches=1,
                 passkey_lengths=(128,),  # a prompt needs ~100 bytes: longer than the smoke rows
                 passkey_depths=(0.0, 1.0), passkey_trials=2, ft_arms=("YaRN",), eval_arms=("none",),
                 scratch=False)
-  return dict(base_steps=base_steps or 600, ft_steps=200, targets=TARGETS, eval_factors=EVAL_FACTORS,
+  return dict(base_steps=base_steps or 600, ft_steps=200, targets=tuple(targets or TARGETS), eval_factors=EVAL_FACTORS,
               length_batches=2, passkey_lengths=None, passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0), passkey_trials=6,
               ft_arms=FT_ARMS, eval_arms=EVAL_ARMS, scratch=True)
 
@@ -151,9 +151,10 @@ def _evaluate(config, workdir: str) -> dict:
   return {"length_curve": results["length_curve"], "passkey": results.get("passkey")}
 
 
-def run(seeds: list[int], steps: int | None, directory: str, smoke: bool = False) -> dict:
+def run(seeds: list[int], steps: int | None, directory: str, smoke: bool = False,
+        targets: tuple[int, ...] | None = None) -> dict:
   """Trains and evaluates every arm for every seed; returns the result dict (written by run.py)."""
-  s = settings(smoke, steps)
+  s = settings(smoke, steps, targets)
   out = {"title": TITLE.format(length=base_config(0, s, smoke).data.max_length), "seeds": seeds, "settings": {k: list(v) if isinstance(v, tuple) else v
                                                       for k, v in s.items()},
          "passkey_fraction": PASSKEY_FRACTION, "base": [], "arms": {}}
@@ -288,3 +289,29 @@ def plot(out: dict, directory: str) -> list[str]:
   fig.savefig(paths[1], dpi=110)
   plt.close(fig)
   return paths
+
+
+def merge(results: list[dict]) -> dict:
+  """One result from several invocations (e.g. one per seed): the seeds' entries side by side.
+
+  The invocations must share the settings (other than the targets) and have distinct seeds;
+  each one's command is kept in `commands`.
+  """
+  first = results[0]
+  out = {**first, "seeds": [], "base": [], "arms": {}, "commands": [], "wall_s": 0.0}
+  for r in results:
+    same = {k: v for k, v in r["settings"].items() if k != "targets"}
+    if same != {k: v for k, v in first["settings"].items() if k != "targets"}:
+      raise ValueError(f"cannot merge E6 results with different settings: {r['settings']} vs {first['settings']}")
+    if set(r["seeds"]) & set(out["seeds"]):
+      raise ValueError(f"seeds {sorted(set(r['seeds']) & set(out['seeds']))} appear in two results")
+    out["seeds"] += r["seeds"]
+    out["base"] += r["base"]
+    out["commands"] += r.get("commands", [r["command"]])
+    out["wall_s"] += r["wall_s"]
+    for arm, by_target in r["arms"].items():
+      for target, entries in by_target.items():
+        out["arms"].setdefault(arm, {}).setdefault(target, []).extend(entries)
+  out["command"] = " ; ".join(out["commands"])
+  out["settings"]["targets"] = sorted({int(t) for by in out["arms"].values() for t in by})
+  return out

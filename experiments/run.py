@@ -259,6 +259,11 @@ def main():
                       help="also write experiments/results/<exp>.json and docs/figures/<exp>.png (what the docs quote)")
   parser.add_argument("--smoke", action="store_true",
                       help="each arm's smoke variant, 2 steps, one seed, under experiments/runs/smoke/ (never publishes)")
+  parser.add_argument("--targets", default=None,
+                      help="e6 only: comma-separated extension factors (default 4,8)")
+  parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                      help="e6 only: merge the result files of several invocations (e.g. one per seed) into one "
+                           "result, written and drawn like a run's")
   parser.add_argument("--plot-only", action="store_true",
                       help="redraw the figure from the run directory's JSON (with --publish: the committed one)")
   args = parser.parse_args()
@@ -279,14 +284,25 @@ def main():
   seeds = [int(s) for s in args.seeds.split(",")]
   seeds = seeds[:1] if args.smoke else seeds
   t0 = time.perf_counter()
-  if args.experiment == "e6":
-    out = context_extension.run(seeds, args.steps, run_dir("e6", args.smoke), args.smoke)
+  if args.experiment == "e6" and args.merge:
+    results = []
+    for path in args.merge:
+      with open(path) as f:
+        results.append(json.load(f))
+    out = context_extension.merge(results)
+  elif args.experiment == "e6":
+    targets = tuple(int(t) for t in args.targets.split(",")) if args.targets else None
+    out = context_extension.run(seeds, args.steps, run_dir("e6", args.smoke), args.smoke, targets)
   else:
     out = run(args.experiment, seeds, args.steps, args.smoke)
-  out["wall_s"] = round(time.perf_counter() - t0, 1)
-  out["command"] = "python experiments/run.py " + " ".join(sys.argv[1:])
+  if not args.merge:
+    out["wall_s"] = round(time.perf_counter() - t0, 1)
+    out["command"] = "python experiments/run.py " + " ".join(sys.argv[1:])
   for directory in results_dirs:
     print("results:", write_results(args.experiment, out, directory))
+  if args.experiment == "e6" and not args.merge:  # this invocation's own file, for --merge later
+    name = f"e6_s{'-'.join(map(str, seeds))}_x{'-'.join(map(str, out['settings']['targets']))}"
+    print("results:", write_results(name, out, results_dirs[0]))
   for directory in figure_dirs:
     print("figure:", draw(args.experiment, out, directory))
   if args.experiment == "e6":
