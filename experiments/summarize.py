@@ -199,7 +199,11 @@ def header(out: dict, *, wall_column: bool = True) -> str:
 def block(name: str, out: dict) -> str:
   """The text of one generated block (without the markers)."""
   if name == "e6":
-    return f"`{out['command']}`, seeds {out['seeds']}, total {out['wall_s']:.0f} s\n\n" + e6_tables(out)
+    commands = out.get("commands", [out["command"]])
+    how = " and ".join(f"`{c}`" for c in commands)
+    if len(commands) > 1:
+      how += " (one invocation each), merged by `python experiments/run.py e6 --merge <their result files> --publish`"
+    return f"{how}; seeds {out['seeds']}, total {out['wall_s']:.0f} s\n\n" + e6_tables(out)
   parts = [header(out, wall_column=name != "e5")]
   if name == "e5":
     parts.append(translation_table(out))

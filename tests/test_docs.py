@@ -259,7 +259,7 @@ class Group:
 
 # Flags of experiments/run.py whose value its --smoke overrides: commands that differ only in
 # them run the same smoke test.
-SMOKE_SIZE_FLAGS = ("--steps", "--seeds")
+SMOKE_SIZE_FLAGS = ("--steps", "--seeds", "--targets")
 
 
 def _key(line):
