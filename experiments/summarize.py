@@ -173,16 +173,16 @@ def e6_tables(out: dict) -> str:
       lines = [f"Passkey accuracy (exact, {len(first['depths'])} depths x {first['trials']} keys per length; "
                "mean over depths, seed range), and the costs:", "",
                "| arm | " + " | ".join(f"{n}" for n in first["lengths"]) +
-               f" | loss at L vs base | steps to the target at 4L | train wall (s/run) |",
-               "|---|" + "---|" * (len(first["lengths"]) + 3)]
+               f" | loss at L vs base | steps to the target at 4L |",
+               "|---|" + "---|" * (len(first["lengths"]) + 2)]
       for arm, entries in pk.items():
         acc = [[float(np.mean(row)) for row in e["passkey"]["accuracy"]] for e in entries]
         cells = [_mean_range([a[i] for a in acc], ".2f") for i in range(len(first["lengths"]))]
         given_up = [e["length_curve"][0]["loss"] - b for e, b in zip(entries, base_at_l)]
         steps = "—" if "steps_to_target" not in entries[0] or factor != 4 else ", ".join(
             "not reached" if e["steps_to_target"] is None else str(e["steps_to_target"]) for e in entries)
-        wall = "—" if not any(e["train_wall_s"] for e in entries) else f"{np.mean([e['train_wall_s'] for e in entries]):.0f}"
-        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {_mean_range(given_up, '+.3f')} | {steps} | {wall} |")
+        # (No wall-time column: a re-run restores finished runs, so its times are not training times.)
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {_mean_range(given_up, '+.3f')} | {steps} |")
       parts.append("\n".join(lines))
   return "\n\n".join(parts)
 
