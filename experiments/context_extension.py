@@ -1,6 +1,6 @@
 """E6: how far a RoPE model trained at L stretches, and what each extension method costs.
 
-  python experiments/run.py e6                 # 2 seeds, L=128 -> 4L and 8L (about an hour on 2 cores)
+  python experiments/run.py e6                 # 2 seeds, L=128 -> 4L and 8L (4L alone: 36 min on 2 cores)
   python experiments/run.py e6 --smoke         # seconds: the base, one fine-tune, short evaluations
 
 Every run is configs/default.py (a 4-layer, d=128 byte LM on the offline stdlib corpus).
