@@ -184,6 +184,17 @@ def e6_tables(out: dict) -> str:
         # (No wall-time column: a re-run restores finished runs, so its times are not training times.)
         lines.append(f"| {arm} | " + " | ".join(cells) + f" | {_mean_range(given_up, '+.3f')} | {steps} |")
       parts.append("\n".join(lines))
+      nll = {arm: entries for arm, entries in pk.items() if entries[0]["passkey"].get("answer_nll")}
+      if nll:
+        lines = ["The answer's negative log-likelihood, nats per digit (teacher-forced; mean over depths, seed "
+                 "range; ln 10 = 2.30 is a uniform guess among the digits, 0 a certain copy):", "",
+                 "| arm | " + " | ".join(f"{n}" for n in first["lengths"]) + " |",
+                 "|---|" + "---|" * len(first["lengths"])]
+        for arm, entries in nll.items():
+          per_seed = [[float(np.mean(row)) for row in e["passkey"]["answer_nll"]] for e in entries]
+          cells = [_mean_range([v[i] for v in per_seed], ".2f") for i in range(len(first["lengths"]))]
+          lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+        parts.append("\n".join(lines))
   return "\n\n".join(parts)
 
 

@@ -14,9 +14,10 @@
   optionally with a RoPE scaling dict applied at evaluation time only
   (`config.eval.rope_scaling`), so extrapolation methods compare without retraining.
 - Pass-key retrieval (lm, `config.eval.passkey_lengths` non-empty): greedy exact-match
-  accuracy of a 5-digit key hidden at several depths of prompts of the given lengths
-  (`roformer_jax.passkey`), on the RoPE-scaled model when `eval.rope_scaling` is set;
-  `results["passkey"]` and `<workdir>/passkey.png`.
+  accuracy of a 5-digit key hidden at several depths of prompts of the given lengths, and the
+  answer's negative log-likelihood in nats per digit (`roformer_jax.passkey`), on the
+  RoPE-scaled model when `eval.rope_scaling` is set; `results["passkey"]` and
+  `<workdir>/passkey.png`.
 
 Rows also go to `<workdir>/metrics.jsonl` with the checkpoint's step.
 
@@ -281,7 +282,8 @@ def _length_curve(config, graphdef, state, mesh, settings, local_batch) -> list[
 
 
 def _passkey(config, graphdef, state, settings, tokenizer) -> dict[str, Any]:
-  """Pass-key retrieval accuracy of the restored model (`roformer_jax.passkey`), greedy.
+  """Pass-key retrieval accuracy of the restored model (`roformer_jax.passkey`), greedy, and
+  the answer's nats per digit (teacher-forced), which grades models that all score 0.
 
   Runs on the model `graphdef` describes (the RoPE-scaled one when `eval.rope_scaling` is
   set). Every process decodes the same prompts with a full copy of the parameters (the test
@@ -305,7 +307,7 @@ def _passkey(config, graphdef, state, settings, tokenizer) -> dict[str, Any]:
   if lengths:
     results = passkey.evaluate_passkey(
         passkey.greedy_generate_fn(model, digits), tokenizer, lengths=lengths, depths=settings["passkey_depths"],
-        trials=settings["passkey_trials"], digits=digits, seed=0,
+        trials=settings["passkey_trials"], digits=digits, seed=0, score_fn=passkey.answer_nll_fn(model),
         add_bos=datasets.get_spec(config.data.dataset).add_bos_eos)
   if skipped:
     results["skipped"] = skipped
@@ -401,8 +403,11 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     pk = results.get("passkey")
     if pk and pk["lengths"]:
       from roformer_jax import passkey
-      for length, mean in zip(pk["lengths"], pk["mean_accuracy"]):
-        writer.write(step, {f"passkey_accuracy_at_{length}": mean}, prefix="eval_")
+      for i, (length, mean) in enumerate(zip(pk["lengths"], pk["mean_accuracy"])):
+        row = {f"passkey_accuracy_at_{length}": mean}
+        if pk.get("mean_answer_nll"):
+          row[f"passkey_answer_nll_at_{length}"] = pk["mean_answer_nll"][i]
+        writer.write(step, row, prefix="eval_")
       title = f"{os.path.basename(workdir)}: pass key, step {step}"
       if pk["rope_scaling"]:
         title += f", {pk['rope_scaling'].get('rope_type', 'scaled')} x{pk['rope_scaling'].get('factor', '?')}"

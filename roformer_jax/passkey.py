@@ -18,8 +18,12 @@ comes from a seeded NumPy generator, so any run can be scored again exactly.
   tokens, so the same code serves the byte tokenizer and SentencePiece).
 - `training_row(rng, length, tokenizer)`: a prompt followed by its answer, a full training
   row (the `data.passkey_fraction` mix of the input pipeline).
-- `evaluate_passkey(generate_fn, tokenizer, lengths=..., depths=..., trials=...)`: accuracy per
-  (length, depth); `greedy_generate_fn(model, digits)` is the `generate_fn` of a `CausalLM`.
+- `evaluate_passkey(generate_fn, tokenizer, lengths=..., depths=..., trials=..., score_fn=...)`:
+  accuracy per (length, depth); `greedy_generate_fn(model, digits)` is the `generate_fn` of a
+  `CausalLM`. With `score_fn` (`answer_nll_fn(model)`), also the answer's negative
+  log-likelihood in nats per digit: graded where exact match is all zeros (a small model that
+  has learned a digit follows the question but not which one sits at ln 10 = 2.30; one that
+  copies the key goes to 0).
 - `plot_heatmap(results, path, title)`: the length x depth accuracy map as a PNG.
 
 This module imports NumPy only; JAX (for decoding) and matplotlib load where they are used,
@@ -43,6 +47,8 @@ QUESTION = "What is the pass key? The pass key is "
 DEFAULT_DEPTHS = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 GenerateFn = Callable[[np.ndarray], np.ndarray]
+# (prompts int32[B, P], answers int32[B, A], answer_mask bool[B, A]) -> nats float[B, A]
+ScoreFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 def random_key(rng: np.random.Generator, digits: int = 5) -> str:
@@ -175,7 +181,8 @@ def _answer(text: str, digits: int) -> str:
 
 def evaluate_passkey(generate_fn: GenerateFn, tokenizer, *, lengths: Sequence[int],
                      depths: Sequence[float] = DEFAULT_DEPTHS, trials: int = 10, digits: int = 5, seed: int = 0,
-                     add_bos: bool = True, examples_per_cell: int = 1) -> dict[str, Any]:
+                     add_bos: bool = True, examples_per_cell: int = 1,
+                     score_fn: ScoreFn | None = None) -> dict[str, Any]:
   """Pass-key accuracy of `generate_fn` at each (length, depth).
 
   All `trials * len(depths)` prompts of one length have exactly that length, so they go to
@@ -192,13 +199,21 @@ def evaluate_passkey(generate_fn: GenerateFn, tokenizer, *, lengths: Sequence[in
     trials: prompts per (length, depth), each with its own key.
     add_bos: as `make_prompt`.
     examples_per_cell: how many (key, output) pairs of each cell to keep in `examples`.
+    score_fn: optional; (prompts, answers, answer_mask) -> the negative log-likelihood of each
+      answer token given the prompt and the answer's earlier tokens (teacher forcing), as
+      `answer_nll_fn` computes it. The answer is the key encoded on its own, as
+      `training_row` appends it; answers of one length are right-padded to the longest
+      (a SentencePiece key may split into different numbers of pieces), `answer_mask` marks
+      the real tokens.
 
   Returns:
     A JSON-ready dict: `lengths`, `depths`, `trials`, `digits`, `seed`; `accuracy` and
     `digit_accuracy`, lists indexed [length][depth] (exact match of all digits; the fraction
     of digit positions right); `mean_accuracy` per length (over depths); `chance`
     ({accuracy: 10**-digits, digit_accuracy: 0.1}); `examples`, dicts {length, depth, key,
-    output}.
+    output}. With `score_fn`, also `answer_nll` [length][depth] (nats per digit: a key's
+    total over its tokens / digits, the mean over trials), `mean_answer_nll` per length, and
+    `chance["answer_nll"]` = ln 10, a uniform guess among the digits.
   """
   lengths = [int(x) for x in lengths]
   depths = [float(d) for d in depths]
@@ -206,7 +221,7 @@ def evaluate_passkey(generate_fn: GenerateFn, tokenizer, *, lengths: Sequence[in
     raise ValueError(f"trials={trials!r} must be an integer >= 1.")
   if not lengths or not depths:
     raise ValueError(f"lengths={lengths} and depths={depths} must both be non-empty.")
-  accuracy, digit_accuracy, examples = [], [], []
+  accuracy, digit_accuracy, answer_nll, examples = [], [], [], []
   for length in lengths:
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, length])
     keys = [[random_key(rng, digits) for _ in range(trials)] for _ in depths]
@@ -217,6 +232,9 @@ def evaluate_passkey(generate_fn: GenerateFn, tokenizer, *, lengths: Sequence[in
       raise ValueError(f"generate_fn returned shape {out.shape} for {len(prompts)} prompts; expected "
                        f"[{len(prompts)}, >= {digits}].")
     texts = [tokenizer.decode([int(t) for t in row]) for row in out]
+    if score_fn is not None:
+      nats = _answer_nats(score_fn, prompts, [k for row in keys for k in row], tokenizer) / digits
+      answer_nll.append([float(np.mean(nats[j * trials:(j + 1) * trials])) for j in range(len(depths))])
     acc_row, digit_row = [], []
     for j, (d, row) in enumerate(zip(depths, keys)):
       exact = right = 0
@@ -231,10 +249,30 @@ def evaluate_passkey(generate_fn: GenerateFn, tokenizer, *, lengths: Sequence[in
       digit_row.append(right / (trials * digits))
     accuracy.append(acc_row)
     digit_accuracy.append(digit_row)
-  return {"lengths": lengths, "depths": depths, "trials": int(trials), "digits": int(digits), "seed": int(seed),
-          "accuracy": accuracy, "digit_accuracy": digit_accuracy,
-          "mean_accuracy": [float(np.mean(row)) for row in accuracy],
-          "chance": {"accuracy": 10.0 ** -digits, "digit_accuracy": 0.1}, "examples": examples}
+  results = {"lengths": lengths, "depths": depths, "trials": int(trials), "digits": int(digits), "seed": int(seed),
+             "accuracy": accuracy, "digit_accuracy": digit_accuracy,
+             "mean_accuracy": [float(np.mean(row)) for row in accuracy],
+             "chance": {"accuracy": 10.0 ** -digits, "digit_accuracy": 0.1}, "examples": examples}
+  if score_fn is not None:
+    results["answer_nll"] = answer_nll
+    results["mean_answer_nll"] = [float(np.mean(row)) for row in answer_nll]
+    results["chance"]["answer_nll"] = float(np.log(10.0))
+  return results
+
+
+def _answer_nats(score_fn: ScoreFn, prompts: np.ndarray, keys: list[str], tokenizer) -> np.ndarray:
+  """float64[B]: each key's total negative log-likelihood after its prompt, in nats."""
+  answers = [_encode(tokenizer, key) for key in keys]
+  width = max(len(a) for a in answers)
+  ids = np.zeros((len(answers), width), np.int32)
+  mask = np.zeros((len(answers), width), bool)
+  for i, a in enumerate(answers):
+    ids[i, :len(a)], mask[i, :len(a)] = a, True
+  nats = np.asarray(score_fn(prompts, ids, mask), np.float64)
+  if nats.shape != ids.shape:
+    raise ValueError(f"score_fn returned shape {nats.shape} for answers of shape {ids.shape}; expected the "
+                     "negative log-likelihood of each answer token, [B, A].")
+  return np.where(mask, nats, 0.0).sum(1)
 
 
 # Attention logits of one prefill chunk, in float32 elements (0.5 GiB): long prompts go to
@@ -279,10 +317,54 @@ def greedy_generate_fn(model, digits: int = 5, *, max_rows: int | None = None) -
   return generate
 
 
+def answer_nll_fn(model, *, max_rows: int | None = None) -> ScoreFn:
+  """A `score_fn` for `evaluate_passkey`: the negative log-likelihood (nats) that a `CausalLM`
+  gives each answer token, with the prompt and the answer's earlier tokens as its context
+  (teacher forcing: one forward pass of prompt + answer, no sampling).
+
+  Rows go to the model a few at a time, as in `greedy_generate_fn` (dense attention holds
+  [rows, heads, T, T] scores, and the logits are [rows, T, vocab]); the last call is padded
+  to the same number of rows, so one length compiles one program. The answer's padding comes
+  after every real token, so under the causal mask it changes nothing that is read.
+  """
+  import jax
+  import jax.numpy as jnp
+  from flax import nnx
+
+  graphdef, state = nnx.split(model)
+  heads, vocab = model.config.num_heads, model.config.vocab_size
+
+  @jax.jit
+  def nats(state, prompts, answers, mask):
+    m = nnx.merge(graphdef, state)
+    p = prompts.shape[1]
+    seq = jnp.concatenate([prompts, answers], axis=1)
+    valid = jnp.concatenate([jnp.ones_like(prompts, bool), mask], axis=1)
+    logits = m(seq[:, :-1], attention_mask=valid[:, :-1], deterministic=True)[:, p - 1:]
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+    return -jnp.take_along_axis(logp, answers[..., None], axis=-1)[..., 0]
+
+  def score(prompts: np.ndarray, answers: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    prompts, answers, mask = np.asarray(prompts, np.int32), np.asarray(answers, np.int32), np.asarray(mask, bool)
+    b, t = prompts.shape[0], prompts.shape[1] + answers.shape[1]
+    rows = min(max_rows or max(1, _PREFILL_BUDGET // max(heads * t * t, t * vocab)), b)
+    out = []
+    for start in range(0, b, rows):
+      chunk = [x[start:start + rows] for x in (prompts, answers, mask)]
+      n = len(chunk[0])
+      if n < rows:
+        chunk = [np.concatenate([x, np.repeat(x[:1], rows - n, axis=0)]) for x in chunk]
+      out.append(np.asarray(nats(state, *chunk))[:n])
+    return np.concatenate(out)
+
+  return score
+
+
 def plot_heatmap(results: dict[str, Any], path: str, title: str = "Passkey retrieval") -> str:
   """Draws `results["accuracy"]` as a length x depth heat map into `path`; each cell is
   annotated with its exact-match accuracy and, below it, the fraction of digits right (which
-  tells a model that gets some digits, or guesses at chance 0.1, from one that gets none).
+  tells a model that gets some digits, or guesses at chance 0.1, from one that gets none) and,
+  when scored, the answer's nats per digit (chance ln 10 = 2.30).
 
   The PNG is written to a temporary file in the same directory, then renamed over `path`,
   so a reader never sees half a file (eval.py may run while someone views the last one).
@@ -293,16 +375,19 @@ def plot_heatmap(results: dict[str, Any], path: str, title: str = "Passkey retri
 
   acc = np.asarray(results["accuracy"], float)
   lengths, depths = results["lengths"], results["depths"]
-  fig, ax = plt.subplots(figsize=(1.6 + 0.9 * len(depths), 1.2 + 0.5 * len(lengths)))
+  rows = 0.65 if results.get("answer_nll") else 0.5
+  fig, ax = plt.subplots(figsize=(1.6 + 0.9 * len(depths), 1.2 + rows * len(lengths)))
   image = ax.imshow(acc, vmin=0.0, vmax=1.0, cmap="RdYlGn", aspect="auto")
   ax.set_xticks(range(len(depths)), [f"{d:g}" for d in depths])
   ax.set_yticks(range(len(lengths)), [str(n) for n in lengths])
   ax.set_xlabel("key depth (fraction of the filler before it)")
   ax.set_ylabel("prompt length (tokens)")
   digit = np.asarray(results.get("digit_accuracy", acc), float)
+  nll = np.asarray(results["answer_nll"], float) if results.get("answer_nll") else None
   for i in range(acc.shape[0]):
-    for j in range(acc.shape[1]):  # exact match, and below it the fraction of digits right
-      ax.text(j, i, f"{acc[i, j]:.2f}\n{digit[i, j]:.2f} dig.", ha="center", va="center", fontsize=7,
+    for j in range(acc.shape[1]):  # exact match; the fraction of digits right; nats per digit
+      text = f"{acc[i, j]:.2f}\n{digit[i, j]:.2f} dig." + (f"\n{nll[i, j]:.2f} nats" if nll is not None else "")
+      ax.text(j, i, text, ha="center", va="center", fontsize=7,
               color="black" if 0.25 < acc[i, j] < 0.85 else "white")
   fig.colorbar(image, ax=ax, label=f"exact match ({results.get('trials', '?')} trials)")
   ax.set_title(title, fontsize=9)
@@ -322,14 +407,19 @@ def plot_heatmap(results: dict[str, Any], path: str, title: str = "Passkey retri
 
 
 def format_table(results: dict[str, Any]) -> str:
-  """The accuracy grid as text: one line per length, one column per depth (eval.py prints it)."""
+  """The accuracy grid as text: one line per length, one column per depth (eval.py prints it);
+  then the answer's nats per digit, when scored."""
   depths = results["depths"]
   lines = ["passkey  " + " ".join(f"{'d=' + format(d, 'g'):>6}" for d in depths) + "    mean"]
   for length, row, mean in zip(results["lengths"], results["accuracy"], results["mean_accuracy"]):
     lines.append(f"{length:>7}  " + " ".join(f"{a:>6.2f}" for a in row) + f"  {mean:6.2f}")
+  if results.get("answer_nll"):
+    lines.append(f"answer nats per digit (chance ln 10 = {np.log(10):.2f}):")
+    for length, row, mean in zip(results["lengths"], results["answer_nll"], results["mean_answer_nll"]):
+      lines.append(f"{length:>7}  " + " ".join(f"{a:>6.2f}" for a in row) + f"  {mean:6.2f}")
   return "\n".join(lines)
 
 
-__all__ = ["DEFAULT_DEPTHS", "FILLER", "KEY_SENTENCE", "QUESTION", "evaluate_passkey", "format_table",
+__all__ = ["DEFAULT_DEPTHS", "FILLER", "KEY_SENTENCE", "QUESTION", "answer_nll_fn", "evaluate_passkey", "format_table",
            "greedy_generate_fn", "key_position", "make_prompt", "min_prompt_length", "plot_heatmap",
            "random_key", "training_row"]

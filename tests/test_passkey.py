@@ -96,10 +96,68 @@ def test_a_model_that_copies_the_key_scores_1_and_a_guesser_scores_chance():
   assert chance["chance"] == {"accuracy": 1e-5, "digit_accuracy": 0.1}
 
 
-def test_greedy_generate_fn_of_a_random_tiny_model_has_the_right_shapes():
+def test_answer_nll_is_0_for_a_certain_model_and_ln10_per_digit_for_a_uniform_one():
+  lengths, depths, trials = (100, 140), (0.0, 0.5, 1.0), 4
+  certain = lambda prompts, answers, mask: np.zeros(answers.shape)
+  uniform = lambda prompts, answers, mask: np.full(answers.shape, np.log(10.0))
+  for score_fn, expected in ((certain, 0.0), (uniform, np.log(10.0))):
+    r = passkey.evaluate_passkey(copy_the_key, BYTES, lengths=lengths, depths=depths, trials=trials,
+                                 score_fn=score_fn)
+    np.testing.assert_allclose(r["answer_nll"], np.full((2, 3), expected), atol=1e-12)
+    assert r["mean_answer_nll"] == pytest.approx([expected] * 2) and r["chance"]["answer_nll"] == pytest.approx(2.302585)
+    assert "answer nats per digit" in passkey.format_table(r)
+  # Keys that a tokenizer splits into different numbers of tokens (here a run of one digit is
+  # one token: "12334" is 4): right-padded, and only the real tokens count. At 1 nat a token, a
+  # 5-digit key of k tokens costs k/5 nats a digit.
+  tok = WordTokenizer()
+  runs = lambda text: " ".join(m.group(0) for m in re.finditer(r"(\d)\1*", text))
+  tok.encode = lambda text, enc=tok.encode: enc(runs(text) if text.isdigit() else text)
+  seen = []
+
+  def one_nat_a_token(prompts, answers, mask):
+    seen.append(mask.sum(1))
+    assert answers.shape == (len(prompts), mask.sum(1).max()) and np.all(answers[~mask] == 0)
+    return np.where(mask, 1.0, 99.0)
+
+  no_answer = lambda prompts: np.zeros((len(prompts), 5), np.int32)
+  r = passkey.evaluate_passkey(no_answer, tok, lengths=(60,), depths=(0.5,), trials=20, score_fn=one_nat_a_token)
+  tokens = seen[0]
+  assert tokens.min() < tokens.max() == 5  # some keys have a repeated digit
+  assert r["answer_nll"] == [[pytest.approx(tokens.mean() / 5)]]
+  with pytest.raises(ValueError, match=r"score_fn returned shape \(3,\)"):
+    passkey.evaluate_passkey(no_answer, tok, lengths=(60,), depths=(0.5,), trials=3,
+                             score_fn=lambda p, a, m: np.zeros(len(p)))
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
   cfg = ModelConfig(vocab_size=260, d_model=32, num_layers=1, num_heads=2, d_ff=64, norm="pre", dropout=0.0,
                     attention_dropout=0.0, type_vocab_size=0)
-  model = CausalLM(cfg, rngs=nnx.Rngs(0))
+  return CausalLM(cfg, rngs=nnx.Rngs(0))
+
+
+def test_answer_nll_fn_equals_float64_log_softmax_of_the_full_forward(tiny_lm):
+  """The reference: the model's logits for prompt + answer in one call, without the function's
+  slicing, chunking or padding; log-softmax in float64 NumPy; logits[t] scores token t + 1."""
+  prompts = np.stack([passkey.make_prompt(110, d, k, BYTES) for d, k in ((0.0, "12345"), (0.4, "90210"),
+                                                                        (0.8, "55555"), (1.0, "00017"))])
+  answers = np.stack([np.asarray(BYTES.encode(k), np.int32) for k in ("12345", "90210", "55555", "00017")])
+  mask = np.ones(answers.shape, bool)
+  mask[1, 3:] = False  # a shorter answer, right-padded: its real tokens score the same
+  got = passkey.answer_nll_fn(tiny_lm, max_rows=3)(prompts, answers, mask)  # rows 0-2, then row 3 padded
+  seq = np.concatenate([prompts, answers], 1)
+  logits = np.asarray(tiny_lm(seq), np.float64)
+  logp = logits - logits.max(-1, keepdims=True)
+  logp = logp - np.log(np.exp(logp).sum(-1, keepdims=True))
+  p = prompts.shape[1]
+  want = -np.take_along_axis(logp[:, p - 1:-1], answers[..., None], -1)[..., 0]
+  assert got.shape == (4, 5)
+  np.testing.assert_allclose(got[mask], want[mask], rtol=1e-4, atol=1e-4)
+  assert abs(float(np.mean(want)) - np.log(260)) < 1.0  # a random model: about ln(vocab) a token
+
+
+def test_greedy_generate_fn_of_a_random_tiny_model_has_the_right_shapes(tiny_lm):
+  model = tiny_lm
   prompts = np.stack([passkey.make_prompt(120, d, "12345", BYTES) for d in (0.0, 0.3, 0.6, 1.0)])
   generate = passkey.greedy_generate_fn(model, 5, max_rows=3)  # every call is [3, 120]: one compile
   chunked = generate(prompts)  # rows 0-2, then row 3 padded to 3 rows
