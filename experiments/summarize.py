@@ -214,7 +214,12 @@ def block(name: str, out: dict) -> str:
     how = " and ".join(f"`{c}`" for c in commands)
     if len(commands) > 1:
       how += " (one invocation each), merged by `python experiments/run.py e6 --merge <their result files> --publish`"
-    return f"{how}; seeds {out['seeds']}, total {out['wall_s']:.0f} s\n\n" + e6_tables(out)
+    text = f"{how}; seeds {out['seeds']}, total {out['wall_s']:.0f} s"
+    again = out.get("reevaluation")
+    if again:  # the same commands re-run on the finished runs: they restore and evaluate again
+      text += (f". Re-evaluated on {again['date']} by the same commands ({again['wall_s']:.0f} s): "
+               f"{again['why']}.")
+    return text + "\n\n" + e6_tables(out)
   parts = [header(out, wall_column=name != "e5")]
   if name == "e5":
     parts.append(translation_table(out))

@@ -80,10 +80,12 @@ def test_rope_scaling_at_eval_time_changes_only_the_long_lengths(trained):
   saved = json.loads((trained / "eval_results.json").read_text())["passkey"]
   assert saved["lengths"] == [100] and saved["depths"] == [0.0, 1.0] and saved["trials"] == 2
   assert np.shape(saved["accuracy"]) == (1, 2) and saved["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+  # a smoke model after 2 steps: the answer costs about ln(vocab) nats a digit, far above 0
+  assert np.shape(saved["answer_nll"]) == (1, 2) and 1.0 < saved["mean_answer_nll"][0] < 10.0
   assert (trained / "passkey.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert not list(trained.glob("passkey.png.tmp*"))  # written to a temporary name, then renamed
   rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
-  assert any("eval_passkey_accuracy_at_100" in r for r in rows)
+  assert any("eval_passkey_accuracy_at_100" in r and "eval_passkey_answer_nll_at_100" in r for r in rows)
 
 
 def test_no_checkpoint_says_to_train_first(tmp_path):
