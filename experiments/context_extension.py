@@ -307,21 +307,34 @@ def plot(out: dict, directory: str) -> list[str]:
 
 
 def merge(results: list[dict]) -> dict:
-  """One result from several invocations (e.g. one per seed): the seeds' entries side by side.
+  """One result from several invocations (e.g. one per seed, or one per target): the entries
+  side by side.
 
-  The invocations must share the settings (other than the targets) and have distinct seeds;
-  each one's command is kept in `commands`.
+  The invocations must share the settings (other than the targets). A seed may come from
+  several invocations only for different targets: they trained and evaluated the same base
+  run (its base entry is kept once, and must agree). Each one's command is kept in `commands`.
   """
   first = results[0]
   out = {**first, "seeds": [], "base": [], "arms": {}, "commands": [], "wall_s": 0.0}
+  targets_of: dict[int, set[str]] = {}
   for r in results:
     same = {k: v for k, v in r["settings"].items() if k != "targets"}
     if same != {k: v for k, v in first["settings"].items() if k != "targets"}:
       raise ValueError(f"cannot merge E6 results with different settings: {r['settings']} vs {first['settings']}")
-    if set(r["seeds"]) & set(out["seeds"]):
-      raise ValueError(f"seeds {sorted(set(r['seeds']) & set(out['seeds']))} appear in two results")
-    out["seeds"] += r["seeds"]
-    out["base"] += r["base"]
+    targets = {t for by in r["arms"].values() for t in by}
+    for seed in r["seeds"]:
+      if targets_of.get(seed, set()) & targets:
+        raise ValueError(f"seed {seed} at targets {sorted(targets_of[seed] & targets)} appears in two results")
+    for entry in r["base"]:
+      kept = next((b for b in out["base"] if b["seed"] == entry["seed"]), None)
+      if kept is None:
+        out["base"].append(entry)
+        out["seeds"].append(entry["seed"])
+      elif kept["length_curve"][0]["loss"] != entry["length_curve"][0]["loss"]:
+        raise ValueError(f"seed {entry['seed']}: two results evaluated different base runs "
+                         f"(loss at L {kept['length_curve'][0]['loss']} vs {entry['length_curve'][0]['loss']})")
+    for seed in r["seeds"]:
+      targets_of.setdefault(seed, set()).update(targets)
     out["commands"] += r.get("commands", [r["command"]])
     out["wall_s"] += r["wall_s"]
     for arm, by_target in r["arms"].items():

@@ -46,3 +46,24 @@ def test_smoke_arms_are_the_smoke_variants_of_their_configs():
       assert config.total_steps == 2 and config.model.d_model == 32, name
       assert config.eval.max_batches == 2 and len(config.eval.length_factors) <= 2
       assert all(config.model[k.split(".")[1]] == v for k, v in arm.items())
+
+
+def test_e6_merges_results_per_seed_and_per_target():
+  import copy
+
+  import pytest
+
+  from experiments import context_extension
+  at4 = json.loads((ROOT / "experiments" / "results" / "e6.json").read_text())  # seeds 0, 1 at 4L
+  at8 = copy.deepcopy(at4)
+  at8["arms"] = {arm: {"8": by["4"]} for arm, by in at4["arms"].items()}
+  at8["settings"]["targets"], at8["commands"] = [8], ["python experiments/run.py e6 --targets 8"]
+  merged = context_extension.merge([at4, at8])
+  assert merged["seeds"] == [0, 1] and len(merged["base"]) == 2  # one base run per seed
+  assert merged["settings"]["targets"] == [4, 8] and all(sorted(by) == ["4", "8"] for by in merged["arms"].values())
+  assert merged["commands"][-1] == "python experiments/run.py e6 --targets 8"
+  with pytest.raises(ValueError, match=r"seed 0 at targets \['4'\] appears in two results"):
+    context_extension.merge([at4, at4])
+  at8["base"][1]["length_curve"][0]["loss"] += 0.1
+  with pytest.raises(ValueError, match="seed 1: two results evaluated different base runs"):
+    context_extension.merge([at4, at8])
