@@ -219,6 +219,8 @@ def block(name: str, out: dict) -> str:
     if again:  # the same commands re-run on the finished runs: they restore and evaluate again
       text += (f". Re-evaluated on {again['date']} by the same commands ({again['wall_s']:.0f} s): "
                f"{again['why']}.")
+    if out.get("timing_note"):
+      text += " " + out["timing_note"]
     return text + "\n\n" + e6_tables(out)
   parts = [header(out, wall_column=name != "e5")]
   if name == "e5":
