@@ -54,14 +54,17 @@ def test_e6_merges_results_per_seed_and_per_target():
   import pytest
 
   from experiments import context_extension
-  at4 = json.loads((ROOT / "experiments" / "results" / "e6.json").read_text())  # seeds 0, 1 at 4L
-  at8 = copy.deepcopy(at4)
-  at8["arms"] = {arm: {"8": by["4"]} for arm, by in at4["arms"].items()}
+  recorded = json.loads((ROOT / "experiments" / "results" / "e6.json").read_text())  # seeds 0, 1
+  at4, at8 = copy.deepcopy(recorded), copy.deepcopy(recorded)  # as the 4L and 8L invocations wrote them
+  at4["arms"] = {arm: {"4": by["4"]} for arm, by in recorded["arms"].items()}
+  at8["arms"] = {arm: {"8": by["8"]} for arm, by in recorded["arms"].items()}
+  at4["settings"]["targets"], at4["commands"] = [4], ["python experiments/run.py e6 --targets 4"]
   at8["settings"]["targets"], at8["commands"] = [8], ["python experiments/run.py e6 --targets 8"]
   merged = context_extension.merge([at4, at8])
   assert merged["seeds"] == [0, 1] and len(merged["base"]) == 2  # one base run per seed
   assert merged["settings"]["targets"] == [4, 8] and all(sorted(by) == ["4", "8"] for by in merged["arms"].values())
-  assert merged["commands"][-1] == "python experiments/run.py e6 --targets 8"
+  assert merged["commands"] == ["python experiments/run.py e6 --targets 4", "python experiments/run.py e6 --targets 8"]
+  assert merged["arms"] == recorded["arms"]
   with pytest.raises(ValueError, match=r"seed 0 at targets \['4'\] appears in two results"):
     context_extension.merge([at4, at4])
   at8["base"][1]["length_curve"][0]["loss"] += 0.1
