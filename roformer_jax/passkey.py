@@ -280,6 +280,21 @@ def _answer_nats(score_fn: ScoreFn, prompts: np.ndarray, keys: list[str], tokeni
 _PREFILL_BUDGET = 1 << 27
 
 
+def _in_chunks(fn, arrays: list[np.ndarray], rows: int) -> np.ndarray:
+  """fn over `rows` rows of the arrays at a time, concatenated. The last chunk is padded to
+  `rows` with copies of its first row (dropped after), so every call has one shape: one compile."""
+  b = len(arrays[0])
+  rows = min(rows, b)
+  out = []
+  for start in range(0, b, rows):
+    chunk = [x[start:start + rows] for x in arrays]
+    n = len(chunk[0])
+    if n < rows:
+      chunk = [np.concatenate([x, np.repeat(x[:1], rows - n, axis=0)]) for x in chunk]
+    out.append(np.asarray(fn(*chunk))[:n])
+  return np.concatenate(out)
+
+
 def greedy_generate_fn(model, digits: int = 5, *, max_rows: int | None = None) -> GenerateFn:
   """A `generate_fn` for `evaluate_passkey`: greedy continuations of a `CausalLM`.
 
@@ -302,17 +317,10 @@ def greedy_generate_fn(model, digits: int = 5, *, max_rows: int | None = None) -
 
   def generate(prompts: np.ndarray) -> np.ndarray:
     prompts = np.asarray(prompts, np.int32)
-    b, p = prompts.shape
+    p = prompts.shape[1]
     rows = max_rows or max(1, _PREFILL_BUDGET // (heads * p * (p + digits)))
-    rows = min(rows, b)
-    out = []
-    for start in range(0, b, rows):
-      chunk = prompts[start:start + rows]
-      n = len(chunk)
-      if n < rows:
-        chunk = np.concatenate([chunk, np.repeat(chunk[:1], rows - n, axis=0)])
-      out.append(np.asarray(decoding.generate(model, chunk, max_new_tokens=digits, temperature=0))[:n])
-    return np.concatenate(out)
+    return _in_chunks(lambda chunk: decoding.generate(model, chunk, max_new_tokens=digits, temperature=0),
+                      [prompts], rows)
 
   return generate
 
@@ -346,16 +354,9 @@ def answer_nll_fn(model, *, max_rows: int | None = None) -> ScoreFn:
 
   def score(prompts: np.ndarray, answers: np.ndarray, mask: np.ndarray) -> np.ndarray:
     prompts, answers, mask = np.asarray(prompts, np.int32), np.asarray(answers, np.int32), np.asarray(mask, bool)
-    b, t = prompts.shape[0], prompts.shape[1] + answers.shape[1]
-    rows = min(max_rows or max(1, _PREFILL_BUDGET // max(heads * t * t, t * vocab)), b)
-    out = []
-    for start in range(0, b, rows):
-      chunk = [x[start:start + rows] for x in (prompts, answers, mask)]
-      n = len(chunk[0])
-      if n < rows:
-        chunk = [np.concatenate([x, np.repeat(x[:1], rows - n, axis=0)]) for x in chunk]
-      out.append(np.asarray(nats(state, *chunk))[:n])
-    return np.concatenate(out)
+    t = prompts.shape[1] + answers.shape[1]
+    rows = max_rows or max(1, _PREFILL_BUDGET // max(heads * t * t, t * vocab))
+    return _in_chunks(lambda *chunk: nats(state, *chunk), [prompts, answers, mask], rows)
 
   return score
 
