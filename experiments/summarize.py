@@ -152,6 +152,12 @@ def _mean_range(values: list[float | None], fmt: str = ".3f") -> str:
   return mean if len(values) == 1 else f"{mean} ({_range(values, fmt)})"
 
 
+def _passkey_cells(entries: list[dict], metric: str, fmt: str) -> list[str]:
+  """One cell per pass-key length: the metric's mean over depths, then 'mean (range)' over seeds."""
+  per_seed = [[float(np.mean(row)) for row in e["passkey"][metric]] for e in entries]
+  return [_mean_range([v[i] for v in per_seed], fmt) for i in range(len(per_seed[0]))]
+
+
 def e6_tables(out: dict) -> str:
   """E6: loss by length, passkey accuracy by length, and the costs, one table each per target."""
   length = out["length"]
@@ -176,8 +182,7 @@ def e6_tables(out: dict) -> str:
                f" | loss at L vs base | steps to the target at 4L |",
                "|---|" + "---|" * (len(first["lengths"]) + 2)]
       for arm, entries in pk.items():
-        acc = [[float(np.mean(row)) for row in e["passkey"]["accuracy"]] for e in entries]
-        cells = [_mean_range([a[i] for a in acc], ".2f") for i in range(len(first["lengths"]))]
+        cells = _passkey_cells(entries, "accuracy", ".2f")
         given_up = [e["length_curve"][0]["loss"] - b for e, b in zip(entries, base_at_l)]
         steps = "—" if "steps_to_target" not in entries[0] or factor != 4 else ", ".join(
             "not reached" if e["steps_to_target"] is None else str(e["steps_to_target"]) for e in entries)
@@ -191,9 +196,7 @@ def e6_tables(out: dict) -> str:
                  "| arm | " + " | ".join(f"{n}" for n in first["lengths"]) + " |",
                  "|---|" + "---|" * len(first["lengths"])]
         for arm, entries in nll.items():
-          per_seed = [[float(np.mean(row)) for row in e["passkey"]["answer_nll"]] for e in entries]
-          cells = [_mean_range([v[i] for v in per_seed], ".2f") for i in range(len(first["lengths"]))]
-          lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+          lines.append(f"| {arm} | " + " | ".join(_passkey_cells(entries, "answer_nll", ".2f")) + " |")
         parts.append("\n".join(lines))
   return "\n\n".join(parts)
 
