@@ -4,6 +4,7 @@
   python scripts/fault_campaign.py --record              # ... and write its table into docs/reliability.md
   python scripts/fault_campaign.py --quick               # a few kills and one of each other fault (make test)
   python scripts/fault_campaign.py --smoke               # one kill of a 20-step run, nothing else; records nothing
+  python scripts/fault_campaign.py --only flip,delete --record   # just these trials; their rows merged into the table
 
 Every trial runs the same command, `train.py --config configs/default.py:smoke` with more steps
 and frequent asynchronous checkpoints, and ends by comparing the final parameters and optimiser
@@ -145,6 +146,7 @@ class Campaign:
     self.steps = args.steps
     self.reference = None
     self.reference_seconds = 0.0
+    self.trial = ""  # the TRIALS name running now, recorded in each row
 
   def log(self, message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
@@ -154,15 +156,21 @@ class Campaign:
     shutil.rmtree(path, ignore_errors=True)
     return path
 
+  def ensure_reference(self) -> None:
+    """Runs the uninterrupted reference once, for the first trial that compares with it."""
+    if self.reference is None:
+      self.uninterrupted()
+
   def check(self, workdir: str) -> tuple[bool, int]:
     """(bitwise equal to the reference, metrics rows lost)."""
+    self.ensure_reference()
     return bitwise_equal(final_state(workdir), self.reference), metric_rows_lost(workdir, self.steps)
 
   def row(self, fault: str, injected: int, runs: int, exact: int, redone: int, lost: str, note: str = "",
           ok: bool | None = None) -> None:
     """One table row; `ok` (default: every run exact) is whether the fault was survived as it must be."""
     ok = exact == runs if ok is None else ok
-    self.rows.append(dict(fault=fault, injected=injected, runs=runs, exact=exact, redone=redone, lost=lost, note=note,
+    self.rows.append(dict(trial=self.trial, fault=fault, injected=injected, runs=runs, exact=exact, redone=redone, lost=lost, note=note,
                           ok=bool(ok)))
     self.log(f"{fault}: injected {injected}, runs exact {exact}/{runs}, steps redone {redone}, lost: {lost}"
              + (f" ({note})" if note else "") + ("" if ok else "  <-- FAILED"))
@@ -185,6 +193,7 @@ class Campaign:
              f"{committed_steps(workdir)}")
 
   def kills(self, total: int, per_run: int) -> None:
+    self.ensure_reference()
     killed = in_save = runs = exact = redone = lost_rows = 0
     while killed < total:
       runs += 1
@@ -218,6 +227,7 @@ class Campaign:
              ok=exact == runs and not lost_rows)
 
   def damage(self, kind: str) -> None:
+    self.ensure_reference()
     workdir = self.workdir(f"damage_{kind}")
     shutil.copytree(self.reference_dir, workdir)
     *_, previous, newest = committed_steps(workdir)
@@ -248,6 +258,7 @@ class Campaign:
              ok=same and warned and kept and not lost)
 
   def damage_all(self) -> None:
+    self.ensure_reference()
     workdir = self.workdir("damage_all")
     shutil.copytree(self.reference_dir, workdir)
     for step in committed_steps(workdir):
@@ -379,11 +390,84 @@ def table(rows: list[dict]) -> str:
 
 
 def record(text: str) -> None:
+  """Replaces the whole recorded block of docs/reliability.md with `text` (a full campaign)."""
   doc = DOC.read_text()
   if BEGIN not in doc or END not in doc:
     raise SystemExit(f"{DOC} has no {BEGIN} ... {END} block to replace.")
   head, rest = doc.split(BEGIN, 1)
   DOC.write_text(f"{head}{BEGIN}\n{text}\n{END}{rest.split(END, 1)[1]}")
+
+
+def merge(recorded: str, rows: list[dict], note_key: str, note: str) -> str:
+  """The recorded block with `rows` merged in, for a run of some trials (`--only`).
+
+  A row whose fault (first column) is already in the table replaces that row in place; a new
+  fault is appended. Every other row is kept as it was, and so is every paragraph below the
+  table, except an earlier paragraph of the same `--only` selection, which `note` replaces
+  (the paragraph says which command recorded which rows).
+
+  Args:
+    recorded: the text between the begin and end markers (a table, then paragraphs).
+    rows: the rows this run measured.
+    note_key: how this run's paragraph starts (the `--only` selection).
+    note: that paragraph.
+
+  Returns:
+    The new text between the markers.
+  """
+  lines = recorded.strip().splitlines()
+  n_table = next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))
+  table_lines, paragraphs = lines[:n_table], "\n".join(lines[n_table:]).strip().split("\n\n")
+  if len(table_lines) < 2:
+    table_lines = table([]).splitlines()
+  new = {r["fault"]: line for r, line in zip(rows, table(rows).splitlines()[2:])}
+  body = []
+  for line in table_lines[2:]:
+    fault = line.split("|")[1].strip()
+    body.append(new.pop(fault, line))
+  body += list(new.values())
+  paragraphs = [p for p in paragraphs if p.strip() and not p.startswith(note_key)] + [note]
+  return "\n".join(table_lines[:2] + body) + "\n\n" + "\n\n".join(paragraphs)
+
+
+def record_rows(rows: list[dict], note_key: str, note: str) -> None:
+  """Merges `rows` into docs/reliability.md's recorded table (see `merge`)."""
+  doc = DOC.read_text()
+  if BEGIN not in doc or END not in doc:
+    raise SystemExit(f"{DOC} has no {BEGIN} ... {END} block to merge into.")
+  head, rest = doc.split(BEGIN, 1)
+  recorded, tail = rest.split(END, 1)
+  DOC.write_text(f"{head}{BEGIN}\n{merge(recorded, rows, note_key, note)}\n{END}{tail}")
+
+
+# The trials, by the name `--only` takes, in the order the full campaign runs them. Each is
+# called with the campaign and the parsed arguments, and adds its rows with `Campaign.row`.
+TRIALS = {
+    "kills": lambda c, args: c.kills(args.kills, args.kills_per_run),
+    "truncate": lambda c, args: c.damage("truncate"),
+    "flip": lambda c, args: c.damage("flip"),
+    "delete": lambda c, args: c.damage("delete"),
+    "damage_all": lambda c, args: c.damage_all(),
+    "disk_full": lambda c, args: c.disk_full(),
+    "second_trainer": lambda c, args: c.second_trainer(),
+    "sigterm": lambda c, args: c.signals("sigterm", args.signal_trials),
+    "sigint": lambda c, args: c.signals("sigint", args.signal_trials),
+    "sigint2": lambda c, args: c.signals("sigint2", args.signal_trials, twice=True),
+}
+
+
+def selected(only: str | None, smoke: bool) -> list[str]:
+  """The trial names to run: `--only`'s (checked), the smoke run's, or all of them."""
+  if smoke:
+    return ["kills"]
+  if not only:
+    return list(TRIALS)
+  names = [n.strip() for n in only.split(",") if n.strip()]
+  unknown = [n for n in names if n not in TRIALS]
+  if unknown or not names:
+    raise SystemExit(f"--only {only!r}: unknown trial name(s) {unknown or ['(none given)']}; the trials are "
+                     f"{', '.join(TRIALS)} (comma-separated, e.g. --only flip,delete).")
+  return list(dict.fromkeys(names))
 
 
 def main() -> None:
@@ -397,7 +481,11 @@ def main() -> None:
   parser.add_argument("--smoke", action="store_true",
                       help="for tests, the least that runs the campaign end to end: the uninterrupted run and one "
                       "SIGKILL of 20-step runs, no other fault (3 runs of train.py); --record then writes nothing")
-  parser.add_argument("--record", action="store_true", help=f"write the table into {DOC.relative_to(ROOT)}")
+  parser.add_argument("--record", action="store_true", help=f"write the table into {DOC.relative_to(ROOT)} (with "
+                      "--only: merge this run's rows into the recorded table, keeping the other faults' rows)")
+  parser.add_argument("--only", metavar="NAME[,NAME...]",
+                      help=f"run only these trials (the uninterrupted reference too, if they compare with it): "
+                      f"{', '.join(TRIALS)}")
   parser.add_argument("--json", help="also write the rows to this JSON file")
   parser.add_argument("--tmp", default=None, help="where the workdirs go (default: the system's temp dir)")
   parser.add_argument("--keep", action="store_true", help="keep the workdirs")
@@ -415,34 +503,32 @@ def main() -> None:
             "as it is)")
       args.record = False
 
+  names = selected(args.only, args.smoke)
   c = Campaign(args)
   t0 = time.perf_counter()
   try:
-    c.uninterrupted()
-    c.kills(args.kills, args.kills_per_run)
-    if not args.smoke:
-      for kind in ("truncate", "flip", "delete"):
-        c.damage(kind)
-      c.damage_all()
-      c.disk_full()
-      c.second_trainer()
-      c.signals("sigterm", args.signal_trials)
-      c.signals("sigint", args.signal_trials)
-      c.signals("sigint2", args.signal_trials, twice=True)
+    for name in names:
+      c.trial = name
+      TRIALS[name](c, args)
   finally:
     if not args.keep:
       shutil.rmtree(c.root, ignore_errors=True)
   minutes = (time.perf_counter() - t0) / 60
   shown = " ".join(["python", "scripts/fault_campaign.py", *sys.argv[1:]])
+  where = (f"Recorded {datetime.date.today().isoformat()} on {platform.node() or 'this machine'} ({os.cpu_count()} "
+           f"cores, Python {platform.python_version()}).")
   text = (f"{table(c.rows)}\n\nCommand: `{shown}` ({minutes:.1f} min; {args.steps}-step runs of "
-          f"`configs/default.py:smoke`, a checkpoint every 10 steps, asynchronous). Recorded "
-          f"{datetime.date.today().isoformat()} on {platform.node() or 'this machine'} ({os.cpu_count()} cores, "
-          f"Python {platform.python_version()}).")
+          f"`configs/default.py:smoke`, a checkpoint every 10 steps, asynchronous). {where}")
   print(text)
   if args.json:
     with open(args.json, "w") as f:
       json.dump({"rows": c.rows, "minutes": minutes, "args": vars(args)}, f, indent=1)
-  if args.record:
+  if args.record and args.only:
+    key = f"Rows of `--only {','.join(names)}`:"
+    faults = ", ".join(f"\"{r['fault']}\"" for r in c.rows)
+    record_rows(c.rows, key, f"{key} {faults}. Command: `{shown}` ({minutes:.1f} min; {args.steps}-step runs). "
+                f"{where}")
+  elif args.record:
     record(text)
   failed = [r for r in c.rows if not r["ok"]]
   if failed:

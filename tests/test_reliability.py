@@ -339,3 +339,19 @@ def test_a_coordinator_port_in_use_is_a_clear_error_not_a_crash():
   launch.check_coordinator_port(f"127.0.0.1:{port}", 0)  # free again
   with pytest.raises(errors.UserError, match="expected host:port"):
     launch.check_coordinator_port("localhost", 0)
+
+
+def test_the_campaign_merges_the_rows_of_some_trials_into_the_recorded_table():
+  sys.path.insert(0, str(ROOT / "scripts"))
+  import fault_campaign
+  recorded = ("| fault | injected | runs bitwise exact | steps redone | lost | what happened |\n|---|---|---|---|---|---|\n"
+              "| kept | 1 | 1/1 | 0 | 0 | old |\n| replaced | 1 | 1/1 | 0 | 0 | old |\n\nCommand: `full` (1 min).\n")
+  row = dict(injected=2, runs=2, exact=2, redone=3, lost="0", note="new", ok=True)
+  rows = [dict(row, fault="replaced"), dict(row, fault="added")]
+  merged = fault_campaign.merge(recorded, rows, "Rows of `--only a`:", "Rows of `--only a`: first.")
+  merged = fault_campaign.merge(merged, rows, "Rows of `--only a`:", "Rows of `--only a`: second.")
+  assert merged.splitlines()[2:5] == ["| kept | 1 | 1/1 | 0 | 0 | old |", "| replaced | 2 | 2/2 | 3 | 0 | new |",
+                                      "| added | 2 | 2/2 | 3 | 0 | new |"]
+  assert merged.endswith("Command: `full` (1 min).\n\nRows of `--only a`: second.")
+  with pytest.raises(SystemExit, match=r"unknown trial name\(s\) \['nope'\]; the trials are kills, "):
+    fault_campaign.selected("flip,nope", smoke=False)
