@@ -78,15 +78,56 @@ def _length_axes():
   return axes
 
 
-def check_length(length: int, *, causal: bool, name: str = "sequence") -> None:
-  """Raises a clear error if `length` cannot be split over the context axis."""
-  c = size()
-  need = 2 * c if causal else c
-  if c > 1 and length % need:
-    kind = "causal (zig-zag: 2 x context chunks)" if causal else "bidirectional"
-    raise ValueError(f"the {name} length {length} is not a multiple of {need}, which context parallelism over "
-                     f"mesh.context={c} needs for {kind} attention; pad or pack rows to a multiple of {need} "
-                     "(data.max_length), or change mesh.context.")
+def required_multiple(context: int, *, causal: bool) -> int:
+  """The multiple of which a row must be long to split over a context axis of size `context`.
+
+  This is the one statement of the rule; `check_length` enforces it.
+
+  - Bidirectional rows (encoders, the seq2seq source, mlm, classification) are cut into
+    `context` contiguous pieces, one per device: a multiple of `context`.
+  - Causal rows (the LM, the seq2seq decoder) are cut into 2 x `context` chunks first, and
+    device i holds chunks i and 2C - 1 - i (`zigzag_order`, the load balance): a multiple
+    of 2 x `context`.
+  - Without a context axis (`context` = 1) no row is split, and any length works.
+
+  Args:
+    context: the size C of the mesh's context axis.
+    causal: whether the row is attended causally (and so put in zig-zag order).
+
+  Returns:
+    C for bidirectional rows, 2C for causal rows, 1 when C = 1.
+  """
+  return 2 * context if causal and context > 1 else context
+
+
+def check_length(length: int, *, causal: bool, key: str, context: int | None = None, note: str = "") -> None:
+  """Raises a ValueError, naming `key`, if a row of `length` tokens cannot split over the context axis.
+
+  Every check of a sequence length against context parallelism calls this: the trainer's
+  config check (one call per length the run feeds the model), and the models at trace time.
+
+  Args:
+    length: the row length T.
+    causal: whether the row is attended causally (`required_multiple`).
+    key: what sets the length, as the user would change it: a config key
+      ("config.data.max_target_length") or a model argument ("tgt_ids.shape[1]").
+    context: the context axis size C; default: the size in the current mesh context (`size`).
+    note: said after the value, where the key alone does not tell which row this is.
+
+  Raises:
+    ValueError: `length` is not a multiple of `required_multiple(C, causal=causal)`; the
+      message names the key, its value, the multiple, why, and the nearest lengths that work.
+  """
+  c = size() if context is None else context
+  need = required_multiple(c, causal=causal)
+  if length % need == 0:
+    return
+  why = (f"splits each causal row into 2 x {c} chunks (zig-zag load balance: device i holds chunks i and "
+         f"{2 * c - 1}-i)" if causal else f"splits each bidirectional row into {c} pieces, one per device")
+  fits = [n for n in (length - length % need, length + (-length % need)) if n > 0]
+  raise ValueError(f"{key}={length}{f' ({note})' if note else ''} is not a multiple of {need}: mesh.context={c} {why}. Set {key} to a multiple "
+                   f"of {need}, e.g. {' or '.join(map(str, fits[::-1]))}, or use a mesh.context that divides "
+                   f"{'half of ' if causal else ''}the length.")
 
 
 def shard(x: jax.Array) -> jax.Array:
@@ -179,4 +220,4 @@ def attention(q, k, v, *, mask, scale: float, implementation: str | None, dropou
   return jax.shard_map(local, in_specs=specs, out_specs=heads, check_vma=False)(*args)
 
 
-__all__ = ["AXIS", "Order", "attention", "check_length", "shard", "size", "zigzag_order"]
+__all__ = ["AXIS", "Order", "attention", "check_length", "required_multiple", "shard", "size", "zigzag_order"]

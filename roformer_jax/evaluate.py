@@ -39,7 +39,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, tasks, trainer
+from roformer_jax import context_parallel, data, errors, mesh as mesh_lib, metrics as metrics_lib, tasks, trainer
 from roformer_jax.checkpoints import Checkpointer, NoCheckpoint, average_checkpoints
 from roformer_jax.errors import UserError
 
@@ -212,18 +212,20 @@ def _allgather_strings(strings: list[str]) -> list[str]:
   return out
 
 
-def _loss_pass(config, graphdef, state, mesh, batches, progress_desc: str) -> dict[str, float]:
-  """Summed loss/weight/correct over `batches` (token-level tasks and classification loss)."""
+def _loss_pass(config, graphdef, state, mesh, batches, progress_desc: str, max_length: int) -> dict[str, float]:
+  """Summed loss/weight/correct over `batches` of `max_length` rows (token-level tasks and
+  classification loss)."""
 
   rules = mesh_lib.rules_from_config(config.logical_axis_rules)
   context = mesh.shape.get("context", 1)
+  # Split over the context axis like training when every sequence of the batch splits (the
+  # config check guarantees it at data.max_length; the length curve's other lengths may not
+  # split, and run unsplit on the same mesh).
+  split = context > 1 and all(length % context_parallel.required_multiple(context, causal=causal) == 0
+                              for _, length, causal, _ in trainer.sequence_lengths(config, max_length))
 
   @jax.jit
   def step(state, batch):
-    # Split over the context axis like training, at every length that splits evenly (the
-    # length curve's shorter rows may not); other lengths run unsplit on the same mesh.
-    length = max(v.shape[1] for v in batch.values() if v.ndim == 2)
-    split = context > 1 and length % (2 * context) == 0
     with trainer.step_context(mesh if split else None, rules):
       return tasks.loss_sums(nnx.merge(graphdef, state), batch, task=config.task, deterministic=True)
 
@@ -276,7 +278,7 @@ def _length_curve(config, graphdef, state, mesh, settings, local_batch) -> list[
       row["note"] = f"learned positions stop at max_position={cfg.max_position}"
     else:
       batches = _batches(config, settings["split"], length, local_batch, settings["length_batches"])
-      row.update(_token_metrics(_loss_pass(config, graphdef, state, mesh, batches, f"length {length}")))
+      row.update(_token_metrics(_loss_pass(config, graphdef, state, mesh, batches, f"length {length}", length)))
     curve.append(row)
   return curve
 
@@ -321,6 +323,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     settings = eval_settings(config)
     num_devices = config.get("num_devices", 0) or jax.device_count()
     mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
+    trainer.check_context_parallel(config, context=mesh.shape["context"])  # mesh.context=-1 is known now
     rules = mesh_lib.rules_from_config(config.logical_axis_rules)
   with errors.user_errors("data"):
     data.check_data(config.data, splits=(settings["split"],), task=config.task)
@@ -345,7 +348,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   if config.task == "classification":
     results["metrics"] = _classification(config, graphdef, state, mesh, batches())
   else:
-    results["metrics"] = _token_metrics(_loss_pass(config, graphdef, state, mesh, batches(), "eval"))
+    results["metrics"] = _token_metrics(_loss_pass(config, graphdef, state, mesh, batches(), "eval",
+                                                    config.data.max_length))
   if config.task == "seq2seq":
     from roformer_jax import eval_metrics
     # Each process decodes its own shard on its own devices, with a full copy of the

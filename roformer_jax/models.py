@@ -339,12 +339,17 @@ def _self_attention_mask(cfg: ModelConfig, *, valid, segment_ids, causal: bool, 
                       kv_index=slots)
 
 
-def _check_context_parallel(cfg: ModelConfig, length: int, *, causal: bool, name: str = "sequence") -> None:
+def _check_context_parallel(cfg: ModelConfig, length: int, *, causal: bool, key: str) -> None:
+  """Trace-time check of an input against the mesh's context axis; `key` names the argument.
+
+  The trainer checks the config's lengths before any work (trainer.check_context_parallel);
+  this catches direct callers of the models under a mesh.
+  """
   if context_parallel.size() > 1:
     if cfg.attention != "softmax":
       raise ValueError(f"context parallelism (mesh.context={context_parallel.size()}) needs softmax attention; "
                        f"attention={cfg.attention!r} is not split over the context axis. Set mesh.context=1.")
-    context_parallel.check_length(length, causal=causal, name=name)
+    context_parallel.check_length(length, causal=causal, key=key)
 
 
 def _valid_tokens(ids, attention_mask, segment_ids):
@@ -394,7 +399,7 @@ class RoFormerModel(nnx.Module):
     if segment_ids is not None and cfg.attention == "linear":
       raise ValueError("packed segment_ids with bidirectional linear attention are not supported; "
                        "unpack the batch or use attention='softmax'.")
-    _check_context_parallel(cfg, input_ids.shape[1], causal=False)
+    _check_context_parallel(cfg, input_ids.shape[1], causal=False, key="input_ids.shape[1]")
     valid = _valid_tokens(input_ids, attention_mask, segment_ids)
     if positions is None:
       positions = positional.default_positions(input_ids.shape, attention_mask=valid, segment_ids=segment_ids)
@@ -549,7 +554,7 @@ class CausalLM(nnx.Module):
     (0 = padding) with positions restarting in each.
     """
     tokens = _check_ids(tokens, "tokens")
-    _check_context_parallel(self.config, tokens.shape[1], causal=True)
+    _check_context_parallel(self.config, tokens.shape[1], causal=True, key="tokens.shape[1]")
     valid = _valid_tokens(tokens, attention_mask, segment_ids)
     if positions is None:
       positions = positional.default_positions(tokens.shape, attention_mask=valid, segment_ids=segment_ids)
@@ -623,7 +628,7 @@ class TransformerSeq2Seq(nnx.Module):
     src_ids = _check_ids(src_ids, "src_ids")
     valid = _valid_tokens(src_ids, src_mask, segment_ids) if (src_mask is not None or segment_ids is not None) \
         else src_ids != self.config.pad_id
-    _check_context_parallel(self.config, src_ids.shape[1], causal=False, name="source")
+    _check_context_parallel(self.config, src_ids.shape[1], causal=False, key="src_ids.shape[1]")
     if positions is None:
       positions = positional.default_positions(src_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(src_ids, positions=positions, deterministic=deterministic)
@@ -651,7 +656,7 @@ class TransformerSeq2Seq(nnx.Module):
     valid = None if tgt_mask is None else jnp.asarray(tgt_mask, bool)
     if tgt_segment_ids is not None:
       valid = _valid_tokens(tgt_ids, tgt_mask, tgt_segment_ids)
-    _check_context_parallel(self.config, tgt_ids.shape[1], causal=True, name="target")
+    _check_context_parallel(self.config, tgt_ids.shape[1], causal=True, key="tgt_ids.shape[1]")
     if positions is None:
       positions = positional.default_positions(tgt_ids.shape, attention_mask=valid, segment_ids=tgt_segment_ids)
     (b, t), s = tgt_ids.shape, encoded.shape[1]

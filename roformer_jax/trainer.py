@@ -32,7 +32,7 @@ import optax
 from flax import nnx
 
 from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, optim, samples as samples_lib
-from roformer_jax import stopping, tasks
+from roformer_jax import context_parallel, stopping, tasks
 from roformer_jax import checkpoints as checkpoints_lib
 from roformer_jax.checkpoints import Checkpointer
 from roformer_jax.data import pipeline
@@ -70,23 +70,61 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   make_optimizer(config)  # schedule errors (warmup_steps > total_steps, ...) before any work
 
 
-def check_context_parallel(config: ml_collections.ConfigDict) -> None:
-  """mesh.context > 1 needs softmax attention and lengths the context axis splits evenly
-  (causal models: 2 x context chunks, for the zig-zag load balance)."""
-  c = (config.mesh or {}).get("context", 1)
-  if not isinstance(c, int) or c == 1 or c == -1:
+def check_context_parallel(config: ml_collections.ConfigDict, context: int | None = None) -> None:
+  """Refuses, before any work, a run that context parallelism cannot split.
+
+  `mesh.context` > 1 needs softmax attention, and every sequence the run feeds the model
+  (`sequence_lengths`, at every stage's length) must pass `context_parallel.check_length`,
+  so that a bad length fails here, naming its key, and not later at trace time.
+
+  Args:
+    config: the run's config.
+    context: the context axis size; default `config.mesh.context`, whose -1 (fill) is only
+      known once the mesh is made: `train_and_evaluate` checks again with the mesh's size.
+
+  Raises:
+    ValueError: linear attention, or a length the context axis does not split.
+  """
+  c = (config.mesh or {}).get("context", 1) if context is None else context
+  if not isinstance(c, int) or c in (1, -1):
     return
   if config.model.get("attention", "softmax") != "softmax":
     raise ValueError(f"config.mesh.context={c} needs model.attention='softmax' (linear attention is not split "
                      f"over the context axis); set --config.mesh.context=1.")
-  need = 2 * c if config.task in ("lm", "seq2seq") else c
-  lengths = [("data.max_length", (config.get("data") or {}).get("max_length"))]
-  lengths += [(f"stages[{i}].max_length", dict(st).get("max_length")) for i, st in enumerate(config.get("stages") or [])]
-  for name, length in lengths:
-    if isinstance(length, int) and length % need:
-      raise ValueError(f"config.{name}={length} is not a multiple of {need}: mesh.context={c} splits each "
-                       f"{'causal row into 2 x context chunks (zig-zag)' if need > c else 'row into context pieces'}. "
-                       f"Use a max_length that {need} divides, e.g. {length + (-length % need)}.")
+  # data.max_length even with stages: eval.py's passes use it.
+  lengths = [("config.data.max_length", (config.get("data") or {}).get("max_length"))]
+  lengths += [(f"config.stages[{i}].max_length", dict(st).get("max_length"))
+              for i, st in enumerate(config.get("stages") or [])]
+  for key, max_length in lengths:
+    if isinstance(max_length, int):  # others are refused by stages_from_config and the data pipeline
+      for name, length, causal, note in sequence_lengths(config, max_length, key):
+        context_parallel.check_length(length, causal=causal, key=name, context=c, note=note)
+
+
+def sequence_lengths(config: ml_collections.ConfigDict, max_length: int,
+                     key: str = "config.data.max_length") -> list[tuple[str, int, bool, str]]:
+  """The sequences a batch of `config.task` feeds the model when rows are `max_length` long.
+
+  Args:
+    config: the run's config (its task and `data.max_target_length`).
+    max_length: the row length the pipeline builds (`data.max_length`, or a stage's).
+    key: the config key that sets `max_length`, for error messages.
+
+  Returns:
+    (key, length, causal, note) per sequence: the lm row (causal; the pipeline packs T + 1 tokens
+    and feeds T), the mlm or classification row (bidirectional), and for seq2seq the source
+    (bidirectional) and the target (causal, `data.max_target_length`, which 0 makes the
+    source's length; the note says so for `context_parallel.check_length`).
+  """
+  if config.task == "lm":
+    return [(key, max_length, True, "")]
+  if config.task == "seq2seq":
+    target = (config.get("data") or {}).get("max_target_length") or 0
+    if target:
+      return [(key, max_length, False, ""), ("config.data.max_target_length", target, True, "")]
+    return [(key, max_length, False, ""),
+            (key, max_length, True, "the target length too, as config.data.max_target_length=0")]
+  return [(key, max_length, False, "")]
 
 
 def check_average_last(config: ml_collections.ConfigDict) -> None:
@@ -250,6 +288,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     check_config(config)
     num_devices = config.get("num_devices", 0) or jax.device_count()  # 0 = all devices
     mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
+    check_context_parallel(config, context=mesh.shape["context"])  # mesh.context=-1 is known now
     stages = stages_from_config(config)
     for st in stages:
       mesh_lib.check_batch_size(st.batch_size, mesh)

@@ -25,7 +25,7 @@ import tensorflow_datasets as tfds
 from flax import nnx
 
 from configs import common, default
-from roformer_jax import evaluate, data, models, optim, tasks, trainer
+from roformer_jax import evaluate, data, errors, models, optim, tasks, trainer
 from roformer_jax.data import ByteTokenizer
 
 CONFIGS_DIR = Path(__file__).parents[1] / "configs"
@@ -366,3 +366,81 @@ def test_dict_and_none_fields_take_values_from_the_command_line():
 def test_unknown_model_keys_are_named():
   with pytest.raises(ValueError, match=r"unknown model keys \['d_modle'\]"):
     common.model_config(d_modle=64)
+
+
+# --------------------------------------------------------------------------------------
+# Context parallelism: every sequence length the run feeds the model is checked at start.
+# --------------------------------------------------------------------------------------
+
+
+def _context4(name, arg, overrides):
+  config = load(name, arg)
+  config.mesh.update(dict(data=2, context=4))
+  return common.set_dotted(config, overrides)
+
+
+# (config, variant, overrides, the error, or None where the run is accepted). A bidirectional
+# row (the seq2seq source, mlm, classification) needs a multiple of C = 4; a causal one (the
+# lm row, the seq2seq target) of 2C = 8, for the zig-zag load balance.
+CP_LENGTHS = [
+    ("wmt14_ende_base", "smoke", {"data.max_length": 36, "data.max_target_length": 40}, None),
+    ("wmt14_ende_base", "smoke", {"data.max_length": 32, "data.max_target_length": 36},
+     r"^config.data.max_target_length=36 is not a multiple of 8: mesh.context=4 .*zig-zag.*e.g. 40"),
+    ("wmt14_ende_base", "smoke", {"data.max_length": 30, "data.max_target_length": 40},
+     r"^config.data.max_length=30 is not a multiple of 4: mesh.context=4 .*e.g. 32"),
+    # max_target_length=0: the target takes max_length, so that length is causal too.
+    ("wmt14_ende_base", "smoke", {"data.max_length": 36, "data.max_target_length": 0},
+     r"^config.data.max_length=36 \(the target length too, as config.data.max_target_length=0\) is not a multiple of 8"),
+    ("wmt14_ende_base", "smoke", {"data.max_target_length": 40, "stages": [
+        {"steps": 1, "max_length": 20, "batch_size": 8}, {"steps": 1, "max_length": 36, "batch_size": 8}]}, None),
+    ("bert_base_mlm", "smoke", {"data.max_length": 36}, None),
+    ("glue", "mrpc,smoke", {"data.max_length": 36}, None),
+    ("default", "smoke", {"data.max_length": 36}, r"^config.data.max_length=36 is not a multiple of 8"),
+    ("default", "smoke", {"stages": [{"steps": 1, "max_length": 32, "batch_size": 8},
+                                     {"steps": 1, "max_length": 36, "batch_size": 8}]},
+     r"^config.stages\[1\].max_length=36 is not a multiple of 8"),
+]
+
+
+def test_every_length_the_run_uses_is_checked_at_config_load():
+  for name, arg, overrides, error in CP_LENGTHS:
+    config = _context4(name, arg, overrides)
+    if error is None:
+      trainer.check_config(config)
+    else:
+      with pytest.raises(ValueError, match=error):
+        trainer.check_config(config)
+
+
+def test_a_seq2seq_target_the_context_axis_cannot_split_is_refused_before_training(tmp_path, no_network):
+  """mesh.context=-1 (4 with data=2 on 8 devices): the size is known once the mesh is made,
+  and the target length is refused then, naming its key, before the workdir exists."""
+  config = _context4("wmt14_ende_base", "smoke", {"data.max_length": 32, "data.max_target_length": 36})
+  config.mesh.context = -1
+  config.data.data_dir = str(tmp_path / "data")
+  match = r"^invalid config: config.data.max_target_length=36 is not a multiple of 8: mesh.context=4 "
+  with offline_data("wmt14_ende_base", tmp_path / "data"), pytest.raises(errors.UserError, match=match):
+    trainer.train_and_evaluate(config, str(tmp_path / "work"))
+  assert not (tmp_path / "work").exists()
+
+
+def test_a_seq2seq_source_of_a_multiple_of_c_trains_under_context_parallelism(tmp_path, no_network, monkeypatch):
+  """Source 36 on context=4 (9 tokens per device; the source is bidirectional, so C divides
+  it enough), target 40 (2C = 8 chunks): one step, whose loss is one device's."""
+  from roformer_jax import context_parallel
+  traced, check = [], context_parallel.check_length  # (key, length, context size) the models traced
+  monkeypatch.setattr(context_parallel, "check_length", lambda length, *, key, **kw: (
+      traced.append((key, length, context_parallel.size())), check(length, key=key, **kw))[1])
+  losses = {}
+  for mesh in ({"data": 2, "context": 4}, {"data": 8, "context": 1}):
+    config = _context4("wmt14_ende_base", "smoke", {"data.max_length": 36, "data.max_target_length": 40,
+                                                    "total_steps": 1, "mesh": mesh})
+    config.data.data_dir = str(tmp_path / "data")
+    work = tmp_path / f"work{mesh['context']}"
+    with offline_data("wmt14_ende_base", tmp_path / "data"):
+      result = trainer.train_and_evaluate(config, str(work))
+    assert result["step"] == 1
+    losses[mesh["context"]] = [r["loss"] for r in rows(work) if "loss" in r]
+  assert {("src_ids.shape[1]", 36, 4), ("tgt_ids.shape[1]", 40, 4)} <= set(traced), traced  # really split
+  assert np.isfinite(losses[4]).all()
+  np.testing.assert_allclose(losses[4], losses[1], rtol=1e-5)

@@ -141,9 +141,73 @@ def test_zigzag_order_balances_causal_work():
 def test_lengths_that_do_not_split_are_refused_clearly(mesh):
   batch = _batch("packed")
   batch = {k: v[:, :28] for k, v in batch.items()}  # 28 is not a multiple of 2 x 4
-  with pytest.raises(ValueError, match=r"length 28 is not a multiple of 8.*mesh.context=4"):
+  with pytest.raises(ValueError, match=r"^tokens.shape\[1\]=28 is not a multiple of 8: mesh.context=4 .*e.g. 32 or 24"):
     _loss_and_grads("lm", "chunked", batch, mesh)
   cfg = dict(TINY, attention="linear")
   model = M.CausalLM(M.ModelConfig(**cfg), rngs=nnx.Rngs(0))
   with jax.set_mesh(mesh), pytest.raises(ValueError, match="needs softmax attention"):
     model(jnp.asarray(batch["ids"]))
+
+
+# (length, causal, context, the multiple the rule requires). Bidirectional rows need C pieces;
+# causal rows 2C chunks (the zig-zag pairs chunks i and 2C - 1 - i); C = 1 accepts any length.
+RULE = [(36, False, 4, 4), (36, True, 4, 8), (40, True, 4, 8), (30, False, 4, 4), (28, True, 4, 8),
+        (12, True, 3, 6), (9, False, 3, 3), (10, False, 3, 3), (7, True, 1, 1), (7, False, 1, 1), (32, True, 8, 16)]
+
+
+def test_the_length_rule_and_its_message():
+  for length, causal, c, need in RULE:
+    assert cp.required_multiple(c, causal=causal) == need, (length, causal, c)
+    key = "config.data.max_target_length" if causal else "config.data.max_length"
+    if length % need == 0:
+      cp.check_length(length, causal=causal, key=key, context=c)  # accepted
+      continue
+    up = length + (-length % need)
+    with pytest.raises(ValueError) as e:
+      cp.check_length(length, causal=causal, key=key, context=c)
+    message = str(e.value)
+    # The key and its value, the multiple, why (zig-zag for causal rows), and a length that works.
+    assert message.startswith(f"{key}={length} is not a multiple of {need}: mesh.context={c} "), message
+    assert ("zig-zag" in message) == causal, message
+    assert f"e.g. {up}" in message, message
+
+
+def test_check_length_reads_the_context_axis_of_the_mesh_in_context(mesh):
+  with jax.sharding.use_abstract_mesh(mesh.abstract_mesh):
+    cp.check_length(36, causal=False, key="src_ids.shape[1]")
+    with pytest.raises(ValueError, match=r"^tgt_ids.shape\[1\]=36 is not a multiple of 8: mesh.context=4 "):
+      cp.check_length(36, causal=True, key="tgt_ids.shape[1]")
+
+
+def test_evaluation_splits_bidirectional_rows_at_a_multiple_of_c(mesh, monkeypatch):
+  """eval.py's length curve splits an MLM row of 36 tokens over context=4 (9 per device; the
+  old rule asked 2C = 8 of every row and ran it unsplit), with one device's loss; a causal LM
+  row of 36 cannot be split into 2 x 4 chunks and runs unsplit on the same mesh."""
+  import ml_collections
+  from roformer_jax import evaluate, trainer
+
+  length, rng = 36, np.random.default_rng(0)
+  ids = rng.integers(3, 50, (B, length + 1)).astype(np.int32)
+  ones = np.ones((B, length), np.int32)
+  positions = np.broadcast_to(np.arange(length, dtype=np.int32), (B, length)).copy()
+  batches = {"mlm": {"inputs": ids[:, :-1], "targets": ids[:, 1:], "weights": ones.astype(np.float32),
+                     "segment_ids": ones, "positions": positions},
+             "lm": {"inputs": ids[:, :-1], "targets": ids[:, 1:], "weights": ones.astype(np.float32),
+                    "segment_ids": ones, "positions": positions}}
+  split = []
+  original = trainer.step_context
+  monkeypatch.setattr(trainer, "step_context", lambda m, rules: (split.append(m is not None), original(m, rules))[1])
+  monkeypatch.setattr(evaluate, "_batches", lambda config, *a: iter([batches[config.task]]))
+  settings = {"length_factors": (1,), "split": "validation", "length_batches": 1}
+  for task, splits in (("mlm", True), ("lm", False)):
+    config = ml_collections.ConfigDict(dict(
+        task=task, model=dict(TINY), data=dict(max_length=length, max_target_length=0),
+        logical_axis_rules=[list(rule) for rule in mesh_lib.DEFAULT_RULES]))
+    family = {"mlm": M.RoFormerForMaskedLM, "lm": M.CausalLM}[task]
+    graphdef, state = nnx.split(family(M.ModelConfig(**TINY), rngs=nnx.Rngs(0)))
+    split.clear()
+    (row,) = evaluate._length_curve(config, graphdef, state, mesh, settings, B)
+    assert split == [splits], (task, split)
+    one_device = mesh_lib.make_mesh({"data": 2}, jax.devices()[:2])
+    (ref,) = evaluate._length_curve(config, graphdef, state, one_device, settings, B)
+    np.testing.assert_allclose(row["loss"], ref["loss"], rtol=1e-5)
