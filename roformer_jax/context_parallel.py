@@ -17,6 +17,9 @@ across the axis:
   The causal models therefore permute each row so that shard i holds chunks i and 2C - 1 - i
   (zig-zag, as in MaxText and Ring/Striped attention), and restore the order after the last
   layer; every shard then has the same number of (query, key) pairs below the diagonal.
+- **Lengths** (`required_multiple`, enforced by `check_length`): a bidirectional row must be a
+  multiple of C long, a causal row a multiple of 2C (its 2C zig-zag chunks). The trainer
+  checks every length a run uses before any work; the models check their inputs when traced.
 
 All-gather, not a ring of `ppermute`: the gathered K/V of one layer (2 x T x D per row) is
 small next to the T / C x T logits a dense shard forms, and with chunked attention the peak
