@@ -9,7 +9,10 @@ and command, for the error message.
 Some filesystems (certain NFS and FUSE mounts) refuse `flock`. There the lock is the file
 itself, created with O_EXCL, and a background thread touches it every `HEARTBEAT_S` seconds.
 A lock file whose process is gone (same host) or whose heartbeat stopped more than `STALE_S`
-seconds ago (another host) is stale and taken over.
+seconds ago (another host) is stale and taken over. The takeover removes only the file that was
+judged stale: it renames whatever is at the path to a name of its own and compares it with that
+file (inode, mtime, size and record); another taker's fresh lock that arrived in between is put
+back, and this taker reports it as the holder.
 
 `eval.py` and `generate.py` never take the lock: they read committed checkpoints only.
 """
@@ -54,12 +57,18 @@ def _describe(record: dict | None) -> str:
           f"running: {record.get('command')}")
 
 
+def _parse_record(data: bytes | str) -> dict | None:
+  try:
+    return json.loads(data) if data.strip() else None
+  except ValueError:
+    return None
+
+
 def _read_record(path: str) -> dict | None:
   try:
-    with open(path) as f:
-      text = f.read()
-    return json.loads(text) if text.strip() else None
-  except (OSError, ValueError):
+    with open(path, "rb") as f:
+      return _parse_record(f.read())
+  except OSError:
     return None
 
 
@@ -114,16 +123,55 @@ class WorkdirLock:
         "finish, stop it (Ctrl-C or SIGTERM saves and exits), or give this run another --workdir.")
 
   # ------------------------------------------------------------------ O_EXCL file (no flock)
-  def _stale(self, record: dict | None) -> bool:
+  def _stale(self, record: dict | None, mtime: float) -> bool:
+    """Whether the lock file holding `record`, last touched at `mtime`, was left by a dead run."""
     if record and record.get("host") == socket.gethostname():
       return not _process_alive(int(record.get("pid", -1)))
-    try:
-      age = time.time() - os.stat(self.path).st_mtime
-    except FileNotFoundError:
-      return True
     # A holder writes its record right after creating the file: an empty one that is not brand
     # new was left by a flock-mode run (which keeps the file) or a process killed in between.
-    return age > (STALE_S if record else 10.0)
+    return time.time() - mtime > (STALE_S if record else 10.0)
+
+  @staticmethod
+  def _identity(path: str) -> tuple | None:
+    """(device, inode, mtime, size, content) of the file at `path`, read from one open file, or
+    None if there is none. It tells one lock file from a later one, even one that reuses the
+    inode number."""
+    try:
+      with open(path, "rb") as f:
+        st = os.fstat(f.fileno())
+        return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size, f.read()
+    except OSError:
+      return None
+
+  def _take_over(self, judged: tuple) -> bool:
+    """Removes the lock file judged stale (`judged`: its `_identity`), and only that file;
+    returns whether it did.
+
+    The check and the removal cannot be one atomic step, and between them another taker may
+    have replaced the stale file with its own live lock. So the file is first renamed to a name
+    of our own (atomic: whatever file is at the path now), then compared with the one judged
+    stale. If it is another file, it is a live lock taken over meanwhile: it is linked back
+    (`link` fails rather than overwrite a lock created since) and this taker gives up.
+    """
+    aside = f"{self.path}.stale-{socket.gethostname()}-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}"
+    try:
+      os.rename(self.path, aside)
+    except FileNotFoundError:
+      return True  # another taker removed it; the O_EXCL create decides who holds the lock
+    if self._identity(aside) == judged:
+      os.unlink(aside)
+      return True
+    try:
+      os.link(aside, self.path)
+    except OSError:
+      # A filesystem without hard links, or a third process that created a lock file in the
+      # instant the live one was away: that last case is not covered (two holders are then
+      # possible; it needs a new trainer to start within microseconds of this rename). The
+      # live lock goes back either way: its holder heartbeats and releases it by this path.
+      os.replace(aside, self.path)
+    else:
+      os.unlink(aside)
+    return False
 
   def _acquire_file(self) -> "WorkdirLock":
     record = _holder_record()
@@ -131,15 +179,14 @@ class WorkdirLock:
       try:
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
       except FileExistsError:
-        holder = _read_record(self.path)
-        if not self._stale(holder):
+        judged = self._identity(self.path)
+        if judged is None:
+          continue  # released (or taken over) since the create: try again
+        holder = _parse_record(judged[4])
+        if not self._stale(holder, judged[2] / 1e9):
           raise self._locked(holder) from None
-        # A stale lock: rename it away first, so two takers cannot both delete and create.
-        try:
-          os.replace(self.path, f"{self.path}.stale-{os.getpid()}")
-          os.unlink(f"{self.path}.stale-{os.getpid()}")
-        except FileNotFoundError:
-          pass
+        if not self._take_over(judged):
+          raise self._locked(_read_record(self.path)) from None
         continue
       with os.fdopen(fd, "w") as f:
         json.dump(record, f)
