@@ -11,13 +11,16 @@ What can go wrong, and what happens:
   complete, so the previous checkpoint stays intact; the trainer's manager removes leftover
   temporary directories when it starts.
 - **Damaged after the commit** (a truncated or deleted file, a flipped byte). Orbax reads a
-  flipped byte in an array file back without complaint, so after each commit the trainer
-  records a SHA-256 of every file in `<step>/digest.json`, and restore checks it first. A
-  checkpoint that fails the check, or that orbax cannot read, is moved to
-  `<workdir>/checkpoints.damaged/<step>/` (never deleted; `WHY.txt` says what was wrong) and
-  the next older one is tried. With none readable, `NoUsableCheckpoint` lists each and why.
-  A checkpoint that was killed between its commit and its digest has no digest: it is
-  restored on orbax's own checks, and the warning says so.
+  flipped byte in an array file back without complaint, so the trainer records a SHA-256 of
+  every file in `<step>/digest.json`, and restore checks it first. The digest is part of the
+  commit: it is written into orbax's temporary directory once every file is complete, just
+  before the rename that commits the step, so a committed step always has one (a kill at any
+  moment leaves either no step or a digested one). A checkpoint that fails the check, or that
+  orbax cannot read, is moved to `<workdir>/checkpoints.damaged/<step>/` (never deleted;
+  `WHY.txt` says what was wrong) and the next older one is tried. With none readable,
+  `NoUsableCheckpoint` lists each and why. A checkpoint without a digest (written by a version
+  that digested after the commit, and killed before it did) is restored on orbax's own checks
+  with a warning naming the step; a trainer then digests it, so it is warned about once.
 - **A failed write** (disk full, I/O error, permissions) stops the run with `CheckpointWriteError`
   naming the path and the cause; the previous checkpoint stays readable and the same command
   resumes from it.
@@ -25,6 +28,7 @@ What can go wrong, and what happens:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import numbers
@@ -43,6 +47,9 @@ import orbax.checkpoint as ocp
 from roformer_jax.errors import RunFault, UserError
 
 DIGEST_FILE = "digest.json"
+# Files that orbax's commit itself writes, after the digest is taken: the step metadata gets its
+# commit time, and the commit marker is created. They hold no array data.
+_WRITTEN_AT_COMMIT = frozenset({"_CHECKPOINT_METADATA", ocp.path.atomicity.COMMIT_SUCCESS_FILE})
 DAMAGED_DIR_SUFFIX = ".damaged"  # <workdir>/checkpoints.damaged/<step>/
 
 
@@ -81,7 +88,7 @@ def _files(step_dir: str) -> list[str]:
   out = []
   for root, _, names in os.walk(step_dir):
     out += [os.path.relpath(os.path.join(root, n), step_dir) for n in names]
-  return sorted(f for f in out if f != DIGEST_FILE)
+  return sorted(f for f in out if f != DIGEST_FILE and f != f".{DIGEST_FILE}.tmp" and f not in _WRITTEN_AT_COMMIT)
 
 
 def _sha256(path: str) -> str:
@@ -93,7 +100,7 @@ def _sha256(path: str) -> str:
 
 
 def write_digest(step_dir: str) -> None:
-  """Records size and SHA-256 of every file of a committed checkpoint in `<step_dir>/digest.json`
+  """Records size and SHA-256 of every file of a complete checkpoint in `<step_dir>/digest.json`
   (written to a temporary name and renamed, so a digest is whole or absent)."""
   files = {f: [os.path.getsize(os.path.join(step_dir, f)), _sha256(os.path.join(step_dir, f))]
            for f in _files(step_dir)}
@@ -131,6 +138,30 @@ def verify_digest(step_dir: str) -> str | None:
 
 def has_digest(step_dir: str) -> bool:
   return os.path.isfile(os.path.join(step_dir, DIGEST_FILE))
+
+
+def warn_undigested(step_dir: str, step: int, digest_now: bool) -> None:
+  """The warning for a checkpoint restored without a digest (see the module docstring)."""
+  then = ("It is digested now, as read, so it is not warned about again." if digest_now else
+          "This reader writes nothing; the next training run on this workdir digests it.")
+  warn(f"checkpoint step {step} ({step_dir}) has no digest ({DIGEST_FILE}): it was committed by a version that "
+       "wrote digests after the commit, and was killed before its digest. It was restored on orbax's own checks, "
+       f"which read a flipped byte back silently. {then} If its values may have been damaged on disk, move "
+       f"{step_dir} out of the checkpoints directory and re-run to resume from the previous checkpoint.")
+
+
+class _DigestedTemporaryPath(ocp.path.atomicity.AtomicRenameTemporaryPath):
+  """Orbax's atomic-rename commit, with the digest written just before the rename.
+
+  When `finalize` runs, every item is written and finalized in the temporary directory; the
+  digest covers those files, and the rename then commits data and digest together. A failed
+  digest (disk full) fails the save before the rename: the step is never committed. Orbax runs
+  `finalize` on the primary process only, on its background thread for an async save.
+  """
+
+  async def finalize(self):
+    await asyncio.to_thread(write_digest, os.fspath(self.get()))
+    await super().finalize()
 
 
 _OS_ERROR_TEXT = re.compile(r"\[Errno \d+\]|OS error|No space left|Disk quota|Input/output error|Read-only file "
@@ -207,9 +238,9 @@ class Checkpointer:
           ocp.checkpoint_managers.PreemptionCheckpointingPolicy()])
       options = ocp.CheckpointManagerOptions(max_to_keep=keep, save_decision_policy=policy,
                                              enable_async_checkpointing=async_save, create=True,
-                                             cleanup_tmp_directories=True)
+                                             cleanup_tmp_directories=True,
+                                             temporary_path_class=_DigestedTemporaryPath)
     self.manager = ocp.CheckpointManager(self.directory, options=options)
-    self._undigested: list[int] = []  # saved steps whose digest is not written yet
     self._in_flight: int | None = None  # the step an async save is writing
     self._failed = False
 
@@ -238,7 +269,7 @@ class Checkpointer:
         "same command to resume from it.")
 
   def _finish_pending(self) -> None:
-    """Waits for the in-flight save, then records the digests of the steps it committed."""
+    """Waits for the in-flight save (its digest is written in its commit)."""
     try:
       self.manager.wait_until_finished()
     except Exception as e:  # noqa: BLE001 -- classified below; a bug keeps its traceback
@@ -246,20 +277,12 @@ class Checkpointer:
         raise self._write_failed(e, self._in_flight) from e
       raise
     self._in_flight = None
-    if jax.process_index() == 0:
-      for step in self._undigested:
-        if os.path.isdir(self.step_dir(step)):  # keep-last-N may have removed it already
-          try:
-            write_digest(self.step_dir(step))
-          except OSError as e:
-            raise self._write_failed(e, step) from e
-    self._undigested = []
 
   def save(self, step: int, state, iterator=None, *, force: bool = False) -> bool:
     """Saves if `step` is due (or `force`); returns whether a save started."""
     if not (force or self.due(step)):
       return False
-    self._finish_pending()  # orbax waits for the previous save anyway; its digest is written now
+    self._finish_pending()  # orbax waits for the previous save anyway; a failure of it is reported here
     items = {"state": ocp.args.StandardSave(state)}
     if iterator is not None:
       items["data"] = grain.checkpoint.CheckpointSave(iterator)
@@ -270,15 +293,13 @@ class Checkpointer:
       if _is_write_error(e):
         raise self._write_failed(e, step) from e
       raise
-    if started:
-      self._undigested.append(step)
     return started
 
   def wait(self) -> None:
     self._finish_pending()
 
   def close(self) -> None:
-    """Finishes the last save and its digest. After a failed save it only releases orbax."""
+    """Finishes the last save. After a failed save it only releases orbax."""
     try:
       if not self._failed and not self.read_only:
         self._finish_pending()
@@ -337,6 +358,19 @@ class Checkpointer:
       f.write(f"checkpoint step {step} was moved here from {self.step_dir(step)} because {why}.\n")
     return dest
 
+  def _digest_restored(self, step: int) -> None:
+    """Warns about a step restored without a digest, and (a trainer, process 0) digests it as
+    read back, so that later restores and `average_checkpoints` see a digested step."""
+    digest_now = not self.read_only
+    warn_undigested(self.step_dir(step), step, digest_now)
+    if digest_now and jax.process_index() == 0:
+      try:
+        write_digest(self.step_dir(step))
+      except OSError as e:
+        raise CheckpointWriteError(f"writing the digest of restored checkpoint step {step} to "
+                                   f"{self.step_dir(step)} failed: {_write_error_text(e) or _short(e)}. Free disk "
+                                   "space or fix the directory's permissions, then re-run the same command.") from e
+
   def restore_newest(self, target_state, make_iterator=None, *, quarantine: bool = True):
     """The newest checkpoint that verifies and restores: (step, state, iterator), or
     (None, None, None) if there is none.
@@ -363,6 +397,8 @@ class Checkpointer:
           state = self.restore(step, target_state, iterator)
           if problems and move:
             self.manager.reload()  # the quarantined steps are gone from orbax's list
+          if not has_digest(self.step_dir(step)):
+            self._digest_restored(step)
           return step, state, iterator
         except Exception as e:  # noqa: BLE001 -- a tree that matches but does not read is damage
           why = f"orbax could not read it ({_short(e)})"
@@ -474,6 +510,10 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
         f"generate.py: --average_last={len(use)}), or keep {last} before training: the trainer keeps only the "
         f"newest config.keep_checkpoints (--config.keep_checkpoints={last}), and a run must last {last} "
         "checkpoint intervals.")
+  for step in use:
+    step_dir = os.path.join(manager.directory, str(step))
+    if not has_digest(step_dir):
+      warn_undigested(step_dir, step, digest_now=False)
   select = select or (lambda s: s)
   abstract = _abstract(target_state)
   mean = None
@@ -521,6 +561,8 @@ def _step_dir(source: str) -> str:
     for step in sorted(steps, reverse=True):
       why = verify_digest(os.path.join(candidate, str(step)))
       if not why:
+        if not has_digest(os.path.join(candidate, str(step))):
+          warn_undigested(os.path.join(candidate, str(step)), step, digest_now=False)
         return os.path.join(candidate, str(step))
       problems.append(f"step {step}: {why}")
       warn(f"init_from: checkpoint step {step} in {candidate} is damaged ({why}); trying an older one.")
@@ -531,6 +573,9 @@ def _step_dir(source: str) -> str:
     if why:
       raise InitFromError(f"init_from={source!r} is a damaged checkpoint: {why}. Name an older step directory, "
                           "or the workdir to take its newest good checkpoint.")
+    if not has_digest(source):
+      name = os.path.basename(os.path.normpath(source))
+      warn_undigested(source, int(name) if name.isdigit() else name, digest_now=False)
     return source
   raise InitFromError(f"init_from={source!r} holds no checkpoint: expected a training workdir, its "
                       "checkpoints/ directory, one <step>/ directory, or a transformers RoFormer directory "

@@ -18,6 +18,8 @@ The faults:
 - A damaged newest checkpoint: a data file truncated to 1,000 bytes, one byte flipped (silent
   corruption, which orbax itself reads back without complaint), a file deleted. Then every
   checkpoint damaged: the run must refuse with a clear error and delete nothing.
+- A SIGKILL the moment a checkpoint commits (where its digest used to be missing), then one bit
+  flipped in that checkpoint: the run must catch it, not resume silently from corrupted data.
 - Disk full: the workdir on a small tmpfs (a private mount namespace, via `unshare`) that fills up
   mid-run; the run must stop with a message naming the cause; after space is freed the same
   command resumes. Skipped, and said so, where mount namespaces are not allowed.
@@ -237,12 +239,7 @@ class Campaign:
     if kind == "truncate":
       os.truncate(target, 1000)
     elif kind == "flip":
-      with open(target, "r+b") as f:
-        size = os.path.getsize(target)
-        f.seek(self.rng.randrange(size))
-        byte = f.read(1)
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte[0] ^ (1 << self.rng.randrange(8))]))
+      self.flip_bit(step_dir)
     else:
       os.remove(self.rng.choice(data_files))
     out = self.finish(workdir, f"damaged checkpoint ({kind})")
@@ -256,6 +253,56 @@ class Campaign:
              (f"warned, resumed from step {previous}, " if warned else "NO WARNING, ")
              + ("the damaged one kept in checkpoints.damaged/" if kept else "NOT KEPT"),
              ok=same and warned and kept and not lost)
+
+  def flip_bit(self, step_dir: str) -> None:
+    """Flips one random bit of the checkpoint's largest array file (the parameters and moments)."""
+    target = max(glob.glob(os.path.join(step_dir, "state", "ocdbt.process_0", "d", "*")), key=os.path.getsize)
+    with open(target, "r+b") as f:
+      f.seek(self.rng.randrange(os.path.getsize(target)))
+      byte = f.read(1)
+      f.seek(-1, os.SEEK_CUR)
+      f.write(bytes([byte[0] ^ (1 << self.rng.randrange(8))]))
+
+  def digest_window(self, trials: int) -> None:
+    """SIGKILL the moment a checkpoint commits, then flip one bit of it, then the same command.
+
+    Until the digest became part of the commit it was written at the next save, so a kill here
+    left the newest checkpoint without one, and the flipped bit was restored silently. Each
+    trial polls every millisecond for the commit (the step directory appearing) and kills then;
+    the row counts the killed checkpoints that had no digest.
+    """
+    self.ensure_reference()
+    runs = injected = exact = redone = lost_rows = undigested = caught = 0
+    for i in range(trials):
+      workdir = self.workdir(f"window{i}")
+      goal = 10 * self.rng.randrange(1, self.steps // 10 - 1)  # a checkpoint before the last one
+      with open(os.path.join(self.root, f"window{i}.log"), "w") as log:
+        proc = start(workdir, self.steps, log)
+        while proc.poll() is None and goal not in committed_steps(workdir):
+          time.sleep(0.001)
+        if proc.poll() is not None:
+          raise RuntimeError(f"digest window trial {i}: the run ended (exit {proc.returncode}) before checkpoint "
+                             f"{goal} committed; see {log.name}")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+      runs, injected = runs + 1, injected + 1
+      *older, newest = committed_steps(workdir)
+      step_dir = os.path.join(workdir, "checkpoints", str(newest))
+      undigested += not os.path.isfile(os.path.join(step_dir, "digest.json"))
+      reached = last_logged_step(workdir)
+      self.flip_bit(step_dir)
+      out = self.finish(workdir, f"digest window trial {i}")
+      caught += (f"checkpoint step {newest}" in out.stderr and "is damaged" in out.stderr
+                 and os.path.isdir(os.path.join(workdir, "checkpoints.damaged", str(newest))))
+      redone += max(reached - (older[-1] if older else 0), 0)
+      same, lost = self.check(workdir)
+      exact += same
+      lost_rows += lost
+    self.row("SIGKILL as a checkpoint commits (the old digest window), then one bit flipped in it", injected, runs,
+             exact, redone, f"{lost_rows} metrics rows",
+             f"{undigested} of {injected} killed checkpoints had no digest; {caught} of {injected} flips caught "
+             "(warned, resumed from the checkpoint before, the damaged one kept in checkpoints.damaged/)",
+             ok=exact == runs and caught == injected and not lost_rows)
 
   def damage_all(self) -> None:
     self.ensure_reference()
@@ -447,6 +494,7 @@ TRIALS = {
     "truncate": lambda c, args: c.damage("truncate"),
     "flip": lambda c, args: c.damage("flip"),
     "delete": lambda c, args: c.damage("delete"),
+    "digest_window": lambda c, args: c.digest_window(args.window_trials),
     "damage_all": lambda c, args: c.damage_all(),
     "disk_full": lambda c, args: c.disk_full(),
     "second_trainer": lambda c, args: c.second_trainer(),
@@ -476,6 +524,8 @@ def main() -> None:
   parser.add_argument("--kills-per-run", type=int, default=5, help="SIGKILLs before a run is let finish")
   parser.add_argument("--steps", type=int, default=300, help="total_steps of the trained command")
   parser.add_argument("--signal-trials", type=int, default=3, help="trials of each of SIGTERM, SIGINT, 2x SIGINT")
+  parser.add_argument("--window-trials", type=int, default=5,
+                      help="trials of a SIGKILL as a checkpoint commits, then a flipped bit in it")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--quick", action="store_true", help="3 kills, 60 steps, one trial of each other fault")
   parser.add_argument("--smoke", action="store_true",
@@ -495,7 +545,7 @@ def main() -> None:
     disk_full_trial(*args._disk_full_trial, args.steps)
     return
   if args.quick:
-    args.kills, args.kills_per_run, args.steps, args.signal_trials = 3, 3, 60, 1
+    args.kills, args.kills_per_run, args.steps, args.signal_trials, args.window_trials = 3, 3, 60, 1, 1
   if args.smoke:
     args.kills, args.kills_per_run, args.steps, args.signal_trials = 1, 1, 20, 0
     if args.record:

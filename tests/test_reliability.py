@@ -116,13 +116,48 @@ def test_an_intact_checkpoint_of_another_model_is_a_mismatch_not_damage(tmp_path
   assert not (tmp_path / "checkpoints.damaged").exists() and (directory / "1").is_dir()
 
 
-def test_a_checkpoint_killed_before_its_digest_still_restores(tmp_path):
-  directory = _saved(tmp_path, steps=(1,))
-  (directory / "1" / checkpoints.DIGEST_FILE).unlink()  # committed, then killed before the digest
-  ck = Checkpointer(directory, read_only=True)
+def test_a_checkpoint_without_a_digest_warns_on_restore_and_is_digested_once_read(tmp_path, capsys):
+  directory = _saved(tmp_path, steps=(1, 2))
+  (directory / "2" / checkpoints.DIGEST_FILE).unlink()  # as an older version left it, killed before the digest
+  ck = Checkpointer(directory, read_only=True)  # eval's view: warns, writes nothing
   step, state, _ = ck.restore_newest(_state(0))
   ck.close()
-  assert step == 1 and int(state["count"]) == 1
+  err = capsys.readouterr().err
+  assert step == 2 and int(state["count"]) == 2
+  assert "checkpoint step 2" in err and "has no digest" in err, err
+  assert not checkpoints.has_digest(str(directory / "2"))
+  checkpoints.average_checkpoints(directory, _state(0), last=2)
+  assert "checkpoint step 2" in capsys.readouterr().err
+  # The trainer's restore warns once, then digests the step it read back.
+  ck = Checkpointer(directory, save_every=1)
+  assert ck.restore_newest(_state(0))[0] == 2
+  assert "has no digest" in capsys.readouterr().err
+  assert checkpoints.has_digest(str(directory / "2")) and checkpoints.verify_digest(str(directory / "2")) is None
+  assert ck.restore_newest(_state(0))[0] == 2
+  ck.close()
+  assert "has no digest" not in capsys.readouterr().err
+
+
+def test_the_newest_checkpoint_is_digested_when_it_commits_so_a_kill_then_a_flip_is_caught(tmp_path, capsys):
+  # Async saves of steps 10 and 20, then the process dies once step 20 has committed: no next
+  # save and no close() (the SIGKILL). Then one bit of step 20 flips on disk.
+  code = ("import os, sys, jax, jax.numpy as jnp\n"
+          "from roformer_jax.checkpoints import Checkpointer\n"
+          "ck = Checkpointer(sys.argv[1], save_every=10, async_save=True)\n"
+          "for step in (10, 20):\n"
+          "  ck.save(step, {'w': jax.random.normal(jax.random.key(step), (64, 32)), 'count': jnp.array(step, jnp.int32)})\n"
+          "ck.manager.wait_until_finished()\n"
+          "os._exit(0)\n")
+  out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "checkpoints")], capture_output=True, text=True,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}, timeout=300)
+  assert out.returncode == 0, out.stderr
+  _damage(tmp_path / "checkpoints" / "20", "flip")
+  ck = Checkpointer(tmp_path / "checkpoints", save_every=10)
+  step, state, _ = ck.restore_newest(_state(0))
+  ck.close()
+  assert step == 10, f"restored step {step} from a corrupted checkpoint: {capsys.readouterr().err}"
+  np.testing.assert_array_equal(state["w"], _state(10)["w"])
+  assert "checkpoint step 20" in capsys.readouterr().err
 
 
 def test_async_saves_get_digests_once_committed(tmp_path):
@@ -151,14 +186,16 @@ def test_a_failed_write_names_the_path_and_cause_and_keeps_the_last_checkpoint(t
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(step_dir, "digest.json"))
 
   monkeypatch.setattr(checkpoints, "write_digest", full)  # the injected fault, at the write call
-  ck.save(2, _state(2), force=True)
+  # The digest is part of the commit: a step whose digest cannot be written is never committed.
   with pytest.raises(checkpoints.CheckpointWriteError,
-                     match=r"step 2 .* failed: No space left on device \(.*2/digest.json\).*step 1\) is intact"):
-    ck.save(3, _state(3), force=True)
+                     match=r"step 2 .* failed: No space left on device \(.*/digest.json\).*step 1\) is intact"):
+    ck.save(2, _state(2), force=True)
   ck.close()
   monkeypatch.undo()
-  step, state, _ = Checkpointer(tmp_path / "checkpoints", read_only=True).restore_newest(_state(0))
-  assert step in (1, 2) and int(state["count"]) == step
+  ck = Checkpointer(tmp_path / "checkpoints", read_only=True)
+  assert ck.all_steps() == [1]
+  step, state, _ = ck.restore_newest(_state(0))
+  assert step == 1 and int(state["count"]) == 1
 
 
 def test_tensorstore_write_errors_are_read_as_os_errors():
@@ -226,6 +263,30 @@ def test_without_flock_a_lock_file_with_liveness_checks_is_used(tmp_path, monkey
   old = time.time() - workdir_lock.STALE_S - 60
   os.utime(path, (old, old))
   workdir_lock.WorkdirLock(str(tmp_path)).acquire().release()
+
+
+def test_two_takers_of_a_stale_lock_never_both_hold_it(tmp_path, monkeypatch):
+  monkeypatch.setattr(fcntl, "flock", lambda fd, op: (_ for _ in ()).throw(OSError(errno.ENOLCK, "No locks available")))
+  path = tmp_path / workdir_lock.LOCK_FILE
+  dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+  path.write_text(json.dumps({"host": socket.gethostname(), "pid": int(dead.stdout), "started": "", "command": ""}))
+  # B judges the dead holder's lock stale, then is delayed; meanwhile A takes the lock over.
+  judge, first = workdir_lock.WorkdirLock._stale, []
+
+  def stale_then_delayed(self, *args):
+    verdict = judge(self, *args)
+    if verdict and not first:
+      first.append(None)
+      first[0] = workdir_lock.WorkdirLock(str(tmp_path)).acquire()
+    return verdict
+
+  monkeypatch.setattr(workdir_lock.WorkdirLock, "_stale", stale_then_delayed)
+  with pytest.raises(workdir_lock.WorkdirLocked, match=f"in use by another trainer: pid {os.getpid()}"):
+    workdir_lock.WorkdirLock(str(tmp_path)).acquire()  # B must not take A's live lock
+  a = first[0]
+  assert a.mode == "file" and json.loads(path.read_text())["pid"] == os.getpid()
+  a.release()
+  assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing left behind
 
 
 # --------------------------------------------------------------------------------------
