@@ -140,14 +140,21 @@ def has_digest(step_dir: str) -> bool:
   return os.path.isfile(os.path.join(step_dir, DIGEST_FILE))
 
 
-def warn_undigested(step_dir: str, step: int, digest_now: bool) -> None:
-  """The warning for a checkpoint restored without a digest (see the module docstring)."""
+def warn_undigested(step_dir: str, step: int | str, digest_now: bool) -> None:
+  """The warning for a checkpoint restored without a digest (see the module docstring).
+
+  Args:
+    step_dir: the step's directory.
+    step: its step number (or name), for the message.
+    digest_now: whether the caller digests it next (a trainer) or writes nothing (a reader).
+  """
   then = ("It is digested now, as read, so it is not warned about again." if digest_now else
-          "This reader writes nothing; the next training run on this workdir digests it.")
-  warn(f"checkpoint step {step} ({step_dir}) has no digest ({DIGEST_FILE}): it was committed by a version that "
-       "wrote digests after the commit, and was killed before its digest. It was restored on orbax's own checks, "
-       f"which read a flipped byte back silently. {then} If its values may have been damaged on disk, move "
-       f"{step_dir} out of the checkpoints directory and re-run to resume from the previous checkpoint.")
+          "This reader writes nothing; a training run that resumes from it digests it.")
+  warn(f"checkpoint step {step} ({step_dir}) has no digest ({DIGEST_FILE}), most likely because an older version of "
+       "this code, which wrote digests after the commit, was killed before writing it. It was restored on orbax's "
+       f"own checks only, and those read a flipped byte back silently. {then} If its values may have been damaged "
+       f"on disk, move {step_dir} out of the checkpoints directory and re-run to resume from the checkpoint before "
+       "it.")
 
 
 class _DigestedTemporaryPath(ocp.path.atomicity.AtomicRenameTemporaryPath):
@@ -397,11 +404,13 @@ class Checkpointer:
           state = self.restore(step, target_state, iterator)
           if problems and move:
             self.manager.reload()  # the quarantined steps are gone from orbax's list
+        except Exception as e:  # noqa: BLE001 -- a tree that matches but does not read is damage
+          why = f"orbax could not read it ({_short(e)})"
+        else:
+          # Outside the try: failing to write a digest is a write error, not damage to the step.
           if not has_digest(self.step_dir(step)):
             self._digest_restored(step)
           return step, state, iterator
-        except Exception as e:  # noqa: BLE001 -- a tree that matches but does not read is damage
-          why = f"orbax could not read it ({_short(e)})"
       problems.append((step, why))
       moved = ""
       if move and jax.process_index() == 0:

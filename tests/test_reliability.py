@@ -138,6 +138,21 @@ def test_a_checkpoint_without_a_digest_warns_on_restore_and_is_digested_once_rea
   assert "has no digest" not in capsys.readouterr().err
 
 
+def test_a_digest_that_cannot_be_written_after_a_restore_is_a_write_error_not_damage(tmp_path, monkeypatch):
+  directory = _saved(tmp_path, steps=(1,))
+  (directory / "1" / checkpoints.DIGEST_FILE).unlink()
+
+  def full(step_dir):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(step_dir, "digest.json"))
+
+  monkeypatch.setattr(checkpoints, "write_digest", full)
+  ck = Checkpointer(directory, save_every=1)
+  with pytest.raises(checkpoints.CheckpointWriteError, match=r"digest of restored checkpoint step 1 .* No space left"):
+    ck.restore_newest(_state(0))
+  ck.close()
+  assert (directory / "1").is_dir() and not (tmp_path / "checkpoints.damaged").exists()
+
+
 def test_the_newest_checkpoint_is_digested_when_it_commits_so_a_kill_then_a_flip_is_caught(tmp_path, capsys):
   # Async saves of steps 10 and 20, then the process dies once step 20 has committed: no next
   # save and no close() (the SIGKILL). Then one bit of step 20 flips on disk.
