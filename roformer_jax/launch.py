@@ -2,7 +2,13 @@
 
   --cpu_devices N                 N fake CPU devices per process (testing meshes on a CPU)
   --coordinator_address host:port --num_processes P --process_id i
-                                  several processes (gloo collectives on CPU)
+                                  several processes (gloo collectives on CPU); process 0's
+                                  coordinator listens on that host only (a local address)
+  --coordinator_bind_address host:port
+                                  where process 0 listens instead (e.g. [::]:port behind NAT)
+  --heartbeat_timeout_seconds S   a process silent this long is declared dead (default 30)
+  --mtls_cert_file, --mtls_key_file, --mtls_ca_file
+                                  mutual TLS between the processes and the coordinator
   --distributed                   jax.distributed.initialize() with auto-detection (SLURM, TPU
                                   pods, Open MPI)
   --traceback                     show the Python traceback of every error (or
@@ -16,19 +22,31 @@ their traceback.
 from __future__ import annotations
 
 import errno
+import inspect
+import ipaddress
 import os
 import socket
 import sys
 
 from absl import app, flags, logging
 
-from roformer_jax import errors
+from roformer_jax import errors, peers
 
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() with auto-detection "
                                  "(SLURM, TPU pods, Open MPI).")
 _COORDINATOR = flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process runs).")
 _NUM_PROCESSES = flags.DEFINE_integer("num_processes", None, "Number of processes (multi-process runs).")
 _PROCESS_ID = flags.DEFINE_integer("process_id", None, "This process's index (multi-process runs).")
+_BIND = flags.DEFINE_string(
+    "coordinator_bind_address", None, "host:port where process 0's coordinator listens. By default the host of "
+    "--coordinator_address, which must then be an address of this machine; [::]:port listens on every interface.")
+_HEARTBEAT = flags.DEFINE_integer(
+    "heartbeat_timeout_seconds", 30, "A process of a multi-process run that sends no heartbeat for this long is "
+    "declared dead, and the others stop, naming it and the checkpoint to resume from.")
+_MTLS = {name: flags.DEFINE_string(name, None, help) for name, help in (
+    ("mtls_cert_file", "PEM certificate chain of this process (mutual TLS with the coordinator)."),
+    ("mtls_key_file", "PEM private key of --mtls_cert_file."),
+    ("mtls_ca_file", "PEM CA bundle that verifies the other side's certificate."))}
 _CPU_DEVICES = flags.DEFINE_integer("cpu_devices", None, "Fake CPU devices per process (testing meshes on a CPU).")
 flags.DEFINE_bool("traceback", False, f"Show the Python traceback of every error (or {errors.TRACEBACK_ENV}=1); "
                   "by default a mistake in the config, flags, data, workdir or checkpoints prints its message alone.")
@@ -40,14 +58,20 @@ def initialize() -> None:
 
   if _CPU_DEVICES.value:
     jax.config.update("jax_num_cpu_devices", _CPU_DEVICES.value)
-  if _COORDINATOR.value:
-    # CPU processes need gloo for cross-process collectives; GPUs/TPUs ignore this setting.
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    check_coordinator_port(_COORDINATOR.value, _PROCESS_ID.value)
-    jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
-                               process_id=_PROCESS_ID.value)
-  elif _DISTRIBUTED.value:
-    jax.distributed.initialize()
+  if _COORDINATOR.value or _DISTRIBUTED.value:
+    options = distributed_options(jax.distributed.initialize)
+    if _COORDINATOR.value:
+      # CPU processes need gloo for cross-process collectives; GPUs/TPUs ignore this setting.
+      jax.config.update("jax_cpu_collectives_implementation", "gloo")
+      bind = _BIND.value or bind_address(_COORDINATOR.value)
+      check_coordinator_port(_COORDINATOR.value, _PROCESS_ID.value, bind)
+      jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
+                                 process_id=_PROCESS_ID.value, coordinator_bind_address=bind, **options)
+    else:
+      # Auto-detection finds the coordinator's address only inside initialize(): JAX then binds
+      # every interface unless --coordinator_bind_address says where.
+      jax.distributed.initialize(coordinator_bind_address=_BIND.value, **options)
+    _watch_peers()
   if not errors.show_tracebacks():
     # Orbax logs a failed background save at ERROR with its traceback, before the trainer's
     # own one-line report: keep the log line, drop the traceback.
@@ -58,18 +82,95 @@ def initialize() -> None:
     logging.set_verbosity(logging.WARNING)
 
 
-def check_coordinator_port(address: str, process_id: int | None) -> None:
+def distributed_options(initialize) -> dict:
+  """The heartbeat timeout and mTLS flags as `jax.distributed.initialize` keywords, checked.
+
+  Args:
+    initialize: `jax.distributed.initialize`, whose signature says which options this jax has.
+
+  Raises:
+    errors.UserError: a bad timeout, an incomplete or unreadable mTLS triple, or an mTLS flag
+      this jax does not support.
+  """
+  if _HEARTBEAT.value < 1:
+    raise errors.UserError(f"--heartbeat_timeout_seconds={_HEARTBEAT.value}: expected a whole number of seconds "
+                           f">= 1 (default 30; raise it on a network with long stalls).")
+  options = {"heartbeat_timeout_seconds": _HEARTBEAT.value}
+  given = {name: flag.value for name, flag in _MTLS.items() if flag.value}
+  if not given:
+    return options
+  missing = [f"--{name}" for name in _MTLS if name not in given]
+  if missing:
+    raise errors.UserError(f"mutual TLS needs all of --mtls_cert_file, --mtls_key_file and --mtls_ca_file; "
+                           f"missing {', '.join(missing)}.")
+  unsupported = [name for name in given if name not in inspect.signature(initialize).parameters]
+  if unsupported:
+    import jax
+    raise errors.UserError(f"--{unsupported[0]}: jax {jax.__version__} has no mutual TLS for its coordination "
+                           f"service (jax.distributed.initialize takes no {unsupported[0]}); upgrade jax, or drop "
+                           f"the --mtls_* flags and keep the coordinator on a trusted network.")
+  for name, path in given.items():
+    if not os.path.isfile(path):
+      raise errors.UserError(f"--{name}={path}: no such file.")
+  return {**options, **given}
+
+
+def bind_address(coordinator_address: str) -> str:
+  """Where process 0's coordinator listens: the host of `coordinator_address`, as an IP address.
+
+  JAX's own default is `[::]:port`, every interface: an unauthenticated service on the
+  network. The host must be an address of this machine (loopback, or one of its interfaces).
+
+  Raises:
+    errors.UserError: the address is not host:port, or its host is not an address of this
+      machine (then --coordinator_bind_address must say where to listen).
+  """
+  host, _, port = coordinator_address.rpartition(":")
+  if not port.isdigit() or not host:
+    raise errors.UserError(f"--coordinator_address={coordinator_address!r}: expected host:port, "
+                           f"e.g. 127.0.0.1:12345.")
+  host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+  try:
+    infos = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+  except OSError as e:
+    raise errors.UserError(f"--coordinator_address={coordinator_address}: cannot resolve {host!r} ({e}).") from None
+  for family, _, _, _, sockaddr in infos:
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+      try:
+        s.bind((sockaddr[0], 0))  # binds only to an address this machine has
+      except OSError:
+        continue
+    ip = ipaddress.ip_address(sockaddr[0].split("%")[0])
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+  raise errors.UserError(
+      f"--coordinator_address={coordinator_address}: {host} is not an address of this machine, so process 0's "
+      f"coordinator would not know where to listen. Pass --coordinator_bind_address with this machine's address on "
+      f"the network the other processes use (e.g. 10.0.0.1:{port}), or [::]:{port} for every interface (then use "
+      f"the --mtls_* flags or a firewall: the service has no authentication of its own).")
+
+
+def check_coordinator_port(address: str, process_id: int | None, bind: str | None = None) -> None:
   """Process 0 hosts the coordinator service on the address's port. If the port is taken,
-  jax.distributed crashes with a segmentation fault instead of saying so: say it first."""
+  jax.distributed crashes with a segmentation fault instead of saying so: say it first.
+
+  Args:
+    address: --coordinator_address.
+    process_id: this process's index; only process 0 listens.
+    bind: where the service will listen (host:port); every interface if None.
+  """
   if process_id not in (0, None):
     return
   _, _, port = address.rpartition(":")
   if not port.isdigit():
     raise errors.UserError(f"--coordinator_address={address!r}: expected host:port, e.g. 127.0.0.1:12345.")
-  with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+  host = (bind or "").rpartition(":")[0].strip("[]")
+  family = socket.AF_INET6 if ":" in host else socket.AF_INET
+  if host == "0.0.0.0" or family == socket.AF_INET6 and ipaddress.ip_address(host).is_unspecified:
+    host = ""  # every interface: the same check as before
+  with socket.socket(family, socket.SOCK_STREAM) as s:
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to use
     try:
-      s.bind(("", int(port)))
+      s.bind((host, int(port)))
     except OSError as e:
       if e.errno != errno.EADDRINUSE:
         return  # not ours to judge (e.g. a privileged port): JAX reports what it finds
@@ -77,6 +178,17 @@ def check_coordinator_port(address: str, process_id: int | None) -> None:
           f"--coordinator_address={address}: port {port} is already in use on this machine (another run's "
           f"coordinator?). Choose another port for every process of the run, or wait until the previous "
           f"run has exited (`ss -ltnp` shows who holds it).") from None
+
+
+def _watch_peers() -> None:
+  """Names a dead peer, and the checkpoint to resume from, when JAX aborts this process."""
+  from jax._src import distributed  # the client is not public; orbax reaches it the same way
+
+  state = distributed.global_state
+  if state.client is None or state.num_processes < 2:
+    return
+  peers.Watch(state.client, state.process_id, state.num_processes, state.coordinator_address,
+              _HEARTBEAT.value, os.path.basename(sys.argv[0])).start()
 
 
 def _without_traceback(record) -> bool:

@@ -32,7 +32,7 @@ import optax
 from flax import nnx
 
 from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, optim, samples as samples_lib
-from roformer_jax import context_parallel, stopping, tasks
+from roformer_jax import context_parallel, peers, stopping, tasks
 from roformer_jax import checkpoints as checkpoints_lib
 from roformer_jax.checkpoints import Checkpointer
 from roformer_jax.data import pipeline
@@ -320,6 +320,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2))
   process, processes = jax.process_index(), jax.process_count()
+  peers.note_checkpoints(os.path.join(workdir, "checkpoints"))  # named if a peer dies (peers.py)
   ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.get("keep_checkpoints", 3),
                       save_every=config.checkpoint_every_steps, async_save=config.get("async_checkpoints", True))
 
@@ -429,6 +430,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
         train_iter = iterator("train", stage)
         progress.write(f"{stage}: steps {stage.first}..{stage.last}, max_length "
                        f"{stage.max_length}, batch {stage.batch_size}")
+      peers.note_step(step)
       local = next(train_iter)
       window_tokens += tasks.tokens_in(local, config.task) * processes
       state, out = train_step(state, mesh_lib.global_batch(local, mesh))
