@@ -192,8 +192,9 @@ def test_average_of_the_last_n_leaves_a_damaged_checkpoint_out(tmp_path, capsys)
     checkpoints.average_checkpoints(directory, _state(0), steps=[3, 4])
 
 
-def test_a_failed_write_names_the_path_and_cause_and_keeps_the_last_checkpoint(tmp_path, monkeypatch):
-  ck = Checkpointer(tmp_path / "checkpoints", save_every=1, async_save=False)
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_failed_write_names_the_path_and_cause_and_keeps_the_last_checkpoint(tmp_path, monkeypatch, async_save):
+  ck = Checkpointer(tmp_path / "checkpoints", save_every=1, async_save=async_save)
   ck.save(1, _state(1), force=True)
   ck.wait()
 
@@ -202,9 +203,11 @@ def test_a_failed_write_names_the_path_and_cause_and_keeps_the_last_checkpoint(t
 
   monkeypatch.setattr(checkpoints, "write_digest", full)  # the injected fault, at the write call
   # The digest is part of the commit: a step whose digest cannot be written is never committed.
+  # A synchronous save fails at once; an asynchronous one when the next save or close() waits.
   with pytest.raises(checkpoints.CheckpointWriteError,
                      match=r"step 2 .* failed: No space left on device \(.*/digest.json\).*step 1\) is intact"):
     ck.save(2, _state(2), force=True)
+    ck.save(3, _state(3), force=True)
   ck.close()
   monkeypatch.undo()
   ck = Checkpointer(tmp_path / "checkpoints", read_only=True)
