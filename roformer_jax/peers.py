@@ -161,8 +161,10 @@ class Watch:
       silent = self.silent_peer()
       if silent is not None:
         process, is_coordinator = silent
-        step = self._steps.get(process, _step)
-        line = stopped_line(self.prog, process, step if step is not None else _step, _checkpoints,
+        # This process's own step: the run stopped there (every step is a collective, so the
+        # dead peer got no further). A peer's published step can be a few beats old.
+        step = _step if _step is not None else self._steps.get(process)
+        line = stopped_line(self.prog, process, step, _checkpoints,
                             self.coordinator_address if is_coordinator else None)
         sys.stderr.write(f"\n{line}\n")
         sys.stderr.flush()

@@ -27,6 +27,11 @@ The faults:
   first must finish exactly.
 - SIGTERM, one Ctrl-C (SIGINT), and two Ctrl-Cs (the second aborts at once), each followed by
   the same command.
+- A peer's death in a two-process run (one fake CPU device each): SIGKILL of process 1, and
+  separately of process 0 (the coordinator), mid-run. The survivor must stop by itself within
+  the heartbeat timeout, printing the line that names the dead process and the checkpoint to
+  resume from; then both commands are started again, and the result is compared bitwise with
+  an uninterrupted two-process run.
 
 Each table row: the fault, how many times it was injected, how many runs ended bitwise equal to
 the uninterrupted run, the steps trained twice, and anything lost (metrics rows missing or
@@ -46,6 +51,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -88,6 +94,33 @@ def run(workdir: str, steps: int, timeout: float = 600) -> subprocess.CompletedP
   return subprocess.run(command(workdir, steps), env=env(), capture_output=True, text=True, timeout=timeout, cwd=ROOT)
 
 
+# The peer-death trials' detection time: short, so that a trial costs seconds, not the default 30.
+PEER_HEARTBEAT_SECONDS = 10
+
+
+def free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def start_pair(workdir: str, steps: int, log) -> list[subprocess.Popen]:
+  """Both processes of a two-process run of the campaign's command (one fake CPU device each)."""
+  flags = ["--coordinator_address", f"127.0.0.1:{free_port()}", "--num_processes", "2", "--cpu_devices", "1",
+           "--heartbeat_timeout_seconds", str(PEER_HEARTBEAT_SECONDS)]
+  return [subprocess.Popen([*command(workdir, steps), *flags, "--process_id", str(i)], env=env(), stdout=log,
+                           stderr=subprocess.STDOUT, text=True, cwd=ROOT) for i in range(2)]
+
+
+def run_pair(workdir: str, steps: int, what: str, log_path: str) -> None:
+  """Runs a two-process run to its end; raises if either process fails."""
+  with open(log_path, "a") as log:
+    procs = start_pair(workdir, steps, log)
+    codes = [p.wait(timeout=600) for p in procs]
+  if codes != [0, 0]:
+    raise RuntimeError(f"{what}: exit statuses {codes}; see {log_path}")
+
+
 def committed_steps(workdir: str) -> list[int]:
   d = os.path.join(workdir, "checkpoints")
   return sorted(int(p) for p in os.listdir(d) if p.isdigit()) if os.path.isdir(d) else []
@@ -126,6 +159,25 @@ def final_state(workdir: str):
   with ocp.CheckpointManager(ckdir, options=ocp.CheckpointManagerOptions(read_only=True)) as mgr:
     step = mgr.latest_step()
     state = mgr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+  as_numpy = lambda x: np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
+  return step, jax.tree.map(as_numpy, state)
+
+
+def final_state_on_one_device(workdir: str):
+  """`final_state` of a checkpoint saved by several processes: its arrays were sharded over
+  devices this process does not have, so each is restored whole onto this process's first device
+  (the shapes and dtypes from the checkpoint's metadata)."""
+  import jax
+  import numpy as np
+  import orbax.checkpoint as ocp
+  ckdir = os.path.join(workdir, "checkpoints")
+  one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+  with ocp.CheckpointManager(ckdir, item_handlers={"state": ocp.StandardCheckpointHandler()},
+                             options=ocp.CheckpointManagerOptions(read_only=True)) as mgr:
+    step = mgr.latest_step()
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one),
+                          mgr.item_metadata(step)["state"])
+    state = mgr.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target)))["state"]
   as_numpy = lambda x: np.asarray(jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x)
   return step, jax.tree.map(as_numpy, state)
 
@@ -405,6 +457,53 @@ class Campaign:
              ok=exact == runs and handled and not lost_rows)
 
 
+  def peer_death(self, killed: int) -> None:
+    """SIGKILL process `killed` of a two-process run mid-run; the survivor must stop by itself.
+
+    Compared with an uninterrupted two-process run (made once, the first time), bitwise."""
+    if getattr(self, "pair_reference", None) is None:
+      workdir = self.workdir("pair_reference")
+      t0 = time.perf_counter()
+      run_pair(workdir, self.steps, "the uninterrupted two-process run", os.path.join(self.root, "pair_reference.log"))
+      self.pair_reference, self.pair_seconds = final_state_on_one_device(workdir), time.perf_counter() - t0
+      self.log(f"uninterrupted two-process run: {self.steps} steps in {self.pair_seconds:.1f} s")
+    workdir = self.workdir(f"peer{killed}")
+    log_path = os.path.join(self.root, f"peer{killed}.log")
+    goal = self.rng.randrange(self.steps // 4, self.steps // 2)  # past a checkpoint, well before the end
+    with open(log_path, "w") as log:
+      procs = start_pair(workdir, self.steps, log)
+      while last_logged_step(workdir) < goal and all(p.poll() is None for p in procs):
+        time.sleep(0.005)
+      if any(p.poll() is not None for p in procs):
+        raise RuntimeError(f"peer death trial: a process ended before step {goal}; see {log_path}")
+      procs[killed].send_signal(signal.SIGKILL)
+      t0 = time.perf_counter()
+      survivor = procs[1 - killed]
+      try:
+        code = survivor.wait(timeout=300)
+      except subprocess.TimeoutExpired:
+        survivor.kill()
+        code = survivor.wait()
+      took = time.perf_counter() - t0
+      procs[killed].wait()
+    reached, saved = last_logged_step(workdir), committed_steps(workdir)
+    with open(log_path) as f:
+      lines = [line for line in f.read().splitlines() if "stopped answering" in line]
+    said = lines[-1].strip() if lines else ""
+    shown = re.sub(r"127\.0\.0\.1:\d+", "127.0.0.1:PORT", said.split(" (in ")[0])  # no temporary port or path
+    named = f"process {killed}" in said and (f"resume from checkpoint {saved[-1]}" in said if saved else bool(said))
+    run_pair(workdir, self.steps, f"peer death trial (process {killed})", log_path)
+    same = bitwise_equal(final_state_on_one_device(workdir), self.pair_reference)
+    lost = metric_rows_lost(workdir, self.steps)
+    who = "process 1 of 2" if killed else "process 0 of 2 (the coordinator)"
+    self.row(f"SIGKILL of {who} mid-run, then the same two commands", 1, 1, int(same),
+             max(reached - (saved[-1] if saved else 0), 0), f"{lost} metrics rows",
+             (f"the survivor exited {code} {took:.1f} s later (--heartbeat_timeout_seconds "
+              f"{PEER_HEARTBEAT_SECONDS}), its last line: \"{shown}\"" if named else
+              f"NOT NAMED: the survivor exited {code} {took:.1f} s later, printing {said!r}"),
+             ok=same and named and code == 1 and not lost)
+
+
 def disk_full_trial(workdir: str, result: str, steps: int) -> None:
   """Inside a private mount namespace: the workdir on a tmpfs that fills, then space freed."""
   subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", workdir], check=True)
@@ -501,6 +600,7 @@ TRIALS = {
     "sigterm": lambda c, args: c.signals("sigterm", args.signal_trials),
     "sigint": lambda c, args: c.signals("sigint", args.signal_trials),
     "sigint2": lambda c, args: c.signals("sigint2", args.signal_trials, twice=True),
+    "peer_death": lambda c, args: (c.peer_death(1), c.peer_death(0)),
 }
 
 
