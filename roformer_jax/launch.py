@@ -63,7 +63,8 @@ def initialize() -> None:
     if _COORDINATOR.value:
       # CPU processes need gloo for cross-process collectives; GPUs/TPUs ignore this setting.
       jax.config.update("jax_cpu_collectives_implementation", "gloo")
-      bind = _BIND.value or bind_address(_COORDINATOR.value)
+      # Only process 0 listens; the others' machines do not have its address.
+      bind = _BIND.value or (bind_address(_COORDINATOR.value) if _PROCESS_ID.value in (0, None) else None)
       check_coordinator_port(_COORDINATOR.value, _PROCESS_ID.value, bind)
       jax.distributed.initialize(coordinator_address=_COORDINATOR.value, num_processes=_NUM_PROCESSES.value,
                                  process_id=_PROCESS_ID.value, coordinator_bind_address=bind, **options)

@@ -127,15 +127,20 @@ def test_the_bind_address_is_a_local_address_or_a_clear_error():
     launch.bind_address("203.0.113.7:1234")
   with pytest.raises(errors.UserError, match="expected host:port"):
     launch.bind_address("localhost")
-  # The port check looks at the address the service will bind.
-  with socket.socket() as busy:
-    busy.bind(("127.0.0.1", 0))
-    busy.listen()
-    port = busy.getsockname()[1]
-    with pytest.raises(errors.UserError, match=f"port {port} is already in use"):
-      launch.check_coordinator_port(f"127.0.0.1:{port}", 0, f"127.0.0.1:{port}")
-    with pytest.raises(errors.UserError, match=f"port {port} is already in use"):
-      launch.check_coordinator_port(f"127.0.0.1:{port}", 0, f"[::]:{port}")
+
+
+def test_only_process_0_needs_the_coordinator_address_to_be_local(tmp_path):
+  """On a cluster the coordinator's address is another machine's: process 1 must not refuse it.
+  (It then tries to connect, which JAX logs; the test stops it there.)"""
+  (proc,) = _start(tmp_path, ["listen", "-"], "--coordinator_address", "203.0.113.7:1234", processes=(1,))
+  try:
+    lines = []
+    while not lines or lines[-1] and "Connecting to JAX distributed service on 203.0.113.7:1234" not in lines[-1]:
+      lines.append(proc.stdout.readline())
+  finally:
+    proc.kill()
+    proc.wait()
+  assert lines[-1], "".join(lines)  # it ended before connecting: the flag checks refused
 
 
 def _certificates(directory):
