@@ -203,8 +203,12 @@ def _rotate(q, k, v, q_positions, k_positions, rotary, rotary_value):
   if (q_positions is None) != (k_positions is None):
     raise ValueError("pass both q_positions and k_positions (RoPE on q and k) or neither.")
   if q_positions is not None:
-    q = rotary.apply(q, q_positions)
-    k_cs = rotary.cos_sin(jnp.asarray(k_positions), k.shape[-1])
+    # A length-dependent scaling rotates q and k with the frequencies of the keys' sequence:
+    # each row's length is its largest key position + 1 (None would let q's own, shorter
+    # positions pick a different length).
+    lengths = _row_lengths(k_positions) if rotary.length_dependent else None
+    q = rotary.apply(q, q_positions, seq_len=lengths)
+    k_cs = rotary.cos_sin(jnp.asarray(k_positions), k.shape[-1], seq_len=lengths)
     k = rotary.rotate(k, k_cs)
     if rotary_value:
       if v.shape[-1] != k.shape[-1]:
@@ -213,6 +217,23 @@ def _rotate(q, k, v, q_positions, k_positions, rotary, rotary_value):
   elif rotary_value:
     raise ValueError("rotary_value=True needs k_positions to rotate the values with.")
   return q, k, v
+
+
+def _row_lengths(positions) -> jax.Array:
+  """Each row's sequence length, int[...] = max position + 1 (padding has position 0)."""
+  return jnp.max(jnp.asarray(positions), axis=-1) + 1
+
+
+def _refuse_recurrent(scaling, what: str) -> None:
+  """Linear attention's recurrent state sums keys already rotated; a length-dependent scaling
+  would need every one of them rotated again as the sequence grows, which the state cannot do."""
+  if rope.is_length_dependent(scaling):
+    raise ValueError(
+        f"{what}: rope_type {dict(scaling).get('rope_type', dict(scaling).get('type'))!r} rotates every key "
+        "by the current sequence length, but linear attention's recurrent state holds keys already "
+        "rotated and cannot rotate them again. Use a model's decode_step (it rebuilds the state "
+        "from its tokens when the frequencies change), a length-independent scaling (linear, yarn, "
+        "llama3), or the full forward.")
 
 
 def _xla_attention_with_dropout(q, k, v, mask, scale, rate, rng):
@@ -366,7 +387,8 @@ def linear_attention(q, k, v, *, q_positions=None, k_positions=None, feature_map
     keep = jnp.asarray(kv_mask, bool)[..., None, None]
     fk, vf = jnp.where(keep, fk, 0.0), jnp.where(keep, vf, 0.0)
   if q_positions is not None:
-    rope_kw = dict(layout=layout, rotary_dim=rotary_dim, scaling=scaling)
+    lengths = _row_lengths(k_positions) if rope.is_length_dependent(scaling) else None  # as `_rotate`
+    rope_kw = dict(layout=layout, rotary_dim=rotary_dim, scaling=scaling, seq_len=lengths)
     fq_r = rope.apply_rotary(fq, q_positions, theta, **rope_kw)
     fk_r = rope.apply_rotary(fk, k_positions, theta, **rope_kw)
   else:
@@ -438,6 +460,8 @@ def linear_attention_step(state: LinearAttentionState, q, k, v, *, positions, fe
   Returns:
     (out float[B, 1, N, Hv], new state). Equals the causal `linear_attention` row.
   """
+  if use_rope:
+    _refuse_recurrent(scaling, "linear_attention_step")
   kw = dict(q_positions=positions, k_positions=positions) if use_rope else {}
   return linear_attention(q, k, v, feature_map=feature_map, causal=True, theta=theta, layout=layout,
                           rotary_dim=rotary_dim, scaling=scaling, projection=projection, eps=eps,
@@ -579,6 +603,13 @@ class MultiHeadAttention(nnx.Module):
     Softmax: keys are rotated with their own positions before they are cached, so each
     cached key keeps its absolute rotation and q_m . k_n still depends on m - n only.
     Linear: the recurrent (s, z) state is advanced over the L tokens.
+
+    A length-dependent scaling (dynamic, longrope) rotates the new tokens with the
+    frequencies of each row's length after them (its largest new position + 1). The cache
+    is exact only while those frequencies stay the same as when it was written: when they
+    change, every earlier token's keys change, and in a stack so do the hidden states of
+    every layer after the first. The models' `decode_step` then rebuilds the cache from
+    the tokens it keeps (`models.CausalLM.decode_step`).
 
     Args:
       positions: int[B, L] positions of the new tokens.

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from roformer_jax import context_parallel, positional
+from roformer_jax import context_parallel, positional, rope
 from roformer_jax.attention import (ATTENTION_IMPLEMENTATIONS, ATTENTION_KINDS, FEATURE_MAPS, MultiHeadAttention, cross_attend,
                                     cross_kv, mask_factors)
 from roformer_jax.partitioning import partitioned
@@ -116,8 +116,6 @@ class ModelConfig:
     if self.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
       raise ValueError(f"attention_implementation={self.attention_implementation!r}; expected one of "
                        f"{ATTENTION_IMPLEMENTATIONS}.")
-    if self.position == "rope" and self.head_size % 2:
-      raise ValueError(f"RoPE rotates feature pairs, so the head dim must be even; got {self.head_size}.")
     for name in ("dropout", "attention_dropout"):
       if not 0.0 <= getattr(self, name) < 1.0:
         raise ValueError(f"{name}={getattr(self, name)} must be in [0, 1).")
@@ -127,7 +125,12 @@ class ModelConfig:
       except TypeError as e:
         raise ValueError(f"{name}={getattr(self, name)!r} is not a dtype name (use 'float32' or 'bfloat16').") from e
     if self.position == "rope":
-      self.rotary  # validates theta, layout and scaling now, not at trace time
+      # Theta, layout, scaling and the rotated width now, not at trace time. FAVOR+ linear
+      # attention rotates its random features (eq. 19), softmax attention the head.
+      if self.attention == "linear" and self.feature_map == "favor":
+        self.rotary.check(self.num_features, "num_features")
+      else:
+        self.rotary.check(self.head_size)
 
   @classmethod
   def from_dict(cls, values: Mapping[str, Any]) -> "ModelConfig":
@@ -487,17 +490,26 @@ class RoFormerForSequenceClassification(nnx.Module):
 # --------------------------------------------------------------------------------------
 
 
+def _keeps_tokens(cfg: ModelConfig) -> bool:
+  """A length-dependent RoPE (dynamic, longrope) needs the tokens to rebuild its cache from."""
+  return cfg.position == "rope" and cfg.rotary.length_dependent
+
+
 def _new_cache(layers, batch: int, max_len: int, dtype) -> dict[str, Any]:
   """{"layers": [...], "index": next slot, "valid": real slots [B, max_len], "position": next
-  position per row [B]}. Every leaf but "index" has the batch as its leading axis."""
+  position per row [B]}, and "tokens" int32[B, max_len] under a length-dependent RoPE. Every
+  leaf but "index" has the batch as its leading axis."""
   cfg = layers[0].cfg
   if cfg.position == "learned" and max_len > cfg.max_position:
     raise ValueError(f"cache length {max_len} exceeds max_position={cfg.max_position} of the learned "
                      "position table; decode fewer tokens or raise max_position.")
-  return {"layers": [{"self": layer.attention.init_cache(batch, max_len, dtype)} for layer in layers],
-          "index": jnp.zeros((), jnp.int32),
-          "valid": jnp.zeros((batch, max_len), bool),
-          "position": jnp.zeros((batch,), jnp.int32)}
+  cache = {"layers": [{"self": layer.attention.init_cache(batch, max_len, dtype)} for layer in layers],
+           "index": jnp.zeros((), jnp.int32),
+           "valid": jnp.zeros((batch, max_len), bool),
+           "position": jnp.zeros((batch,), jnp.int32)}
+  if _keeps_tokens(cfg):
+    cache["tokens"] = jnp.zeros((batch, max_len), jnp.int32)
+  return cache
 
 
 def _advance(cache, token_mask, length: int):
@@ -517,9 +529,50 @@ def _decode_stack(layers, x, cache, advanced, *, cross_mask=None):
   for layer, layer_cache in zip(layers, cache["layers"]):
     x, new = layer.decode(x, layer_cache, positions=positions, index=index, kv_valid=valid, cross_mask=cross_mask)
     new_layers.append(new)
-  new_cache = {"layers": new_layers, "index": index + x.shape[1], "valid": valid,
+  new_cache = {**cache, "layers": new_layers, "index": index + x.shape[1], "valid": valid,
                "position": cache["position"] + count}
   return x, new_cache
+
+
+def _decode(layers, embed, tokens, cache, token_mask, *, cross_mask=None):
+  """Hidden states [B, L, D] of L new tokens and the updated cache.
+
+  The prediction after a prefix is the full forward over that prefix, whatever the RoPE
+  scaling. A length-independent one keeps each cached key valid forever. Under 'dynamic' or
+  'longrope' the frequencies follow each row's length, and when this step changes them for a
+  row (dynamic: every token past max_position_embeddings; longrope: once, when the length
+  passes original_max_position_embeddings) every earlier key changes, and so does every
+  earlier hidden state after the first layer. Rotating cached keys again on read would fix
+  the first layer only. So the step is then recomputed from the tokens the cache keeps: one
+  forward over all its slots (padding and empty slots masked), which rebuilds every layer's
+  cache. Otherwise the cached step runs as usual.
+  """
+  advanced = _advance(cache, token_mask, tokens.shape[1])
+
+  def cached(cache):
+    return _decode_stack(layers, embed(tokens, advanced[0]), cache, advanced, cross_mask=cross_mask)
+
+  cfg = layers[0].cfg
+  if not _keeps_tokens(cfg):
+    return cached(cache)
+  index, length = cache["index"], tokens.shape[1]
+  history = jax.lax.dynamic_update_slice_in_dim(cache["tokens"], jnp.asarray(tokens, jnp.int32), index, axis=1)
+  cache = {**cache, "tokens": history}
+  old_len = cache["position"]
+  changed = rope.frequencies_change(cfg.rotary.scaling_dict, old_len, old_len + advanced[2]) & (old_len > 0)
+
+  def rebuilt(cache):
+    b, slots = history.shape
+    dtype = jax.tree.leaves(cache["layers"][0]["self"])[0].dtype
+    fresh = {**cache, "index": jnp.zeros((), jnp.int32), "valid": jnp.zeros_like(cache["valid"]),
+             "position": jnp.zeros_like(cache["position"]),
+             "layers": [{**lc, "self": layer.attention.init_cache(b, slots, dtype)}
+                        for layer, lc in zip(layers, cache["layers"])]}
+    every = _advance(fresh, advanced[1], slots)  # all real slots so far, this step's included
+    x, new = _decode_stack(layers, embed(history, every[0]), fresh, every, cross_mask=cross_mask)
+    return jax.lax.dynamic_slice_in_dim(x, index, length, axis=1), {**new, "index": index + length}
+
+  return jax.lax.cond(jnp.any(changed), rebuilt, cached, cache)
 
 
 # --------------------------------------------------------------------------------------
@@ -583,9 +636,8 @@ class CausalLM(nnx.Module):
       (float32 logits [B, L, V], the updated cache).
     """
     tokens = _check_ids(tokens, "tokens")
-    advanced = _advance(cache, token_mask, tokens.shape[1])
-    x = self.embeddings(tokens, positions=advanced[0])
-    x, cache = _decode_stack(self.layers, x, cache, advanced)
+    embed = lambda ids, positions: self.embeddings(ids, positions=positions)
+    x, cache = _decode(self.layers, embed, tokens, cache, token_mask)
     return self._logits(x), cache
 
 
@@ -695,11 +747,9 @@ class TransformerSeq2Seq(nnx.Module):
   def decode_step(self, tgt_ids, cache, *, token_mask=None) -> tuple[jax.Array, dict]:
     """Incremental decoder step: (float32 logits [B, L, V], updated cache)."""
     tgt_ids = _check_ids(tgt_ids, "tgt_ids")
-    advanced = _advance(cache, token_mask, tgt_ids.shape[1])
-    x = self.embeddings(tgt_ids, positions=advanced[0])
-    cross_mask = cache["src_valid"][:, None, None, :]
-    x, new_cache = _decode_stack(self.decoder, x, cache, advanced, cross_mask=cross_mask)
-    new_cache["src_valid"] = cache["src_valid"]
+    embed = lambda ids, positions: self.embeddings(ids, positions=positions)
+    x, new_cache = _decode(self.decoder, embed, tgt_ids, cache, token_mask,
+                           cross_mask=cache["src_valid"][:, None, None, :])
     return self._logits(x), new_cache
 
 

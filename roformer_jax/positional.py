@@ -65,18 +65,49 @@ class RotaryConfig:
 
   def __post_init__(self):
     object.__setattr__(self, "scaling", freeze_scaling(self.scaling))
-    rope.rope_frequencies(8 if self.rotary_dim is None else self.rotary_dim, self.theta,
-                          scaling=self.scaling_dict, seq_len=1)  # validates theta and scaling early
+    # Theta and every scaling key now; what depends on the rotary dim too when it is set (the
+    # head dim, if rotary_dim is None, is only known to `check`).
+    rope.check_scaling(self.scaling_dict, dim=self.rotary_dim, theta=self.theta,
+                       dim_name=None if self.rotary_dim is None else f"rotary_dim={self.rotary_dim}")
     if self.layout not in rope.LAYOUTS:
       raise ValueError(f"rope layout={self.layout!r}; expected one of {rope.LAYOUTS}.")
+
+  def check(self, width: int, what: str = "head dim") -> int:
+    """Validates these settings for vectors of `width` features; returns the rotary dim R.
+
+    width is the head dim for softmax attention (linear attention rotates its F features).
+    Raises a ValueError naming that width when R is odd or wider than it, or when a scaling
+    does not fit R (e.g. longrope's factor lists need R // 2 entries each).
+    """
+    if self.rotary_dim is None:
+      if width % 2:
+        raise ValueError(f"RoPE rotates feature pairs, so the {what} must be even; got {width}. Use an even "
+                         f"{what}, or set rotary_dim to an even width < the {what}.")
+      rd, name = width, f"the {what} {width} (rotary_dim is None)"
+    else:
+      rd, name = self.rotary_dim, f"rotary_dim={self.rotary_dim}"
+      if rd > width:
+        raise ValueError(f"rotary_dim={rd} exceeds the {what} {width}; use rotary_dim <= {width} or None to "
+                         f"rotate all of it.")
+    rope.check_scaling(self.scaling_dict, dim=rd, theta=self.theta, dim_name=name)
+    return rd
 
   @property
   def scaling_dict(self) -> dict[str, Any] | None:
     return None if self.scaling is None else {k: (list(v) if isinstance(v, tuple) else v)
                                               for k, v in self.scaling}
 
-  def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len: int | None = None):
-    """cos/sin float32[..., T, R/2] for `rope.rotate`; compute once, use for q and k."""
+  @property
+  def length_dependent(self) -> bool:
+    """True for 'dynamic' and 'longrope': rotations depend on the sequence length too."""
+    return rope.is_length_dependent(self.scaling_dict)
+
+  def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len=None):
+    """cos/sin float32[..., T, R/2] for `rope.rotate`; compute once, use for q and k.
+
+    seq_len: for the length-dependent scalings, a static int or per-row lengths int[...];
+    None = each row's largest position + 1 (`rope.rotary_cos_sin`).
+    """
     rd = head_dim if self.rotary_dim is None else self.rotary_dim
     if rd > head_dim:
       raise ValueError(f"rotary_dim={rd} exceeds the head dim {head_dim}.")
@@ -87,10 +118,10 @@ class RotaryConfig:
     cos, sin = cos_sin
     return rope.rotate(x, cos, sin, layout=self.layout)
 
-  def apply(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+  def apply(self, x: jax.Array, positions: jax.Array, *, seq_len=None) -> jax.Array:
     """`rope.apply_rotary` with these settings; x [..., T, N, H], positions [..., T]."""
-    return rope.apply_rotary(x, positions, self.theta, layout=self.layout,
-                             rotary_dim=self.rotary_dim, scaling=self.scaling_dict, exact=self.exact)
+    return rope.apply_rotary(x, positions, self.theta, layout=self.layout, rotary_dim=self.rotary_dim,
+                             scaling=self.scaling_dict, seq_len=seq_len, exact=self.exact)
 
 
 def sinusoidal_embedding(positions: jax.Array, dim: int, *, base: float = 10000.0,

@@ -45,6 +45,9 @@ __all__ = [
     "rotate",
     "rotary_cos_sin",
     "rope_frequencies",
+    "check_scaling",
+    "is_length_dependent",
+    "frequencies_change",
     "rotation_matrix",
     "long_term_decay",
     "positions_from_segments",
@@ -55,6 +58,9 @@ __all__ = [
 
 LAYOUTS = ("interleaved", "half")
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3")
+# Scalings whose frequencies depend on the sequence length: every key's rotation changes as
+# the sequence grows, so a KV cache holds them unrotated (attention.MultiHeadAttention.decode).
+LENGTH_DEPENDENT_TYPES = ("dynamic", "longrope")
 
 _TWO_PI = 2.0 * math.pi
 
@@ -95,13 +101,20 @@ def _check_layout(layout: Any) -> str:
   return layout
 
 
-def _check_seq_len(seq_len: Any) -> int | None:
+def _check_seq_len(seq_len: Any) -> int | jax.Array | None:
+  """None, a static positive int, or an integer array of per-row lengths (may be traced)."""
   if seq_len is None:
     return None
+  if isinstance(seq_len, (jax.Array, np.ndarray)) and not isinstance(seq_len, bool):
+    if not jnp.issubdtype(seq_len.dtype, jnp.integer):
+      raise TypeError(f"seq_len as an array holds per-row lengths and must be an integer array, got dtype "
+                      f"{seq_len.dtype}.")
+    return jnp.asarray(seq_len)
   if isinstance(seq_len, bool) or not isinstance(seq_len, numbers.Integral):
     raise TypeError(
-        f"seq_len must be a static Python int or None, got {seq_len!r} ({type(seq_len).__name__}). "
-        "Pass seq_len=None to let apply_rotary derive it from the (possibly traced) positions.")
+        f"seq_len must be a static Python int, an integer array of per-row lengths, or None; got "
+        f"{seq_len!r} ({type(seq_len).__name__}). Pass seq_len=None to derive each row's length "
+        "from its positions.")
   if seq_len <= 0:
     raise ValueError(f"seq_len must be positive, got {seq_len}.")
   return int(seq_len)
@@ -215,7 +228,8 @@ def _longrope(dim: int, theta: float, p: Mapping[str, Any], long: bool) -> tuple
   ext = np.asarray(p["long_factor" if long else "short_factor"], dtype=np.float64)
   if ext.shape != (dim // 2,):
     key = "long_factor" if long else "short_factor"
-    raise ValueError(f"scaling[{key!r}] must have dim // 2 = {dim // 2} entries, got shape {ext.shape}.")
+    raise ValueError(f"scaling[{key!r}] must have one entry per rotated pair, rotary dim {dim} // 2 = "
+                     f"{dim // 2} entries; got shape {ext.shape}.")
   return 1.0 / (ext * theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)), float(attention_factor)
 
 
@@ -303,9 +317,98 @@ def rope_frequencies(dim: int, theta: float = 10000.0, *, scaling: Mapping[str, 
   dim = _check_dim(dim)
   theta = _check_theta(theta)
   seq_len = _check_seq_len(seq_len)
+  if seq_len is not None and not isinstance(seq_len, int):
+    raise TypeError("seq_len must be a static Python int for rope_frequencies (it returns one set of "
+                    "frequencies); pass per-row or traced lengths to rotary_cos_sin / apply_rotary.")
   params = _normalise_scaling(scaling, theta)
   inv_freq, attention_factor = _inv_freq_f64(dim, theta, params, seq_len)
   return jnp.asarray(inv_freq, dtype=jnp.float32), float(attention_factor)
+
+
+def is_length_dependent(scaling: Mapping[str, Any] | None) -> bool:
+  """True for the scalings whose frequencies change with the sequence length (dynamic,
+  longrope): a key's rotation then depends on how long the sequence is, not only on its
+  position, so cached keys must be rotated again as the sequence grows."""
+  if not scaling:
+    return False
+  return dict(scaling).get("rope_type", dict(scaling).get("type")) in LENGTH_DEPENDENT_TYPES
+
+
+def frequencies_change(scaling: Mapping[str, Any] | None, old_len, new_len) -> jax.Array:
+  """Whether the rotation at length new_len differs from that at old_len (per row).
+
+  Only the length-dependent scalings ever change: dynamic's base grows with
+  max(length, max_position_embeddings); longrope switches to its long factors once the
+  length passes original_max_position_embeddings.
+
+  Args:
+    scaling: None or an HF-style rope_parameters dict.
+    old_len, new_len: int arrays of the same shape (e.g. [B]), or Python ints.
+
+  Returns:
+    bool array of that shape.
+  """
+  old_len, new_len = jnp.asarray(old_len), jnp.asarray(new_len)
+  params = _normalise_scaling(scaling, float(dict(scaling or {}).get("rope_theta") or 10000.0))
+  rope_type = None if params is None else params["rope_type"]
+  if rope_type == "dynamic":
+    mpe = _positive(params, "max_position_embeddings", "dynamic")
+    return jnp.maximum(old_len, mpe) != jnp.maximum(new_len, mpe)
+  if rope_type == "longrope":
+    omp = params["original_max_position_embeddings"]
+    return (old_len > omp) != (new_len > omp)
+  return jnp.zeros(jnp.broadcast_shapes(old_len.shape, new_len.shape), bool)
+
+
+def check_scaling(scaling: Mapping[str, Any] | None, *, dim: int | None = None, theta: float = 10000.0,
+                  dim_name: str | None = None) -> dict[str, Any] | None:
+  """Validates a rope_parameters dict now (at config load), for the rotary dim it will rotate.
+
+  Every branch a run can take is checked: both of longrope's factor sets, and dynamic's base
+  past its original length.
+
+  Args:
+    scaling: None or an HF-style rope_parameters dict (see `rope_frequencies`).
+    dim: the rotary dim R. None checks everything that does not depend on it (longrope's two
+      factor lists must still have equal lengths); check again once R is known.
+    theta: the RoPE base.
+    dim_name: how to name R in an error, e.g. "the head dim 16 (rotary_dim is None)".
+
+  Returns:
+    The normalised dict (with 'rope_type'), or None for no scaling.
+
+  Raises:
+    ValueError / TypeError: naming the bad key, its value and what was expected.
+  """
+  theta = _check_theta(theta)
+  params = _normalise_scaling(scaling, theta)
+  if params is None:
+    return None
+  rope_type = params["rope_type"]
+  if dim is None:
+    if rope_type != "longrope":
+      dim = 64  # nothing else these types check depends on R beyond R > 2
+    else:
+      _require(params, ("short_factor", "long_factor"), "longrope")
+      short, long = (np.shape(params[k]) for k in ("short_factor", "long_factor"))
+      if len(short) != 1 or short != long:
+        raise ValueError(f"scaling['short_factor'] and ['long_factor'] for rope_type 'longrope' must be two "
+                         f"lists of rotary_dim // 2 numbers each; got shapes {short} and {long}.")
+      dim = 2 * short[0]
+  dim = _check_dim(dim, dim_name or "dim")
+  lengths = (None,)  # past the original length too, where the other branch is taken:
+  if rope_type == "dynamic":
+    lengths = (None, 2 * int(params.get("max_position_embeddings") or 1))
+  elif rope_type == "longrope":
+    lengths = (None, int(params["original_max_position_embeddings"]) + 1)
+  for seq_len in lengths:
+    try:
+      _inv_freq_f64(dim, theta, params, seq_len)
+    except ValueError as e:
+      if dim_name is None:
+        raise
+      raise ValueError(f"{e} The rotary dim here is {dim_name}.") from None
+  return params
 
 
 # --------------------------------------------------------------------------------------
@@ -329,7 +432,8 @@ def _turn_words(inv_freq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def _phase_turns_int(pos: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
   """frac(pos * f) in units of 2^-32 turns as int32 (so the phase lies in [-pi, pi)).
 
-  pos: int32[..., T]; a, c: uint32[K] (or traced uint32[K]). Returns int32[..., T, K].
+  pos: int32[..., T]; a, c: uint32[K], or traced uint32[..., 1, K] (per-row choices, longrope).
+  Returns int32[..., T, K].
   uint32 products wrap modulo 2^32, which is exactly the reduction modulo one turn.
   The low word c contributes only the high half of pos * c, built from 16-bit pieces;
   the dropped carries are < 3 units of 2^-32 turns.
@@ -377,11 +481,15 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
     positions: int or float array [..., T].
     dim: rotary dim R (even).
     theta, scaling: as in `rope_frequencies`.
-    seq_len: static length for the length-dependent scalings (dynamic, longrope). None
-      derives it from the positions as HF does at run time: max(positions) + 1. For
-      'longrope' that stays exact (both factor sets are precomputed and selected); for
-      'dynamic' with a traced length the base itself is traced, so angles fall back to the
-      float32 product (pass a static seq_len to keep exact phases).
+    seq_len: the sequence length for the length-dependent scalings (dynamic, longrope):
+      a static Python int for every row; an integer array [...] (may be traced) of per-row
+      lengths, broadcastable to positions.shape[:-1]; or None (default), which gives each row
+      its own length, max(positions of that row) + 1, as a full forward over that row alone
+      would (padding has position 0, so it never adds length). A row's rotation therefore
+      never depends on its neighbours in the batch. 'longrope' stays phase-exact either way
+      (both factor sets are precomputed and selected per row); 'dynamic' with a traced length
+      has a traced base, so its angles fall back to the float32 product (a static seq_len
+      keeps exact phases). Other scalings ignore it.
     exact: True (default) reduces the phase exactly (module docstring). False uses the
       common float32 product positions * inv_freq, as HF/MaxText do; kept for comparison.
     dtype: float32 (default) or float64 (with jax_enable_x64) for the result.
@@ -398,17 +506,20 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
     raise TypeError(f"positions must be an integer or float array, got dtype {positions.dtype}.")
   dtype = _compute_dtype(dtype)
   rope_type = "default" if params is None else params["rope_type"]
+  per_row = rope_type in LENGTH_DEPENDENT_TYPES and not isinstance(seq_len, int)
+  if per_row:
+    # [..., 1]: each row's length, broadcast over its T positions.
+    lengths = (jnp.max(positions, axis=-1, keepdims=True) + 1 if seq_len is None else seq_len[..., None])
 
-  if rope_type == "dynamic" and seq_len is None:
-    # Traced length: HF semantics (float32 product with a traced base), not phase-exact.
-    traced_len = jnp.max(positions).astype(jnp.float32) + 1
-    base = _dynamic_base(dim, theta, params, traced_len)
-    angles = _plain_angles(positions, 1.0 / base ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
+  if per_row and rope_type == "dynamic":
+    # Traced base per row (float32, as HF computes it at run time): not phase-exact.
+    base = _dynamic_base(dim, theta, params, lengths.astype(jnp.float32))
+    angles = _plain_angles(positions, 1.0 / base[..., None] ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
     attention_factor = 1.0
-  elif rope_type == "longrope" and seq_len is None:
+  elif per_row:  # longrope: the long factors for rows longer than the original length
     short, attention_factor = _inv_freq_f64(dim, theta, params, None, long=False)
     long, _ = _inv_freq_f64(dim, theta, params, None, long=True)
-    use_long = jnp.max(positions) + 1 > params["original_max_position_embeddings"]
+    use_long = (lengths > params["original_max_position_embeddings"])[..., None]  # [..., 1, 1]
     if exact:
       words = [jnp.where(use_long, jnp.asarray(lw), jnp.asarray(sw))
                for lw, sw in zip(_turn_words(long), _turn_words(short))]
@@ -416,7 +527,7 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
     else:
       angles = _plain_angles(positions, jnp.where(use_long, long.astype(np.float32), short.astype(np.float32)))
   else:
-    inv_freq, attention_factor = _inv_freq_f64(dim, theta, params, seq_len)
+    inv_freq, attention_factor = _inv_freq_f64(dim, theta, params, seq_len if isinstance(seq_len, int) else None)
     if exact:
       angles = _exact_angles(positions, *_turn_words(inv_freq), dtype)
     else:
@@ -529,7 +640,8 @@ def apply_rotary(x, positions, theta: float = 10000.0, *, layout: str = "interle
       None rotates all H.
     scaling: None or an HF-style rope_parameters dict (see `rope_frequencies`). Its
       attention factor multiplies cos and sin, as in HF.
-    seq_len: static length for 'dynamic' / 'longrope' scaling; see `rotary_cos_sin`.
+    seq_len: length for 'dynamic' / 'longrope' scaling: a static int, per-row lengths, or
+      None = each row's max position + 1; see `rotary_cos_sin`.
     exact: exact phase reduction (default); False = the common float32 product.
 
   Returns:
@@ -544,8 +656,13 @@ def apply_rotary(x, positions, theta: float = 10000.0, *, layout: str = "interle
   positions = jnp.asarray(positions)
   _check_x_positions(x, positions)  # x's dtype and the layout are checked by `rotate`.
   head_dim = x.shape[-1]
-  rd = head_dim if rotary_dim is None else rotary_dim
-  rd = _check_dim(rd, "rotary_dim")
+  if rotary_dim is None:
+    if head_dim % 2:
+      raise ValueError(f"x's head dim H={head_dim} (x shape {x.shape}) is odd, but RoPE rotates feature pairs; "
+                       "give x an even head dim, or pass an even rotary_dim < H to rotate only part of it.")
+    rd = head_dim
+  else:
+    rd = _check_dim(rotary_dim, "rotary_dim")
   if rd > head_dim:
     raise ValueError(f"rotary_dim={rd} exceeds the head dim H={head_dim} of x (shape {x.shape}); "
                      "use rotary_dim <= H or None to rotate all features.")

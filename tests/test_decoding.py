@@ -35,6 +35,14 @@ LM_CONFIGS = {
                               feature_map="elu", **TINY),
     "linear_favor": ModelConfig(vocab_size=LM_VOCAB, init_std=0.5, tie_embeddings=False, attention="linear",
                                 feature_map="favor", num_features=16, **TINY),
+    # Length-dependent RoPE past its original length of 4 (prompts of 3-6 tokens, then 8 new):
+    # the cache is rebuilt from its tokens whenever a row's frequencies change.
+    "softmax_dynamic": ModelConfig(vocab_size=LM_VOCAB, init_std=0.5, tie_embeddings=False, **TINY,
+                                   rope_scaling={"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 4}),
+    "softmax_longrope": ModelConfig(vocab_size=LM_VOCAB, init_std=0.5, tie_embeddings=False, **TINY,
+                                    rope_scaling={"rope_type": "longrope", "original_max_position_embeddings": 4,
+                                                  "max_position_embeddings": 16, "short_factor": [1.0, 1.2, 1.5, 2.0],
+                                                  "long_factor": [1.0, 2.0, 4.0, 8.0]}),
 }
 S2S_CONFIG = ModelConfig(vocab_size=40, init_std=1.0, embed_init_std=1.0, **TINY)
 BOS, PAD = 1, 0
@@ -97,12 +105,15 @@ def s2s_log_probs(model, src, tgt, rows=16):
   return np.concatenate(out)[:n]
 
 
-def lm_path_logits(model, prompt, mask, new_tokens):
+def lm_path_logits(model, prompt, mask, new_tokens, known=None):
   """Full-forward logits float[B, N, V] predicting each of new_tokens int[B, N] (after the
-  left-padded prompt), recomputed from scratch over the whole sequence."""
+  left-padded prompt), recomputed from scratch over the whole sequence. known: how many of
+  new_tokens exist yet (None = all); the rest are masked padding, so that a length-dependent
+  RoPE sees the sequence's real length, not the padded one."""
   b, p = prompt.shape
   tokens = np.concatenate([prompt, new_tokens], axis=1).astype(np.int32)
-  full_mask = np.concatenate([mask, np.ones(new_tokens.shape, bool)], axis=1)
+  n = new_tokens.shape[1]
+  full_mask = np.concatenate([mask, np.broadcast_to(np.arange(n) < (n if known is None else known), (b, n))], axis=1)
   logits = np.asarray(_lm_forward(*nnx.split(model), tokens, full_mask))
   return logits[:, p - 1:-1]
 
@@ -110,12 +121,13 @@ def lm_path_logits(model, prompt, mask, new_tokens):
 def reference_greedy_lm(model, prompt, mask, n):
   """Greedy tokens int[B, n] recomputing the full forward at every step, and the smallest
   top-1 / top-2 margin seen. The sequence is right-padded to a fixed length P + n (causal,
-  so later slots do not affect earlier logits): one compiled forward for all steps."""
+  so later slots do not affect earlier logits; they are masked, so they add no length either):
+  one compiled forward for all steps."""
   b, p = prompt.shape
   new = np.zeros((b, n), np.int32)
   margins = []
   for i in range(n):
-    logits = lm_path_logits(model, prompt, mask, new)[:, i]
+    logits = lm_path_logits(model, prompt, mask, new, known=i)[:, i]
     top2 = np.sort(logits, axis=-1)[:, -2:]
     margins.append(top2[:, 1] - top2[:, 0])
     new[:, i] = logits.argmax(-1)
@@ -272,7 +284,7 @@ def _reorder_vs_permuted(graphdef, state, inputs, mask, perm, tokens):
   return cache, moved, permuted, step(tokens[perm], moved), step(tokens[perm], permuted)
 
 
-@pytest.mark.parametrize("name", ["softmax_rope", "linear_favor", "seq2seq"])
+@pytest.mark.parametrize("name", ["softmax_rope", "linear_favor", "softmax_dynamic", "seq2seq"])
 def test_reorder_cache_then_decode_equals_decoding_the_permuted_batch(name):
   """The KV cache, the linear-attention (s, z, segment) state and the seq2seq cross-attention
   cache all follow `reorder_cache`: a reordered cache is the cache of the permuted batch,

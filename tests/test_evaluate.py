@@ -66,6 +66,34 @@ def test_average_of_the_last_checkpoints_is_used_and_differs_from_the_newest(tra
     evaluate.evaluate(config, str(trained))
 
 
+def longrope(head_dim, original, long_max):
+  """A LongRoPE dict for heads of head_dim features: one factor per rotated pair."""
+  return {"rope_type": "longrope", "original_max_position_embeddings": original, "max_position_embeddings": 4 * original,
+          "short_factor": list(np.linspace(1.0, 1.5, head_dim // 2)),
+          "long_factor": list(np.linspace(1.0, long_max, head_dim // 2))}
+
+
+def test_longrope_trains_and_evaluates_with_one_factor_per_pair_of_the_head_dim(tmp_path):
+  """LongRoPE in the model config (head dim 16: 8 factors each, not 4) trains, then evaluates
+  with another LongRoPE at eval time, past the original length, pass-key decoding included."""
+  config = smoke(total_steps=2, eval_every_steps=2)
+  assert config.model.d_model // config.model.num_heads == 16
+  config.model.rope_scaling = longrope(16, 16, 4.0)
+  trainer.train_and_evaluate(config, str(tmp_path))
+  config.eval.rope_scaling = longrope(16, 16, 8.0)
+  config.eval.passkey_lengths, config.eval.passkey_depths, config.eval.passkey_trials = (100,), (0.5,), 1
+  results = evaluate.evaluate(config, str(tmp_path))
+  curve, scaled = results["length_curve"], results["length_curve_scaled"]
+  assert all(np.isfinite(r["loss"]) for r in curve + scaled) and [r["length"] for r in scaled] == [32, 64]
+  assert scaled[0]["loss"] != pytest.approx(curve[0]["loss"], abs=1e-6)  # past 16: the other long factors
+  saved = json.loads((tmp_path / "eval_results.json").read_text())["passkey"]
+  assert saved["rope_scaling"]["rope_type"] == "longrope" and np.isfinite(saved["mean_answer_nll"][0])
+  # The factor lists are checked against the head dim when the config loads, by name.
+  config.model.rope_scaling = longrope(8, 16, 4.0)
+  with pytest.raises(UserError, match=r"8 entries.*head dim 16"):
+    trainer.train_and_evaluate(config, str(tmp_path / "bad"))
+
+
 def test_rope_scaling_at_eval_time_changes_only_the_long_lengths(trained):
   config = smoke()
   config.eval.rope_scaling = {"rope_type": "linear", "factor": 2.0}

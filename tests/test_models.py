@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from roformer_jax import attention
 from roformer_jax import models as M
 from roformer_jax import positional
 
@@ -209,6 +210,89 @@ def test_lm_cached_decode_equals_full_forward_left_padded(kw):
   np.testing.assert_allclose(jnp.where(mask[..., None], inc, 0), jnp.where(mask[..., None], full, 0), atol=1e-5)
 
 
+# Every scaling, the length-dependent ones included, on the TINY head dim 8 (4 pairs) with an
+# original length of 4, so 12 tokens run well past it.
+SCALINGS = {
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 4},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4},
+    "longrope": {"rope_type": "longrope", "original_max_position_embeddings": 4, "max_position_embeddings": 16,
+                 "short_factor": [1.0, 1.2, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]},
+    "llama3": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 4},
+}
+
+
+@pytest.mark.parametrize("name, attention", [(n, "softmax") for n in SCALINGS] + [("dynamic", "linear")])
+def test_lm_cached_prediction_equals_the_full_forward_of_its_prefix(name, attention):
+  """The logits after a prefix equal `model(prefix)[:, -1]` whatever the scaling: 'dynamic' and
+  'longrope' rotate every key by the current length's frequencies, so the cache must too (the
+  trap of transformers' issue #25104). 3 tokens prefilled, then 9 cached steps; row 1 is
+  left-padded by 2, and each row's length is its own. Large weights, so positions matter.
+  Linear attention's recurrent state is rebuilt the same way."""
+  model = M.CausalLM(tiny(rope_scaling=SCALINGS[name], init_std=0.5, attention=attention), rngs=nnx.Rngs(10))
+  b, p, t = 2, 3, 12
+  mask = jnp.ones((b, t), bool).at[1, :2].set(False)
+  tokens = jnp.where(mask, ids(13, b, t), 0)
+  cache = model.init_cache(b, t)
+  logits, cache = model.decode_step(tokens[:, :p], cache, token_mask=mask[:, :p])
+  cached, prefixes = [], []
+  for i in range(p - 1, t):
+    if i >= p:
+      logits, cache = model.decode_step(tokens[:, i:i + 1], cache)
+    cached.append(logits[:, -1])
+    prefixes.append(model(tokens[:, :i + 1], attention_mask=mask[:, :i + 1])[:, -1])
+  gaps = [float(jnp.abs(c - r).max()) for c, r in zip(cached, prefixes)]
+  assert max(gaps) < 2e-5, [f"{g:.1e}" for g in gaps]
+  # For these two the whole sequence's forward is a different function at earlier slots: the
+  # reference above is the one that can tell a stale cache.
+  full = model(tokens, attention_mask=mask)[:, p - 1:]
+  differs = float(jnp.abs(full - jnp.stack(prefixes, 1)).max())
+  assert (differs > 1e-2) == (name in ("dynamic", "longrope")), differs
+
+
+@pytest.mark.parametrize("name", ["dynamic", "longrope"])
+def test_a_rows_logits_do_not_depend_on_the_other_rows_of_its_batch(name):
+  """A length-dependent scaling reads each row's own length (its largest position + 1): a
+  4-token row (within the original length 4) gives the same logits alone as beside a 12-token
+  row (past it), right- or left-padded."""
+  model = M.CausalLM(tiny(rope_scaling=SCALINGS[name], init_std=0.5), rngs=nnx.Rngs(14))
+  short, long = ids(15, 1, 4), ids(16, 1, 12)
+  alone = model(short)[0]
+  right = jnp.concatenate([jnp.pad(short, ((0, 0), (0, 8))), long])
+  mask = jnp.arange(12)[None] < jnp.array([[4], [12]])
+  np.testing.assert_allclose(model(right, attention_mask=mask)[0, :4], alone, atol=2e-5)
+  left = jnp.concatenate([jnp.pad(short, ((0, 0), (8, 0))), long])
+  mask = jnp.arange(12)[None] >= jnp.array([[8], [0]])
+  np.testing.assert_allclose(model(left, attention_mask=mask)[0, 8:], alone, atol=2e-5)
+
+
+def test_linear_attention_step_refuses_a_length_dependent_scaling():
+  """Its recurrent state sums keys already rotated; a length-dependent scaling would need them
+  rotated again as the length grows, so the one-token step refuses it by name (a model's
+  decode_step rebuilds the state from its tokens instead)."""
+  state = attention.init_linear_state(1, 2, 8, 8)
+  q = jnp.ones((1, 1, 2, 8))
+  with pytest.raises(ValueError, match="'dynamic'.*rotate them again"):
+    attention.linear_attention_step(state, q, q, q, positions=jnp.array([[5]]), scaling=SCALINGS["dynamic"])
+
+
+@pytest.mark.parametrize("name", ["dynamic", "longrope"])
+def test_seq2seq_cached_prediction_equals_the_teacher_forced_forward_of_its_prefix(name):
+  """The decoder's self-attention under a length-dependent scaling: step i's logits equal the
+  teacher-forced forward of target[:i + 1] (its last position)."""
+  cfg = M.preset("transformer-base", **{**TINY, "vocab_size": V, "rope_scaling": SCALINGS[name], "init_std": 0.5})
+  model = M.TransformerSeq2Seq(cfg, rngs=nnx.Rngs(18))
+  src = ids(18, 2, 9).at[1, 6:].set(0)
+  tgt = ids(19, 2, 10)
+  cache = model.init_cache(model.encode(src), src != 0, 10)
+  gaps = []
+  for i in range(10):
+    logits, cache = model.decode_step(tgt[:, i:i + 1], cache)
+    gaps.append(float(jnp.abs(logits[:, -1] - model(src, tgt[:, :i + 1])[:, -1]).max()))
+  assert max(gaps) < 2e-5, [f"{g:.1e}" for g in gaps]
+
+
 def test_seq2seq_cached_decode_equals_teacher_forcing():
   cfg = M.preset("transformer-base", **{**TINY, "vocab_size": V})
   model = M.TransformerSeq2Seq(cfg, rngs=nnx.Rngs(11))
@@ -310,10 +394,27 @@ def test_model_sharded_on_8_devices_matches_single_device(name):
     (dict(dtype="float33"), "float33"),
     (dict(rope_scaling={"rope_type": "yarn", "factor": 4.0}), "original_max_position_embeddings"),
     (dict(num_heads=4, head_dim=7, d_model=28), "even"),
+    # LongRoPE needs one factor per rotated pair of the real head dim (8 here), checked at
+    # config time for both lists (not against a stand-in width).
+    (dict(rope_scaling={**SCALINGS["longrope"], "short_factor": [1.0] * 2, "long_factor": [1.0] * 2}),
+     r"4 entries.*head dim 8 \(rotary_dim is None\)"),
+    (dict(rope_scaling={**SCALINGS["longrope"], "long_factor": [1.0] * 8}), r"long_factor.*shapes \(4,\) and \(8,\)"),
+    (dict(rotary_dim=4, rope_scaling=SCALINGS["longrope"]), r"2 entries.*rotary_dim=4"),
 ])
 def test_bad_model_config_is_rejected_early(kw, match):
   with pytest.raises(ValueError, match=match):
     tiny(**kw)
+
+
+@pytest.mark.parametrize("family", ["encoder", "mlm", "classifier", "seq2seq", "causal_lm"])
+def test_longrope_with_one_factor_per_pair_of_the_head_dim_runs_in_every_model(family):
+  """Head dim 16 (d_model 64, 4 heads): 8 short and 8 long factors, past the original length."""
+  factors = dict(short_factor=list(np.linspace(1.0, 1.5, 8)), long_factor=list(np.linspace(1.0, 8.0, 8)))
+  cfg = tiny(d_model=64, rope_scaling={**SCALINGS["longrope"], **factors})
+  model = M.MODEL_CLASSES[family](cfg, **({"num_labels": 3} if family == "classifier" else {}), rngs=nnx.Rngs(0))
+  x = ids(20, 2, 9)
+  out = model(x, x) if family == "seq2seq" else model.encode(x) if family == "encoder" else model(x)
+  assert np.all(np.isfinite(np.asarray(out)))
 
 
 def test_from_dict_names_unknown_keys():

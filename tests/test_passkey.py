@@ -167,6 +167,22 @@ def test_greedy_generate_fn_of_a_random_tiny_model_has_the_right_shapes(tiny_lm)
   assert np.max(results["digit_accuracy"]) <= 0.5
 
 
+def test_greedy_generate_fn_under_dynamic_ntk_equals_a_full_forward_greedy_loop(tiny_lm):
+  """Passkey retrieval with eval.rope_scaling = dynamic NTK (E6's eval-time extension): the
+  generate_fn's cached digits equal the argmax of a full forward re-run after every digit,
+  at a length 4x past the scaling's original 32 positions."""
+  model = CausalLM(tiny_lm.config.replace(init_std=0.5, rope_scaling={"rope_type": "dynamic", "factor": 4.0,
+                                                                       "max_position_embeddings": 32}),
+                   rngs=nnx.Rngs(1))
+  prompts = np.stack([passkey.make_prompt(120, d, "12345", BYTES) for d in (0.0, 1.0)])
+  got = passkey.greedy_generate_fn(model, 5)(prompts)
+  seq = prompts
+  for _ in range(5):
+    seq = np.concatenate([seq, np.asarray(model(seq))[:, -1].argmax(-1)[:, None]], 1)
+  np.testing.assert_array_equal(got, seq[:, 120:])
+  assert len(np.unique(seq[:, 120:])) > 1  # a path that varies
+
+
 def test_passkey_settings_are_checked_with_the_config():
   from configs import default
   config = default.get_config("smoke")

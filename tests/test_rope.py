@@ -351,6 +351,12 @@ class ErrorTest(parameterized.TestCase):
     with pytest.raises(exc, match=msg):
       rope.apply_rotary(self._x(), jnp.arange(4), **kwargs)
 
+  def test_odd_head_dim_names_the_head_dim_not_rotary_dim(self):
+    """rotary_dim was never passed: the error names x's head dim and how to fix it."""
+    with pytest.raises(ValueError, match=r"x's head dim H=15 .*odd") as e:
+      rope.apply_rotary(jnp.ones((2, 4, 2, 15)), jnp.arange(4))
+    assert "rotary_dim=" not in str(e.value).split(";")[0]
+
   def test_integer_x(self):
     with pytest.raises(TypeError, match="floating-point"):
       rope.apply_rotary(jnp.ones((4, 2, 16), jnp.int32), jnp.arange(4))
