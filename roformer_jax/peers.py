@@ -77,7 +77,7 @@ def resume_hint(checkpoints: str | None) -> str:
 
 def stopped_line(prog: str, process: int, step: int | None, checkpoints: str | None,
                  coordinator: str | None = None) -> str:
-  """The one line printed when `process` stopped answering (its last published `step`)."""
+  """The one line printed when `process` stopped answering; `step` is where the run stopped."""
   who = f"process {process}" + (f" (the coordinator, {coordinator})" if coordinator else "")
   at = f" at step {step}" if step is not None else ""
   return f"{prog}: stopped: {who} stopped answering{at}; {resume_hint(checkpoints)}."
