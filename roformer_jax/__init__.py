@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 # each module's import set.
 _SUBMODULES = frozenset(__all__) | {
     "checkpoints", "chunked_attention", "context_parallel", "data", "errors", "eval_metrics", "evaluate", "launch", "losses", "mesh", "metrics",
-    "optim", "partitioning", "passkey", "stopping", "tasks", "trainer", "workdir_lock"}
+    "optim", "partitioning", "passkey", "peers", "stopping", "tasks", "trainer", "workdir_lock"}
 
 
 def __getattr__(name):
