@@ -36,13 +36,10 @@ LM_CONFIGS = {
     "linear_favor": ModelConfig(vocab_size=LM_VOCAB, init_std=0.5, tie_embeddings=False, attention="linear",
                                 feature_map="favor", num_features=16, **TINY),
     # Length-dependent RoPE past its original length of 4 (prompts of 3-6 tokens, then 8 new):
-    # the cache is rebuilt from its tokens whenever a row's frequencies change.
+    # the cache is rebuilt from its tokens whenever a row's frequencies change (longrope's
+    # single switch is tested in test_models.py and test_passkey.py).
     "softmax_dynamic": ModelConfig(vocab_size=LM_VOCAB, init_std=0.5, tie_embeddings=False, **TINY,
                                    rope_scaling={"rope_type": "dynamic", "factor": 2.0, "max_position_embeddings": 4}),
-    "softmax_longrope": ModelConfig(vocab_size=LM_VOCAB, init_std=0.5, tie_embeddings=False, **TINY,
-                                    rope_scaling={"rope_type": "longrope", "original_max_position_embeddings": 4,
-                                                  "max_position_embeddings": 16, "short_factor": [1.0, 1.2, 1.5, 2.0],
-                                                  "long_factor": [1.0, 2.0, 4.0, 8.0]}),
 }
 S2S_CONFIG = ModelConfig(vocab_size=40, init_std=1.0, embed_init_std=1.0, **TINY)
 BOS, PAD = 1, 0

@@ -167,13 +167,13 @@ def test_greedy_generate_fn_of_a_random_tiny_model_has_the_right_shapes(tiny_lm)
   assert np.max(results["digit_accuracy"]) <= 0.5
 
 
-def test_greedy_generate_fn_under_dynamic_ntk_equals_a_full_forward_greedy_loop(tiny_lm):
-  """Passkey retrieval with eval.rope_scaling = dynamic NTK (E6's eval-time extension): the
-  generate_fn's cached digits equal the argmax of a full forward re-run after every digit,
-  at a length 4x past the scaling's original 32 positions."""
-  model = CausalLM(tiny_lm.config.replace(init_std=0.5, rope_scaling={"rope_type": "dynamic", "factor": 4.0,
-                                                                       "max_position_embeddings": 32}),
-                   rngs=nnx.Rngs(1))
+def test_greedy_generate_fn_under_longrope_equals_a_full_forward_greedy_loop(tiny_lm):
+  """Passkey retrieval with eval.rope_scaling = LongRoPE, whose original length (122) the
+  answer's digits cross: the generate_fn's cached digits equal the argmax of a full forward
+  re-run after every digit (a cache keeping the short factors' keys would not)."""
+  scaling = {"rope_type": "longrope", "original_max_position_embeddings": 122, "max_position_embeddings": 488,
+             "short_factor": [1.0] * 8, "long_factor": list(np.geomspace(1.0, 64.0, 8))}
+  model = CausalLM(tiny_lm.config.replace(init_std=0.5, rope_scaling=scaling), rngs=nnx.Rngs(1))
   prompts = np.stack([passkey.make_prompt(120, d, "12345", BYTES) for d in (0.0, 1.0)])
   got = passkey.greedy_generate_fn(model, 5)(prompts)
   seq = prompts
