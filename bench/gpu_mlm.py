@@ -135,7 +135,7 @@ def make_batch(config, name: str, *, seed: int = 0) -> dict[str, np.ndarray | No
 @contextlib.contextmanager
 def rope_disabled():
   """The rotation made the identity while tracing: the ablation behind RoPE's share."""
-  with mock.patch.object(positional.RotaryConfig, "apply", lambda self, x, positions: x), \
+  with mock.patch.object(positional.RotaryConfig, "apply", lambda self, x, positions, **kw: x), \
        mock.patch.object(positional.RotaryConfig, "rotate", lambda self, x, cos_sin: x):
     yield
 
