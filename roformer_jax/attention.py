@@ -206,7 +206,7 @@ def _rotate(q, k, v, q_positions, k_positions, rotary, rotary_value):
     # A length-dependent scaling rotates q and k with the frequencies of the keys' sequence:
     # each row's length is its largest key position + 1 (None would let q's own, shorter
     # positions pick a different length).
-    lengths = _row_lengths(k_positions) if rotary.length_dependent else None
+    lengths = rope.row_lengths(k_positions) if rotary.length_dependent else None
     q = rotary.apply(q, q_positions, seq_len=lengths)
     k_cs = rotary.cos_sin(jnp.asarray(k_positions), k.shape[-1], seq_len=lengths)
     k = rotary.rotate(k, k_cs)
@@ -217,11 +217,6 @@ def _rotate(q, k, v, q_positions, k_positions, rotary, rotary_value):
   elif rotary_value:
     raise ValueError("rotary_value=True needs k_positions to rotate the values with.")
   return q, k, v
-
-
-def _row_lengths(positions) -> jax.Array:
-  """Each row's sequence length, int[...] = max position + 1 (padding has position 0)."""
-  return jnp.max(jnp.asarray(positions), axis=-1) + 1
 
 
 def _refuse_recurrent(scaling, what: str) -> None:
@@ -387,7 +382,7 @@ def linear_attention(q, k, v, *, q_positions=None, k_positions=None, feature_map
     keep = jnp.asarray(kv_mask, bool)[..., None, None]
     fk, vf = jnp.where(keep, fk, 0.0), jnp.where(keep, vf, 0.0)
   if q_positions is not None:
-    lengths = _row_lengths(k_positions) if rope.is_length_dependent(scaling) else None  # as `_rotate`
+    lengths = rope.row_lengths(k_positions) if rope.is_length_dependent(scaling) else None  # as `_rotate`
     rope_kw = dict(layout=layout, rotary_dim=rotary_dim, scaling=scaling, seq_len=lengths)
     fq_r = rope.apply_rotary(fq, q_positions, theta, **rope_kw)
     fk_r = rope.apply_rotary(fk, k_positions, theta, **rope_kw)

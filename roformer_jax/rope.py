@@ -48,6 +48,7 @@ __all__ = [
     "check_scaling",
     "is_length_dependent",
     "frequencies_change",
+    "row_lengths",
     "rotation_matrix",
     "long_term_decay",
     "positions_from_segments",
@@ -325,13 +326,20 @@ def rope_frequencies(dim: int, theta: float = 10000.0, *, scaling: Mapping[str, 
   return jnp.asarray(inv_freq, dtype=jnp.float32), float(attention_factor)
 
 
+def row_lengths(positions) -> jax.Array:
+  """Each row's length as the length-dependent scalings read it: int[...] = max(positions of the
+  row) + 1 over the last axis of positions [..., T] (padding has position 0: no length)."""
+  return jnp.max(jnp.asarray(positions), axis=-1) + 1
+
+
 def is_length_dependent(scaling: Mapping[str, Any] | None) -> bool:
   """True for the scalings whose frequencies change with the sequence length (dynamic,
   longrope): a key's rotation then depends on how long the sequence is, not only on its
   position, so cached keys must be rotated again as the sequence grows."""
   if not scaling:
     return False
-  return dict(scaling).get("rope_type", dict(scaling).get("type")) in LENGTH_DEPENDENT_TYPES
+  params = dict(scaling)
+  return params.get("rope_type", params.get("type")) in LENGTH_DEPENDENT_TYPES
 
 
 def frequencies_change(scaling: Mapping[str, Any] | None, old_len, new_len) -> jax.Array:
@@ -509,7 +517,7 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
   per_row = rope_type in LENGTH_DEPENDENT_TYPES and not isinstance(seq_len, int)
   if per_row:
     # [..., 1]: each row's length, broadcast over its T positions.
-    lengths = (jnp.max(positions, axis=-1, keepdims=True) + 1 if seq_len is None else seq_len[..., None])
+    lengths = (row_lengths(positions) if seq_len is None else seq_len)[..., None]
 
   if per_row and rope_type == "dynamic":
     # Traced base per row (float32, as HF computes it at run time): not phase-exact.
