@@ -199,7 +199,11 @@ def truncate_after(workdir: str, step: int, name: str = "metrics.jsonl") -> None
 
 
 class Progress:
-  """A tqdm bar over steps with loss, tokens/s and ETA (process 0 only)."""
+  """A tqdm bar over steps with loss, tokens/s and ETA (process 0 only).
+
+  At the last step the bar is drawn once and closed: the messages that follow (the last
+  evaluation, samples) print below it instead of redrawing the finished bar after each.
+  """
 
   def __init__(self, total: int, initial: int, *, enabled: bool | None = None):
     self.enabled = jax.process_index() == 0 if enabled is None else enabled
@@ -209,9 +213,14 @@ class Progress:
       self.bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True, smoothing=0.1)
 
   def update(self, step: int, **fields) -> None:
-    if self.bar is not None:
+    if self.bar is None:
+      return
+    self.bar.set_postfix({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in fields.items()}, refresh=False)
+    if step < self.bar.total:
       self.bar.update(step - self.bar.n)
-      self.bar.set_postfix({k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in fields.items()}, refresh=False)
+    else:  # the last step: close() draws the finished bar, once
+      self.bar.n = step
+      self.close()
 
   def write(self, message: str) -> None:
     if self.bar is not None:
@@ -222,6 +231,7 @@ class Progress:
   def close(self) -> None:
     if self.bar is not None:
       self.bar.close()
+      self.bar = None  # later messages are printed (write), below the closed bar
 
 
 def plot_loss(workdir: str, out: str | None = None) -> str | None:

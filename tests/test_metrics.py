@@ -96,3 +96,19 @@ def test_max_sm_clock_is_parsed_from_nvidia_smi(monkeypatch):
   assert metrics._nvidia_smi_max_sm_clock_mhz(device) is None
   monkeypatch.setattr(shutil, "which", lambda name: None)
   assert metrics._nvidia_smi_max_sm_clock_mhz(device) is None
+
+
+def test_progress_draws_the_finished_bar_once(capsys):
+  """At the last step the bar closes; the messages that follow (the last evaluation, samples)
+  print below it and do not redraw it (before, `make train` ended with the bar three times)."""
+  progress = metrics.Progress(total=3, initial=0, enabled=True)
+  progress.update(1, loss=2.5)
+  progress.write("step 1: eval loss 2.5")
+  progress.update(3, loss=1.25)
+  progress.write("sample at step 3: 'a' -> 'b'")
+  progress.write("step 3: eval loss 1.25")
+  progress.close()
+  out, err = capsys.readouterr()
+  assert err.count("3/3") == 1, err
+  assert "loss=1.25" in err
+  assert out.splitlines()[-2:] == ["sample at step 3: 'a' -> 'b'", "step 3: eval loss 1.25"], out
