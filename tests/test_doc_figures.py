@@ -207,54 +207,62 @@ def _bps() -> list[float]:
 
 FIGURES = [
     # ---------------------------------------------------------------- README.md
-    ("README.md", "rotated to within about {} of a float64 evaluation of eq. (15). The usual float32 product, as in "
+    ("README.md", "The recorded run (Python {}, AMD EPYC) gave eval loss {}, {} and {} nats/byte at steps 500, 1000 "
+     "and 1500",
+     lambda: [exp("default_run")["python"]] + [f(default_run(s), 4) for s in (500, 1000, 1500)]),
+    # ---------------------------------------------------------------- docs/features.md
+    ("docs/features.md", "rotated to within about {} of a float64 evaluation of eq. (15). The usual float32 product, as in "
      "HF LLaMA and MaxText, is off by {} at position 5,000 and by {} at position 2^24",
      lambda: [sci(fig("rope_precision", "precision.exact.all_0_2p24_d4"), 0),
               g2(fig("rope_precision", "precision.plain_fp32.pos_5000_d128")),
               g2(fig("rope_precision", "precision.plain_fp32.pos_2p24_d128"))]),
-    ("README.md", "On CPU the exact method costs no more than the plain one: {}× its time in the recorded run",
+    ("docs/features.md", "On CPU the exact method costs no more than the plain one: {}× its time in the recorded run",
      lambda: [f(fig("rope", "B1.exact_over_plain_fp32_time"), 2)]),
-    ("README.md", "in the recorded run, the MLM train step is {}–{}× faster than transformers' PyTorch RoFormer with "
+    ("docs/features.md", "in the recorded run, the MLM train step is {}–{}× faster than transformers' PyTorch RoFormer with "
      "full logits, and {}–{}× with the masked-positions head",
      lambda: [f(min(_train_step("full")), 2), f(max(_train_step("full")), 2),
               f(min(_train_step("masked")), 2), f(max(_train_step("masked")), 2)]),
-    ("README.md", "| {} exact vs {} / {} for the float32 product |",
+    # ---------------------------------------------------------------- docs/measured.md
+    ("docs/measured.md", "| {} exact vs {} / {} for the float32 product |",
      lambda: [sci(max(fig("rope_precision", "precision.exact.all_0_2p24_d4"),
                       fig("rope_precision", "precision.exact.sampled_2p24_d128"))),
               g2(fig("rope_precision", "precision.plain_fp32.all_0_2p24_d4")),
               g2(fig("rope_precision", "precision.plain_fp32.sampled_2p24_d128"))]),
-    ("README.md", "exact / plain time {} (positions [T]) and {} (per-example positions [B, T]); {}% of the copy op's "
+    ("docs/measured.md", "exact / plain time {} (positions [T]) and {} (per-example positions [B, T]); {}% of the copy op's "
      "bandwidth, the copy at {} GB/s",
      lambda: [f(fig("rope", "B1.exact_over_plain_fp32_time"), 3), f(fig("rope", "B1.exact_over_plain_pos_bt_fp32_time"), 3),
               f(fig("rope", "B1.exact_fp32_of_copy_bw"), 0), f(rope_result("copy fp32", "gb_s"), 1)]),
-    ("README.md", "linear faster from N={} (forward) / N={} (fwd+bwd) in the recorded run",
+    ("docs/measured.md", "linear faster from N={} (forward) / N={} (fwd+bwd) in the recorded run",
      lambda: [str(fig("attention", "B4.crossover_fwd")), str(fig("attention", "B4.crossover_fwd_bwd"))]),
-    ("README.md", "memory within {}× of a linear fit up to 16K", lambda: [f(_attention_fit(), 2)]),
-    ("README.md", "eval loss {} → {} → {} nats/byte at steps 500/1000/1500",
+    ("docs/measured.md", "memory within {}× of a linear fit up to 16K", lambda: [f(_attention_fit(), 2)]),
+    ("docs/measured.md", "eval loss {} → {} → {} nats/byte at steps 500/1000/1500",
      lambda: [f(default_run(s), 4) for s in (500, 1000, 1500)]),
-    ("README.md", "so these figures hold for Python {} ({} files, {} MB)",
+    ("docs/measured.md", "against the record's {}, {} and {}", lambda: [f(default_run(s), 4) for s in (500, 1000, 1500)]),
+    ("docs/measured.md", "The record names the Python it used ({}) and the corpus it read ({} files)",
+     lambda: [exp("default_run")["python"], f"{exp('default_run')['corpus']['files']:,}"]),
+    ("docs/measured.md", "so these figures hold for Python {} ({} files, {} MB)",
      lambda: [exp("default_run")["python"], f"{exp('default_run')['corpus']['files']:,}",
               f(exp("default_run")["corpus"]["bytes"] / 1e6, 1)]),
-    ("README.md", "MLM: RoPE {} vs learned {} nats/byte; linear attention: RoPE {} vs none {}; at 8× the trained "
+    ("docs/measured.md", "MLM: RoPE {} vs learned {} nats/byte; linear attention: RoPE {} vs none {}; at 8× the trained "
      "length: RoPE {}, +NTK {}, +YaRN {}, absolute ≈{} |",
      lambda: [f(mean(arm_losses("e2", "rope")), 2), f(mean(arm_losses("e2", "learned (BERT)")), 2),
               f(mean(arm_losses("e3", "linear + RoPE")), 2), f(mean(arm_losses("e3", "linear, no position")), 2),
               f(length_curve("rope", 1024), 2), f(length_curve("rope", 1024, "rope + NTK (dynamic x4)"), 2),
               f(length_curve("rope", 1024, "rope + YaRN (x4)"), 2), f(_absolute_at_8x(), 2)]),
-    ("README.md", "test BLEU, beam 4: RoPE {} vs sinusoidal {}, within seed noise",
+    ("docs/measured.md", "test BLEU, beam 4: RoPE {} vs sinusoidal {}, within seed noise",
      lambda: [f(mean(e5("eval", "rope")), 2), f(mean(e5("eval", "sinusoidal")), 2)]),
-    ("README.md", "beam 4 beats greedy by {} BLEU on average ({}–{} per run)",
+    ("docs/measured.md", "beam 4 beats greedy by {} BLEU on average ({}–{} per run)",
      lambda: [f(mean(beam_gains()), 1), f(min(beam_gains()), 1), f(max(beam_gains()), 1)]),
-    ("README.md", "cached step {}× faster per token than recomputing the full forward (softmax), {}× (linear), in the "
+    ("docs/measured.md", "cached step {}× faster per token than recomputing the full forward (softmax), {}× (linear), in the "
      "recorded run",
      lambda: [report.fmt_value(fig("decode", "B4.decode_softmax_cached_vs_recompute"), ""),
               report.fmt_value(fig("decode", "B4.decode_linear_cached_vs_recompute"), "")]),
-    ("README.md", "torch time / ours: {} / {} / {} with full logits, {} / {} / {} with the masked-positions head",
+    ("docs/measured.md", "torch time / ours: {} / {} / {} with full logits, {} / {} / {} with the masked-positions head",
      lambda: [f(v, 2) for v in _train_step("full") + _train_step("masked")]),
-    ("README.md", "ours {}× faster in the recorded run", lambda: [f(fig("rope", "B1.exact_fp32_vs_hf"), 2)]),
-    ("README.md", "in the same run a plain copy of x is only {}× faster than HF's op",
+    ("docs/measured.md", "ours {}× faster in the recorded run", lambda: [f(fig("rope", "B1.exact_fp32_vs_hf"), 2)]),
+    ("docs/measured.md", "in the same run a plain copy of x is only {}× faster than HF's op",
      lambda: [f(rope_result("HF torch fp32", "ms") / rope_result("copy fp32", "ms"), 1)]),
-    ("README.md", "| {} s to the first step ({} s of XLA compilation); {}k tokens/s in the recorded run",
+    ("docs/measured.md", "| {} s to the first step ({} s of XLA compilation); {}k tokens/s in the recorded run",
      lambda: [f(fig("default_config", "B5.time_to_first_step"), 2), f(fig("default_config", "B5.xla_compile"), 2),
               f(fig("default_config", "B5.steady_tokens_per_s") / 1000, 1)]),
     # ---------------------------------------------------------------- docs/models.md
@@ -450,16 +458,17 @@ def test_checker_catches_a_changed_figure():
 
 
 def test_default_run_record_matches_the_readme_claims():
-  """The default run's record is the one the README describes: configs/default.py's length and shape."""
+  """The default run's record is the one the docs describe: configs/default.py's length and shape."""
   from configs import default
   rec, config = exp("default_run"), default.get_config()
   assert (rec["total_steps"], rec["batch_size"], rec["max_length"]) == (
       config.total_steps, config.batch_size, config.data.max_length)
   assert [s for s, _ in rec["eval_loss"]] == list(range(config.eval_every_steps, config.total_steps + 1,
                                                         config.eval_every_steps))
-  readme = _doc("README.md")
-  assert f"{config.total_steps} steps × {config.batch_size} × {config.data.max_length} bytes" in readme
-  assert f"Python {rec['python']}" in readme
+  measured = _doc("docs/measured.md")
+  assert f"{config.total_steps} steps × {config.batch_size} × {config.data.max_length} bytes" in measured
+  assert f"Python {rec['python']}" in measured
+  assert f"{config.total_steps} steps" in _doc("README.md")
 
 
 def test_results_md_tables_are_generated_from_the_result_files(capsys):
