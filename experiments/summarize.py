@@ -22,10 +22,11 @@ as "—" with a note, never as a training time.
 
 The default run. `--record-default-run WORKDIR` reads the eval losses of a finished run of
 configs/default.py (what `make train` trains) from WORKDIR/metrics.jsonl and writes them to
-experiments/results/default_run.json, with the date, the git commit, and the Python version
-and standard-library corpus size of the interpreter running this script (run it with the
-interpreter that trained: the corpus is that Python's own source files, so another Python
-gives other losses). The README quotes that file, and tests/test_doc_figures.py checks it.
+experiments/results/default_run.json, with the date, the git commit, the CPU model, and the
+Python version and standard-library corpus size of the interpreter running this script (run it
+with the interpreter, on the machine, that trained: the corpus is that Python's own source
+files, so another Python gives other losses, and XLA's code for another CPU gives other losses
+too). README.md and docs/measured.md quote that file, and tests/test_doc_figures.py checks them.
 
 --smoke (which the docs test appends to every experiments/ command) never writes a committed
 file: --record-default-run writes into a temporary directory and --write acts as --check.
@@ -248,8 +249,22 @@ def blocks(results_dir: str = RESULTS) -> dict[str, str]:
 
 
 # --------------------------------------------------------------------------------------
-# The default run (README "Measured").
+# The default run (README.md, docs/measured.md).
 # --------------------------------------------------------------------------------------
+
+
+def _cpu_name() -> str:
+  """The CPU model (/proc/cpuinfo), as the benches record it: XLA's CPU code, and so the losses,
+  depend on it."""
+  import platform
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
 
 
 def record_default_run(workdir: str, results_dir: str = RESULTS) -> str:
@@ -284,6 +299,7 @@ def record_default_run(workdir: str, results_dir: str = RESULTS) -> str:
       "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
       "git_commit": commit,
       "python": platform.python_version(),
+      "cpu": _cpu_name(),
       "corpus": {"files": len(files), "bytes": sum(p.stat().st_size for _, p in files),
                  "validation_files": len(split["validation"])},
       "total_steps": config["total_steps"], "batch_size": config["batch_size"],

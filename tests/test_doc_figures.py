@@ -457,7 +457,7 @@ def test_checker_catches_a_changed_figure():
   assert "quotes ['57', '150']" in mismatches(stale, template, ["56.7", "175"])
 
 
-def test_default_run_record_matches_the_readme_claims():
+def test_default_run_record_matches_the_docs_claims():
   """The default run's record is the one the docs describe: configs/default.py's length and shape."""
   from configs import default
   rec, config = exp("default_run"), default.get_config()
@@ -465,10 +465,12 @@ def test_default_run_record_matches_the_readme_claims():
       config.total_steps, config.batch_size, config.data.max_length)
   assert [s for s, _ in rec["eval_loss"]] == list(range(config.eval_every_steps, config.total_steps + 1,
                                                         config.eval_every_steps))
-  measured = _doc("docs/measured.md")
-  assert f"{config.total_steps} steps × {config.batch_size} × {config.data.max_length} bytes" in measured
+  measured, readme = _doc("docs/measured.md"), _doc("README.md")
+  assert f"{config.total_steps} steps × {config.batch_size} × {config.data.max_length} bytes), 2-core {rec['cpu']} |" \
+      in measured
   assert f"Python {rec['python']}" in measured
-  assert f"{config.total_steps} steps" in _doc("README.md")
+  assert f"{config.total_steps} steps" in readme
+  assert f"(Python {rec['python']}, {rec['cpu']})" in readme  # the losses depend on both
 
 
 def test_results_md_tables_are_generated_from_the_result_files(capsys):
