@@ -1,8 +1,10 @@
 """Pieces every paper config shares: the base block of keys, variant parsing, the smoke shrink.
 
-The paper configs (wmt14_ende_base.py, bert_base_mlm.py, glue.py, enwik8_performer.py) each
-start from `base_config()`, which holds every key of configs/default.py, and override what
-their section of the paper fixes. `parse_variants` reads the `:variant,variant` argument that
+`base_config()` is the one list of a config's keys and their defaults (the data, model,
+optimiser and eval sections come from the library: `data.default_data_config`,
+`models.ModelConfig`, `optim.default_optim_config`, `evaluate.default_eval_config`). Every
+config, configs/default.py included, starts from it and overrides what its run (or its
+section of the paper) fixes: a diff, not a copy. `parse_variants` reads the `:variant,variant` argument that
 `train.py --config configs/<name>.py:<arg>` passes to `get_config(arg)`.
 """
 
@@ -13,7 +15,7 @@ from collections.abc import Mapping
 
 import ml_collections
 
-from roformer_jax import data, mesh, models
+from roformer_jax import data, evaluate, mesh, models
 
 SMOKE = "smoke"
 
@@ -90,9 +92,10 @@ def model_config(values: Mapping | None = None, /, **overrides) -> ml_collection
 
 
 def base_config() -> ml_collections.ConfigDict:
-  """Every key of configs/default.py, with run-length values for a multi-device machine.
+  """Every key a config has, with run-length values for a multi-device machine.
 
-  Each paper config overrides task, the step counts, batch_size, data, model and optim.
+  The trainer and eval.py read these keys with no fallbacks. Each config overrides task, the
+  step counts, batch_size, data, model and optim as its run needs.
   """
   config = ml_collections.ConfigDict()
   config.task = "lm"  # lm | mlm | seq2seq | classification (roformer_jax.tasks)
@@ -110,21 +113,18 @@ def base_config() -> ml_collections.ConfigDict:
   config.num_devices = 0  # use the first N devices (0 = all).
   config.label_smoothing = 0.0  # Sec. 4.1 uses 0.1 for translation; 0 elsewhere.
   config.feature_redraw_every = 0  # FAVOR+ projection redraw interval in steps; 0 = never.
-  config.init_from = ""  # pre-trained encoder to start from (checkpoints.init_from); "" = scratch.
+  config.init_from = ""  # a trained run (workdir) or transformers dir to start from (checkpoints.init_from); "" = scratch.
+  # Multi-stage pre-training (configs/multistage.py): a list of {steps, max_length, batch_size}
+  # that replaces batch_size and data.max_length stage by stage; None = one stage.
+  config.stages = ml_collections.config_dict.placeholder(list)
   config.mesh = ml_collections.ConfigDict(  # -1 = fill; context > 1 splits sequences (docs/training.md).
       {"data": -1, "fsdp": 1, "context": 1, "tensor": 1})
   config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes.
   config.data = data.default_data_config()  # every key documented in roformer_jax/data/config.py.
   config.model = model_config()  # every roformer_jax.models.ModelConfig field, at its default.
   config.optim = ml_collections.ConfigDict()  # roformer_jax.optim.default_optim_config keys.
-  config.eval = eval_config()  # eval.py settings (roformer_jax/evaluate.py)
+  config.eval = evaluate.default_eval_config()  # eval.py's settings, each documented there.
   return config
-
-
-def eval_config() -> ml_collections.ConfigDict:
-  """The `config.eval` section (see configs/default.py for each field)."""
-  from configs import default
-  return default.get_config().eval
 
 
 def apply_smoke(config: ml_collections.ConfigDict, *, batch_size: int = 8, max_length: int = 32) -> None:

@@ -15,7 +15,7 @@ dataset on first use (under ~/.cache/roformer_jax/tfds, about 0.5 s).
 import ml_collections
 
 from configs import common
-from roformer_jax import data, mesh, optim
+from roformer_jax import optim
 
 
 VARIANTS = ("extend", common.SMOKE)
@@ -25,44 +25,16 @@ EXTEND_FACTOR = 4  # the extend variant's new length, in multiples of the traine
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
   """The default run; `extend` fine-tunes it at 4x the length; `smoke` shrinks either (`extend,smoke`)."""
   variants = common.parse_variants(variant, VARIANTS, config_name="default")
-  config = ml_collections.ConfigDict()
-  config.task = "lm"  # lm | mlm | seq2seq | classification (roformer_jax.tasks)
-  config.seed = 0  # PRNG seed for init, data order and dropout.
+  config = common.base_config()  # every key; what follows is what this run changes
+  config.task = "lm"  # next-byte prediction (roformer_jax.tasks)
   config.total_steps = 1500  # optimiser steps (batches); about 3 minutes on 2 CPU cores.
   config.batch_size = 16  # global batch, split over the mesh's (data, fsdp) axes.
   config.checkpoint_every_steps = 500  # also at the end, and on SIGTERM / Ctrl-C
   config.eval_every_steps = 500  # eval_loss over eval_batches, and samples
   config.log_every_steps = 20  # metrics.jsonl / TensorBoard rows
   config.eval_batches = 8  # validation batches per evaluation.
-  config.samples_per_eval = 2  # validation rows decoded at each eval (samples.jsonl, TensorBoard); 0 = off
   config.sample_max_new_tokens = 48  # tokens generated per sample
-  config.keep_checkpoints = 3  # newest checkpoints kept on disk (caps eval.average_last)
-  config.async_checkpoints = True  # orbax writes in the background while training continues
-  config.num_devices = 0  # use the first N devices (0 = all); tests compare 1 and 8
-  config.label_smoothing = 0.0  # Sec. 4.1 uses 0.1 for translation
-  config.feature_redraw_every = 0  # FAVOR+ projection redraw interval (Performer: 1000); 0 = never
-  config.init_from = ""  # a pre-trained run (workdir) or transformers dir whose encoder starts this one
-  config.mesh = ml_collections.ConfigDict(  # -1 = fill; context > 1 splits sequences (docs/training.md).
-      {"data": -1, "fsdp": 1, "context": 1, "tensor": 1})
-  config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes
 
-  # eval.py (roformer_jax/evaluate.py). The CLI overrides these, e.g. --config.eval.average_last=3.
-  config.eval = ml_collections.ConfigDict()  # eval.py's settings
-  config.eval.average_last = 0  # average the last N checkpoints (Sec. 4.1: 5; <= keep_checkpoints); 0/1 = newest only
-  config.eval.split = "validation"  # the split eval.py makes a full pass over
-  config.eval.max_batches = 0  # 0 = a full pass over the split
-  config.eval.length_factors = (1, 2, 4, 8)  # length curve: loss at L, 2L, 4L, 8L (lm, mlm)
-  config.eval.length_batches = 4  # batches per length-curve point
-  config.eval.rope_scaling = ml_collections.config_dict.placeholder(object)  # HF rope_parameters at eval only
-  config.eval.passkey_lengths = ()  # pass-key prompt lengths in tokens (lm); () = off, e.g. (128, 256, 512, 1024, 2048)
-  config.eval.passkey_depths = (0.0, 0.25, 0.5, 0.75, 1.0)  # key depth: fraction of the filler before the key
-  config.eval.passkey_trials = 10  # prompts (keys) per length and depth
-  config.eval.passkey_digits = 5  # digits of the key
-  config.eval.beam_size = 4  # seq2seq BLEU (Sec. 4.1)
-  config.eval.length_penalty = 0.6  # GNMT alpha (Sec. 4.1)
-  config.eval.max_decode_length = 0  # 0 = data.max_target_length or data.max_length
-
-  config.data = data.default_data_config()  # every data key, with its default
   config.data.dataset = "python_stdlib_bytes"  # offline: the stdlib's own source files
   config.data.tokenizer = "bytes"  # 256 bytes + pad/bos/eos/mask = 260 ids
   config.data.max_length = 128  # T: packed row length in bytes
@@ -84,7 +56,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
       attention="softmax",  # softmax | linear (eq. 19)
   ))
 
-  config.optim = optim.default_optim_config("lm")  # every optimiser key, with its default
+  config.optim = optim.default_optim_config("lm")  # every optimiser key, with its lm default
   config.optim.optimizer = "adamw"  # adam | adamw
   config.optim.schedule = "cosine"  # linear warmup, then cosine decay to 0
   config.optim.learning_rate = 3e-3  # peak rate

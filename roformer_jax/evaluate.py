@@ -44,24 +44,46 @@ from roformer_jax.checkpoints import Checkpointer, NoCheckpoint, average_checkpo
 from roformer_jax.errors import UserError
 
 
+def default_eval_config() -> ml_collections.ConfigDict:
+  """The `config.eval` section, every key at its default: the one list of eval.py's settings.
+
+  configs/common.base_config() puts it in every config; the command line overrides it, e.g.
+  --config.eval.average_last=3.
+  """
+  c = ml_collections.ConfigDict()
+  c.average_last = 0  # average the last N checkpoints (Sec. 4.1: 5; <= keep_checkpoints); 0/1 = newest only
+  c.split = "validation"  # the split eval.py makes a full pass over
+  c.max_batches = 0  # 0 = a full pass over the split
+  c.length_factors = (1, 2, 4, 8)  # length curve: loss at L, 2L, 4L, 8L (lm, mlm)
+  c.length_batches = 4  # batches per length-curve point
+  c.rope_scaling = ml_collections.config_dict.placeholder(object)  # HF rope_parameters at eval only
+  c.passkey_lengths = ()  # pass-key prompt lengths in tokens (lm); () = off, e.g. (128, 256, 512, 1024, 2048)
+  c.passkey_depths = (0.0, 0.25, 0.5, 0.75, 1.0)  # key depth: fraction of the filler before the key
+  c.passkey_trials = 10  # prompts (keys) per length and depth
+  c.passkey_digits = 5  # digits of the key
+  c.beam_size = 4  # seq2seq BLEU (Sec. 4.1)
+  c.length_penalty = 0.6  # GNMT alpha (Sec. 4.1)
+  c.max_decode_length = 0  # 0 = data.max_target_length or data.max_length
+  return c
+
+
 def eval_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
-  """`config.eval` with defaults (configs may leave the section out), checked.
+  """`config.eval` as a dict, checked against `default_eval_config`'s keys.
 
   Raises:
-    ValueError: an unknown key, or a bad pass-key setting (lengths that are not positive
+    ValueError: an unknown or a missing key (configs start from configs/common.base_config(),
+      which holds them all), or a bad pass-key setting (lengths that are not positive
       integers, depths outside [0, 1], pass-key lengths for a task other than lm).
   """
-  defaults = dict(average_last=0, split="validation", max_batches=0, length_factors=(1, 2, 4, 8),
-                  length_batches=4, rope_scaling=None, beam_size=4, length_penalty=0.6, max_decode_length=0,
-                  passkey_lengths=(), passkey_depths=(0.0, 0.25, 0.5, 0.75, 1.0), passkey_trials=10,
-                  passkey_digits=5)
-  given = config.get("eval") or {}
-  given = given.to_dict() if hasattr(given, "to_dict") else dict(given)
-  unknown = sorted(set(given) - set(defaults))
+  known = set(default_eval_config())
+  settings = config.eval.to_dict()
+  unknown, missing = sorted(set(settings) - known), sorted(known - set(settings))
   if unknown:
-    raise ValueError(f"config.eval has unknown keys {unknown}; known: {sorted(defaults)}.")
-  settings = {**defaults, **given}
-  _check_passkey_settings(settings, config.get("task"))
+    raise ValueError(f"config.eval has unknown keys {unknown}; known: {sorted(known)}.")
+  if missing:
+    raise ValueError(f"config.eval lacks keys {missing}; build the config on configs/common.base_config() "
+                     "(or set config.eval = evaluate.default_eval_config() and override what differs).")
+  _check_passkey_settings(settings, config.task)
   return settings
 
 
@@ -321,7 +343,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   with errors.user_errors("invalid config"):
     trainer.check_config(config)
     settings = eval_settings(config)
-    num_devices = config.get("num_devices", 0) or jax.device_count()
+    num_devices = config.num_devices or jax.device_count()
     mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
     trainer.check_context_parallel(config, context=mesh.shape["context"])  # mesh.context=-1 is known now
     rules = mesh_lib.rules_from_config(config.logical_axis_rules)
@@ -361,7 +383,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
               disable=jax.process_index() != 0, leave=False) as bar:
       hyps, _ = eval_metrics.translate(
           model, batches(), tokenizer, beam_size=settings["beam_size"], alpha=settings["length_penalty"],
-          max_len=settings["max_decode_length"] or config.data.get("max_target_length") or config.data.max_length,
+          max_len=settings["max_decode_length"] or config.data.max_target_length or config.data.max_length,
           progress=bar.update)
     # References are the raw target text of the same records, not the decoded tgt_out rows
     # (those are truncated to max_target_length and round-tripped through the tokenizer).
@@ -420,4 +442,4 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   return results
 
 
-__all__ = ["eval_settings", "evaluate", "restore"]
+__all__ = ["default_eval_config", "eval_settings", "evaluate", "restore"]

@@ -379,7 +379,7 @@ def max_decode_length(loaded: Loaded) -> int:
   """Most target tokens per translation (EOS included): eval.py's setting."""
   settings = evaluate.eval_settings(loaded.config)
   data_cfg = loaded.config.data
-  return int(settings["max_decode_length"] or data_cfg.get("max_target_length") or data_cfg.max_length)
+  return int(settings["max_decode_length"] or data_cfg.max_target_length or data_cfg.max_length)
 
 
 def translate(loaded: Loaded, sentences: Iterable[str], *, beam_size: int = 4, alpha: float = 0.6,

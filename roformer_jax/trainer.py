@@ -47,16 +47,16 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   if missing:
     raise ValueError(f"config is missing {missing}; every training config has {REQUIRED_KEYS}.")
   for key in ("total_steps", "batch_size", "checkpoint_every_steps", "eval_every_steps", "log_every_steps"):
-    value = config.get(key, 1)
+    value = config[key]
     if not isinstance(value, int) or value < 1:
       raise ValueError(f"config.{key}={value!r} must be a positive integer.")
   tasks.check_task(config.task)
   tasks.model_config(config)  # validates every model field now
-  if config.model.get("attention_implementation") == "cudnn" and jax.default_backend() != "gpu":
+  if config.model.attention_implementation == "cudnn" and jax.default_backend() != "gpu":
     raise ValueError(f"config.model.attention_implementation='cudnn' needs a GPU, but JAX's backend is "
                      f"{jax.default_backend()!r}; use 'auto' (cuDNN wherever it applies) or 'xla'.")
   check_average_last(config)
-  source = config.get("init_from") or ""
+  source = config.init_from
   if source and not os.path.exists(source):
     raise ValueError(f"config.init_from={source!r} does not exist; train that run first, or give another trained "
                      "workdir (--config.init_from=DIR), a checkpoint step directory or a transformers RoFormer "
@@ -85,16 +85,16 @@ def check_context_parallel(config: ml_collections.ConfigDict, context: int | Non
   Raises:
     ValueError: linear attention, or a length the context axis does not split.
   """
-  c = (config.mesh or {}).get("context", 1) if context is None else context
+  c = dict(config.mesh).get("context", 1) if context is None else context  # an axis left out has size 1
   if not isinstance(c, int) or c in (1, -1):
     return
-  if config.model.get("attention", "softmax") != "softmax":
+  if config.model.attention != "softmax":
     raise ValueError(f"config.mesh.context={c} needs model.attention='softmax' (linear attention is not split "
                      f"over the context axis); set --config.mesh.context=1.")
   # data.max_length even with stages: eval.py's passes use it.
-  lengths = [("config.data.max_length", (config.get("data") or {}).get("max_length"))]
+  lengths = [("config.data.max_length", config.data.max_length)]
   lengths += [(f"config.stages[{i}].max_length", dict(st).get("max_length"))
-              for i, st in enumerate(config.get("stages") or [])]
+              for i, st in enumerate(config.stages or [])]
   for key, max_length in lengths:
     if isinstance(max_length, int):  # others are refused by stages_from_config and the data pipeline
       for name, length, causal, note in sequence_lengths(config, max_length, key):
@@ -119,7 +119,7 @@ def sequence_lengths(config: ml_collections.ConfigDict, max_length: int,
   if config.task == "lm":
     return [(key, max_length, True, "")]
   if config.task == "seq2seq":
-    target = (config.get("data") or {}).get("max_target_length") or 0
+    target = config.data.max_target_length
     if target:
       return [(key, max_length, False, ""), ("config.data.max_target_length", target, True, "")]
     return [(key, max_length, False, ""),
@@ -130,8 +130,7 @@ def sequence_lengths(config: ml_collections.ConfigDict, max_length: int,
 def check_average_last(config: ml_collections.ConfigDict) -> None:
   """eval.average_last <= keep_checkpoints: a run keeps only its newest keep_checkpoints, so an
   average of more could never be made (eval.py would refuse it after the whole run)."""
-  average_last = (config.get("eval") or {}).get("average_last", 0) or 0
-  keep = config.get("keep_checkpoints", 3)
+  average_last, keep = config.eval.average_last, config.keep_checkpoints
   if isinstance(average_last, int) and isinstance(keep, int) and average_last > keep:
     raise ValueError(f"config.eval.average_last={average_last} averages more checkpoints than "
                      f"config.keep_checkpoints={keep} keeps on disk. Keep enough before training "
@@ -156,7 +155,7 @@ class Stage:
 
 def stages_from_config(config: ml_collections.ConfigDict) -> list[Stage]:
   """`config.stages` (a list of {steps, max_length, batch_size}) or one stage for the run."""
-  spec = config.get("stages") or []
+  spec = config.stages or []
   if not spec:
     return [Stage(0, 1, config.total_steps, config.data.max_length, config.batch_size, 1)]
   out, first = [], 1
@@ -182,7 +181,7 @@ def stage_at(stages: list[Stage], step: int) -> Stage:
 def make_optimizer(config: ml_collections.ConfigDict):
   """(tx, schedule, k). Each loop step is one batch; with optim.grad_accum_steps = k the
   optimiser updates every k batches, so its schedule runs over total_steps // k updates."""
-  accum = int(config.optim.get("grad_accum_steps", 1) or 1)
+  accum = int(config.optim.grad_accum_steps)
   tx, schedule = optim.make_optimizer(config.optim, max(config.total_steps // accum, 1))
   return tx, schedule, accum
 
@@ -286,7 +285,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
   # ------------------------------------------------------------------ setup and checks
   with errors.user_errors("invalid config"):
     check_config(config)
-    num_devices = config.get("num_devices", 0) or jax.device_count()  # 0 = all devices
+    num_devices = config.num_devices or jax.device_count()  # 0 = all devices
     mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
     check_context_parallel(config, context=mesh.shape["context"])  # mesh.context=-1 is known now
     stages = stages_from_config(config)
@@ -321,8 +320,8 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
       f.write(config.to_json_best_effort(indent=2))
   process, processes = jax.process_index(), jax.process_count()
   peers.note_checkpoints(os.path.join(workdir, "checkpoints"))  # named if a peer dies (peers.py)
-  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.get("keep_checkpoints", 3),
-                      save_every=config.checkpoint_every_steps, async_save=config.get("async_checkpoints", True))
+  ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.keep_checkpoints,
+                      save_every=config.checkpoint_every_steps, async_save=config.async_checkpoints)
 
   # ------------------------------------------------------------------ load dataset
   def iterator(split: str, stage: Stage, **kw):
@@ -355,7 +354,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
     state = restored
   else:
     start, train_iter = 0, iterator("train", stage)
-  if not start and config.get("init_from"):  # a fresh run from a pre-trained encoder (its own checkpoints win later)
+  if not start and config.init_from:  # a fresh run from a pre-trained encoder (its own checkpoints win later)
     model, optimizer = nnx.merge(graphdef, state)
     loaded = checkpoints_lib.init_from(model, config.init_from)
     graphdef, state = nnx.split((model, optimizer))
@@ -369,22 +368,22 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
 
   train_step = jax.jit(
       functools.partial(_train_step, graphdef, task=config.task, mesh=mesh, rules=rules,
-                        label_smoothing=float(config.get("label_smoothing", 0.0))),
+                        label_smoothing=float(config.label_smoothing)),
       in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, None), donate_argnums=(0,))
   eval_step = jax.jit(functools.partial(_eval_step, graphdef, task=config.task, mesh=mesh, rules=rules),
                       in_shardings=(state_sharding, batch_sharding))
-  redraw_every = int(config.get("feature_redraw_every", 0) or 0)
+  redraw_every = int(config.feature_redraw_every)
   redraw = jax.jit(functools.partial(_redraw_features, graphdef), in_shardings=(state_sharding, None),
                    out_shardings=state_sharding, donate_argnums=(0,))
 
-  num_samples = int(config.get("samples_per_eval", 0) or 0)
+  num_samples = int(config.samples_per_eval)
 
   def evaluate(step: int) -> dict[str, float]:
     sums = {"loss": 0.0, "weight": 0.0, "correct": 0.0}
     # The same first eval_batches batches every time, repeating a small split, so that every
     # process runs the same number of collective eval steps (eval.py does full passes).
     it = iterator("validation", stage, repeat=True, shuffle=False)
-    for i in range(config.get("eval_batches", 8)):
+    for i in range(config.eval_batches):
       local = next(it)
       first = local if i == 0 else first
       out = eval_step(state, mesh_lib.global_batch(local, mesh))
@@ -396,7 +395,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
     if num_samples and processes == 1:
       samples = samples_lib.make_samples(nnx.merge(graphdef, state)[0], first, task=config.task,
                                          tokenizer=tokenizer, num=num_samples,
-                                         max_new_tokens=config.get("sample_max_new_tokens", 32))
+                                         max_new_tokens=config.sample_max_new_tokens)
       writer.write_samples(step, samples)
       if samples:
         progress.write(f"sample at step {step}: {samples[0]['prompt']!r} -> {samples[0]['output']!r}")
@@ -419,7 +418,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
   progress = metrics_lib.Progress(config.total_steps, start)
   progress.write(f"{config.task}: {num_params / 1e6:.2f}M parameters, mesh {dict(mesh.shape)}, "
                  f"global batch {stage.batch_size}, {stage}, steps {start}..{config.total_steps}, workdir {workdir}")
-  log_every = config.get("log_every_steps", 10)
+  log_every = config.log_every_steps
   window_tokens, window_start, window_losses = 0, time.perf_counter(), []
   last = {}
   step = start
