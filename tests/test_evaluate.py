@@ -8,29 +8,22 @@ import sys
 import numpy as np
 import pytest
 
-from configs import default
 from roformer_jax import evaluate, trainer
 from roformer_jax.errors import UserError
+from tests import smoke as smoke_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def smoke(**kw):
-  config = default.get_config("smoke")
-  config.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
-  config.eval.length_factors = (1, 2)
-  config.eval.length_batches = 1
-  config.eval.max_batches = 3
-  for k, v in kw.items():
-    config[k] = v
-  return config
+  return smoke_lib.smoke(**{"eval.length_factors": (1, 2), "eval.length_batches": 1, "eval.max_batches": 3, **kw})
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("run")
-  trainer.train_and_evaluate(smoke(total_steps=3, keep_checkpoints=5), str(workdir))
-  return workdir
+@pytest.fixture
+def trained(smoke_runs, tmp_path):
+  """The shared lm smoke run (3 steps, keep_checkpoints=5), a fresh copy per test: eval writes
+  its results, metrics and plots into the workdir."""
+  return smoke_runs.copy("lm", tmp_path / "run")
 
 
 def test_eval_writes_results_and_metric_rows(trained):

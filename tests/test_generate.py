@@ -19,29 +19,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from configs import default
-from roformer_jax import decoding, generation, trainer
+from roformer_jax import decoding, generation
 from roformer_jax.errors import UserError
-from tests import gettext_fixture
+from tests.smoke import DATA_DIR, s2s_config, smoke
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DATA_DIR = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
 
 
-def smoke(task="lm"):
-  config = default.get_config("smoke")
-  config.data.data_dir = DATA_DIR
-  config.task = task
-  return config
-
-
+# The shared smoke runs (tests/smoke.py), copied once for this file: nothing here writes to them.
 @pytest.fixture(scope="module")
-def lm_run(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("lm")
-  config = smoke()
-  config.total_steps = 3  # checkpoints 1, 2, 3
-  trainer.train_and_evaluate(config, str(workdir))
-  return workdir
+def lm_run(smoke_runs, tmp_path_factory):
+  return smoke_runs.copy("lm", tmp_path_factory.mktemp("lm") / "work")  # checkpoints 1, 2, 3
 
 
 @pytest.fixture(scope="module")
@@ -50,25 +38,13 @@ def lm(lm_run):
 
 
 @pytest.fixture(scope="module")
-def mlm_run(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("mlm")
-  trainer.train_and_evaluate(smoke("mlm"), str(workdir))
-  return workdir
-
-
-def s2s_config(root):
-  from configs import gettext_translate
-  config = gettext_translate.get_config("smoke")
-  config.data.locale_dir, config.data.data_dir = str(root / "locale"), str(root / "data")
-  return config
+def mlm_run(smoke_runs, tmp_path_factory):
+  return smoke_runs.copy("mlm", tmp_path_factory.mktemp("mlm") / "work")
 
 
 @pytest.fixture(scope="module")
-def s2s_run(tmp_path_factory):
-  root = tmp_path_factory.mktemp("s2s")
-  gettext_fixture.make_locale_dir(root / "locale")
-  trainer.train_and_evaluate(s2s_config(root), str(root / "work"))
-  return root
+def s2s_run(smoke_runs, tmp_path_factory):
+  return smoke_runs.copy("seq2seq", tmp_path_factory.mktemp("s2s") / "root")  # locale/, data/, work/
 
 
 def random_weights(loaded, **changes):
