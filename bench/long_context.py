@@ -72,7 +72,8 @@ from bench import _record  # noqa: E402
 from bench.attention import default_mem_limit_gb, machine_info, memory_bytes  # noqa: E402
 from bench.default_config import load_config  # noqa: E402
 from roformer_jax import attention as attn  # noqa: E402
-from roformer_jax.chunked_attention import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, chunked_attention, mask_factors  # noqa: E402
+from roformer_jax.attention.chunked import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, chunked_attention  # noqa: E402
+from roformer_jax.attention.masks import mask_factors  # noqa: E402
 from roformer_jax.positional import RotaryConfig  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -3,6 +3,7 @@
 Public modules:
   rope        pure RoPE functions (eq. 34 and the dense eq. 15), scalings, layouts
   attention   softmax attention with RoPE (dense or chunked), linear attention (eq. 19), MultiHeadAttention
+              (a package: masks, softmax, chunked, linear, sharded, layer)
   positional  the position-encoding enum (rope | sinusoidal | learned | none)
   models      ModelConfig; RoFormer encoder and heads, Transformer-base seq2seq, causal LM
   decoding    greedy / sampling / beam search over the models' decode caches
@@ -12,7 +13,6 @@ Public modules:
   trainer             train_and_evaluate(config, workdir): the sharded training loop
   mesh, checkpoints, metrics, tasks   the trainer's parts
   passkey             the synthetic pass-key retrieval test (prompts, training rows, scoring)
-  chunked_attention   exact attention in O(T + S) memory (online softmax, recomputing backward)
   context_parallel    sequences split over the mesh's context axis
 """
 
@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 # optax and absl) for every user of the pure RoPE functions. tests/test_packaging.py checks
 # each module's import set.
 _SUBMODULES = frozenset(__all__) | {
-    "checkpoints", "chunked_attention", "context_parallel", "data", "errors", "eval_metrics", "evaluate", "launch", "losses", "mesh", "metrics",
+    "checkpoints", "context_parallel", "data", "errors", "eval_metrics", "evaluate", "launch", "losses", "mesh", "metrics",
     "optim", "partitioning", "passkey", "peers", "stopping", "tasks", "trainer", "workdir_lock"}
 
 

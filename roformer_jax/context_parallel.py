@@ -9,9 +9,10 @@ across the axis:
 - **RoPE** is elementwise in the token: each shard rotates its q and k with its own slice of
   the global `positions` array, which the model computed over the whole row before
   sharding, so the phases are exactly the unsharded ones (packing and left padding included).
-- **Attention** (`attention`) runs under `jax.shard_map`: a device all-gathers K, V and the
-  key-side mask factors over the axis and attends its T / C queries to all S keys, with the
-  chunked (O(T + S) memory) or the dense kernel. Causal masks use global slot indices.
+- **Attention** (`roformer_jax.attention.sharded`, which reads this module's axes) runs
+  under `jax.shard_map`: a device all-gathers K, V and the key-side mask factors over the
+  axis and attends its T / C queries to all S keys with the kernel it is given (the chunked
+  or the dense one). Causal masks use global slot indices.
 - **Load balance** for causal attention (`zigzag_order`): with contiguous shards the last
   shard has C times the work of the first (it sees every key, the first sees 1 / C of them).
   The causal models therefore permute each row so that shard i holds chunks i and 2C - 1 - i
@@ -20,21 +21,9 @@ across the axis:
 - **Lengths** (`required_multiple`, enforced by `check_length`): a bidirectional row must be a
   multiple of C long, a causal row a multiple of 2C (its 2C zig-zag chunks). The trainer
   checks every length a run uses before any work; the models check their inputs when traced.
-
-All-gather, not a ring of `ppermute`: the gathered K/V of one layer (2 x T x D per row) is
-small next to the T / C x T logits a dense shard forms, and with chunked attention the peak
-is one K/V copy plus a tile; a ring would save that one copy at the price of C sequential
-steps whose transfers XLA must overlap with compute to pay off. On the fake-device CPU mesh
-this project can test on, transfers are memcpys and cannot show that overlap, so the simpler
-collective is the one we can measure (docs/benchmarks.md, B8). Backward: the all-gather's
-transpose is a reduce-scatter of dK and dV, which XLA emits. The gathered K/V are not kept
-for the backward pass (it gathers again and recomputes the attention forward, one extra
-attention forward per layer), so per-device activation memory falls as 1 / C.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -45,14 +34,15 @@ from jax.sharding import PartitionSpec as P
 AXIS = "context"
 
 
-def _mesh():
+def current_mesh():
+  """The abstract mesh in context (`jax.set_mesh`), or None without one."""
   mesh = jax.sharding.get_abstract_mesh()
   return None if mesh.empty else mesh
 
 
 def size() -> int:
   """The context axis's size in the current mesh context (`jax.set_mesh`); 1 without one."""
-  mesh = _mesh()
+  mesh = current_mesh()
   return int(mesh.shape[AXIS]) if mesh is not None and AXIS in mesh.axis_names else 1
 
 
@@ -61,24 +51,32 @@ def _rules():
   return dict(spmd.get_logical_axis_rules() or mesh_lib.DEFAULT_RULES)
 
 
-def _axes(logical: str):
+def axes(logical: str) -> tuple[str, ...] | None:
+  """The mesh axes (of size > 1 in the mesh in context) that the rules map a logical axis to, or None.
+
+  The rules are the logical-axis rules in context (flax's `logical_axis_rules`, which the
+  trainer sets), else `mesh.DEFAULT_RULES`; so a layer shards by logical name ("batch",
+  "length", "heads") and never names a physical axis.
+  """
   target = _rules().get(logical)
-  mesh = _mesh()
+  mesh = current_mesh()
   names = () if target is None else (tuple(target) if isinstance(target, (list, tuple)) else (target,))
   names = tuple(n for n in names if mesh is not None and n in mesh.axis_names and mesh.shape[n] > 1)
   return names or None
 
 
-def _batch_axes():
-  return _axes("batch")
+def batch_axes() -> tuple[str, ...] | None:
+  """The mesh axes of the logical "batch" axis (`axes`)."""
+  return axes("batch")
 
 
-def _length_axes():
-  axes = _axes("length")
-  if axes not in (None, (AXIS,)):
-    raise ValueError(f"logical_axis_rules maps 'length' to {axes}; context parallelism needs ('length', "
+def length_axes() -> tuple[str, ...] | None:
+  """The mesh axes of the logical "length" axis: (AXIS,) under context parallelism, else None."""
+  found = axes("length")
+  if found not in (None, (AXIS,)):
+    raise ValueError(f"logical_axis_rules maps 'length' to {found}; context parallelism needs ('length', "
                      f"'{AXIS}') (mesh.DEFAULT_RULES).")
-  return axes
+  return found
 
 
 def required_multiple(context: int, *, causal: bool) -> int:
@@ -137,7 +135,7 @@ def shard(x: jax.Array) -> jax.Array:
   """x [B, T, ...] constrained to (batch axes, context axis, replicated...) when C > 1."""
   if size() == 1:
     return x
-  spec = P(_batch_axes(), _length_axes(), *([None] * (x.ndim - 2)))
+  spec = P(batch_axes(), length_axes(), *([None] * (x.ndim - 2)))
   return jax.lax.with_sharding_constraint(x, spec)
 
 
@@ -148,7 +146,8 @@ def zigzag_order(length: int, c: int) -> np.ndarray:
   """
   if c == 1:
     return np.arange(length, dtype=np.int32)
-  chunks = np.arange(length, dtype=np.int32).reshape(2 * c, length // (2 * c))
+  check_length(length, causal=True, key="length", context=c)
+  chunks = np.arange(length, dtype=np.int32).reshape(required_multiple(c, causal=True), -1)  # 2C chunks
   return np.concatenate([np.concatenate([chunks[i], chunks[2 * c - 1 - i]]) for i in range(c)])
 
 
@@ -175,52 +174,5 @@ class Order:
     return jnp.broadcast_to(jnp.asarray(self.order), (batch, len(self.order)))
 
 
-def attention(q, k, v, *, mask, scale: float, implementation: str | None, dropout_rate: float = 0.0,
-              dropout_rng=None):
-  """Softmax attention with q, k, v [B, T|S, N, H] sharded T-wise over the context axis.
-
-  Each device all-gathers K, V and the key-side mask factors and attends its own queries to
-  every key, with `dot_product_attention(implementation=...)` (rotation is done by the
-  caller, which rotates the sharded q and k with their global positions).
-  """
-  from roformer_jax import attention as attn  # attention.py imports this module
-
-  mesh = _mesh()
-  batch, length = _batch_axes(), _length_axes()
-  n = q.shape[2]
-  tensor = "tensor" if ("tensor" in mesh.axis_names and mesh.shape["tensor"] > 1
-                        and n % mesh.shape["tensor"] == 0 and k.shape[2] % mesh.shape["tensor"] == 0) else None
-  heads = P(batch, length, tensor, None)
-  rows = P(batch, length)
-  if mask is not None and not isinstance(mask, attn.MaskFactors):
-    raise ValueError("context parallelism needs the mask as MaskFactors (mask_factors): a dense [T, S] mask "
-                     "cannot be split over the context axis.")
-  mask_specs = jax.tree.map(lambda _: rows, mask)
-  use_dropout = dropout_rate > 0.0 and dropout_rng is not None
-  key = jax.random.key_data(dropout_rng) if use_dropout else None
-
-  def local(q, k, v, mask, key=None):
-    gather = lambda x: None if x is None else jax.lax.all_gather(x, AXIS, axis=1, tiled=True)
-    k, v = gather(k), gather(v)
-    if mask is not None:
-      mask = dataclasses.replace(mask, kv_valid=gather(mask.kv_valid), kv_segment_ids=gather(mask.kv_segment_ids),
-                                 kv_index=gather(mask.kv_index))
-    rng = None
-    if key is not None:  # a different dropout stream on every device
-      for ax in mesh.axis_names:
-        key = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key), jax.lax.axis_index(ax)))
-      rng = jax.random.wrap_key_data(key)
-    return attn.dot_product_attention(q, k, v, mask=mask, scale=scale, implementation=implementation,
-                                      dropout_rate=dropout_rate if rng is not None else 0.0, dropout_rng=rng)
-
-  args, specs = (q, k, v, mask), (heads, heads, heads, mask_specs)
-  if key is not None:
-    args, specs = args + (key,), specs + (P(),)
-  # Rematerialised: the backward pass gathers K/V again and recomputes this forward, so
-  # the residuals kept per layer are the local q, k, v (T / C tokens), not the gathered K/V
-  # (T tokens), and per-device activation memory stays proportional to 1 / C.
-  local = jax.checkpoint(local)
-  return jax.shard_map(local, in_specs=specs, out_specs=heads, check_vma=False)(*args)
-
-
-__all__ = ["AXIS", "Order", "attention", "check_length", "required_multiple", "shard", "size", "zigzag_order"]
+__all__ = ["AXIS", "Order", "axes", "batch_axes", "check_length", "current_mesh", "length_axes",
+           "required_multiple", "shard", "size", "zigzag_order"]

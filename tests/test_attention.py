@@ -787,7 +787,7 @@ def test_model_config_attention_implementation_reaches_every_layer():
 def test_forced_cudnn_with_dropout_is_refused_before_any_kernel(monkeypatch):
   """On a GPU (stood in for by the backend name), forced cuDNN with attention dropout or wider
   values is an error naming the fix, not a silent fall back to XLA."""
-  monkeypatch.setattr(attn.jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # what softmax.py calls
   q = jax.random.normal(jax.random.key(5), (1, 4, 2, 8))
   with pytest.raises(ValueError, match="cannot run attention-probability dropout.*attention_dropout=0"):
     attn.dot_product_attention(q, q, q, implementation="cudnn", dropout_rate=0.1, dropout_rng=jax.random.key(0))

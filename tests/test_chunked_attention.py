@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from roformer_jax import attention as attn
 from roformer_jax import models as M
-from roformer_jax.chunked_attention import chunked_attention, dropout_keep_mask, live_blocks, mask_factors
+from roformer_jax.attention.chunked import chunked_attention, dropout_keep_mask, live_blocks
+from roformer_jax.attention.masks import mask_factors
 from tests import attention_reference as aref
 from tests.test_attention import _quadratic_avals
 
@@ -239,7 +240,7 @@ def test_models_with_chunked_attention_equal_xla_loss_and_gradients(family):
     return nnx.value_and_grad(f)(model)
 
   # Small tiles, so that the rows really are split (the defaults would take one tile).
-  import roformer_jax.chunked_attention as ca
+  import roformer_jax.attention.chunked as ca
   old = ca.DEFAULT_BLOCK_Q, ca.DEFAULT_BLOCK_K
   try:
     ca.chunked_attention.__kwdefaults__.update(block_q=16, block_k=8)

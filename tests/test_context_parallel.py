@@ -211,3 +211,26 @@ def test_evaluation_splits_bidirectional_rows_at_a_multiple_of_c(mesh, monkeypat
     one_device = mesh_lib.make_mesh({"data": 2}, jax.devices()[:2])
     (ref,) = evaluate._length_curve(config, graphdef, state, one_device, settings, B)
     np.testing.assert_allclose(row["loss"], ref["loss"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("heads_rule,local_heads", [("tensor", 2), (None, 4)])
+def test_the_wrapper_shards_heads_by_the_logical_heads_rule(heads_rule, local_heads):
+  """The context-parallel wrapper splits heads over what the "heads" rule names (the config's
+  rules table), never over a mesh axis it names itself, and equals one device's attention."""
+  from roformer_jax.attention import dot_product_attention, mask_factors
+  from roformer_jax.attention.sharded import context_parallel_attention
+
+  mesh = mesh_lib.make_mesh({"data": 2, "context": 2, "tensor": 2})
+  rules = tuple((name, heads_rule if name == "heads" else axes) for name, axes in mesh_lib.DEFAULT_RULES)
+  q, k, v = jax.random.normal(jax.random.key(0), (3, 2, 8, 4, 8))
+  seen = []
+
+  def kernel(q, k, v, **kw):  # the wrapper takes the kernel as an argument
+    seen.append(q.shape[2])
+    return dot_product_attention(q, k, v, **kw)
+
+  mask = mask_factors(2, 8, 8, causal=True)
+  with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
+    out = jax.jit(lambda q, k, v: context_parallel_attention(kernel, q, k, v, mask=mask))(q, k, v)
+  assert set(seen) == {local_heads}, seen
+  np.testing.assert_allclose(np.asarray(out), np.asarray(dot_product_attention(q, k, v, is_causal=True)), atol=1e-5)

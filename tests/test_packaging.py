@@ -38,8 +38,9 @@ FOOTPRINTS = {
     "roformer_jax": ((), ()),
     "roformer_jax.rope": (JAX, ()),
     "roformer_jax.positional": (JAX, ()),
-    "roformer_jax.attention": (FLAX, ()),
-    "roformer_jax.chunked_attention": (JAX, ()),
+    "roformer_jax.attention": (JAX, ()),  # the pure functions; MultiHeadAttention loads flax on first use
+    "roformer_jax.attention.chunked": (JAX, ()),
+    "roformer_jax.attention.layer": (FLAX, ()),
     "roformer_jax.models": (FLAX, ()),
     "roformer_jax.decoding": (FLAX, ()),
     "roformer_jax.hf": (FLAX, ("safetensors",)),  # imported where checkpoints are read or written

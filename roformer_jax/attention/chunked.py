@@ -13,7 +13,7 @@ point is memory and portability, and XLA fuses each tile's einsums. `jax.checkpo
 block was the alternative; it still keeps each block's [B, N, bq, S] logits row for the
 backward pass of the scan, which is O(T x S) again.
 
-Masks come factored (`MaskFactors`): padding, packed segment ids, causal slot indices. A
+Masks come factored (`masks.MaskFactors`): padding, packed segment ids, causal slot indices. A
 [block_q, block_k] tile is built from them when it is needed, and a tile that the factors
 prove empty (above the causal diagonal, all-padding keys, disjoint segment ranges) is
 skipped in both passes (`jax.lax.cond`), which is what makes causal attention about twice as
@@ -32,62 +32,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from roformer_jax.attention.masks import MaskFactors
+
 DEFAULT_BLOCK_Q = 256  # 256 x 256 tiles: the fastest forward+backward on CPU (docs/benchmarks.md, B8)
 DEFAULT_BLOCK_K = 256
-
-
-@jax.tree_util.register_dataclass
-@dataclasses.dataclass(frozen=True)
-class MaskFactors:
-  """An attention mask in factored form; (q, k) may attend iff every given factor allows it.
-
-  q_valid / kv_valid: bool[B, T] / bool[B, S]; False at padding.
-  q_segment_ids / kv_segment_ids: int[B, T] / int[B, S]; attend only within a segment.
-  q_index / kv_index: int[B, T] / int[B, S] slot indices for the causal test (q >= k), used
-    only if `causal`. Context parallelism passes the global slots of a permuted shard here.
-  """
-  q_valid: jax.Array | None = None
-  kv_valid: jax.Array | None = None
-  q_segment_ids: jax.Array | None = None
-  kv_segment_ids: jax.Array | None = None
-  q_index: jax.Array | None = None
-  kv_index: jax.Array | None = None
-  causal: bool = dataclasses.field(default=False, metadata=dict(static=True))
-
-  def dense(self) -> jax.Array | None:
-    """The equivalent bool[B, 1, T, S] mask (None if nothing is masked)."""
-    masks = []
-    if self.kv_valid is not None:
-      masks.append(self.kv_valid[:, None, None, :])
-    if self.q_valid is not None:
-      masks.append(self.q_valid[:, None, :, None])
-    if self.q_segment_ids is not None:
-      masks.append(self.q_segment_ids[:, None, :, None] == self.kv_segment_ids[:, None, None, :])
-    if self.causal:
-      masks.append(self.q_index[:, None, :, None] >= self.kv_index[:, None, None, :])
-    if not masks:
-      return None
-    return functools.reduce(jnp.logical_and, masks)
-
-
-def mask_factors(batch: int, t: int, s: int, *, q_valid=None, kv_valid=None, q_segment_ids=None,
-                 kv_segment_ids=None, causal: bool = False, q_index=None, kv_index=None) -> MaskFactors:
-  """`MaskFactors` with every given array broadcast to [B, T] / [B, S].
-
-  Segment ids given on one side only apply to both (self-attention). Causal indices default
-  to 0..T-1 and 0..S-1; [T] / [S] index vectors are broadcast over the batch.
-  """
-  bt = lambda x, n, dt: None if x is None else jnp.broadcast_to(jnp.asarray(x).astype(dt), (batch, n))
-  if (q_segment_ids is None) != (kv_segment_ids is None):
-    q_segment_ids = kv_segment_ids = q_segment_ids if q_segment_ids is not None else kv_segment_ids
-  if causal:
-    q_index = jnp.arange(t, dtype=jnp.int32) if q_index is None else q_index
-    kv_index = jnp.arange(s, dtype=jnp.int32) if kv_index is None else kv_index
-  else:
-    q_index = kv_index = None
-  return MaskFactors(bt(q_valid, t, bool), bt(kv_valid, s, bool), bt(q_segment_ids, t, jnp.int32),
-                     bt(kv_segment_ids, s, jnp.int32), bt(q_index, t, jnp.int32), bt(kv_index, s, jnp.int32),
-                     causal)
 
 
 def chunked_attention(q, k, v, *, mask: MaskFactors | None = None, scale: float | None = None,
@@ -321,5 +269,4 @@ def _zero_cotangent(x):
 
 _attention.defvjp(_attention_fwd, _attention_bwd)
 
-__all__ = ["DEFAULT_BLOCK_K", "DEFAULT_BLOCK_Q", "MaskFactors", "chunked_attention", "dropout_keep_mask",
-           "live_blocks", "mask_factors"]
+__all__ = ["DEFAULT_BLOCK_K", "DEFAULT_BLOCK_Q", "chunked_attention", "dropout_keep_mask", "live_blocks"]

@@ -1,0 +1,215 @@
+"""`MultiHeadAttention`: the NNX module that holds the q/k/v/out projections and calls the kernels.
+
+Shapes: B batch, T query length, S key length, N heads, H head dim, D model dim.
+
+Softmax attention goes to `softmax.dot_product_attention`, or, under context parallelism, to
+`sharded.context_parallel_attention` with that kernel; linear attention to `linear.py`.
+`decode`, `cross_kv` and `cross_attend` are the incremental-decoding paths.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from roformer_jax import context_parallel
+from roformer_jax.attention.linear import (FEATURE_MAPS, LinearAttentionState, favor_projection, init_linear_state,
+                                           linear_attention)
+from roformer_jax.attention.masks import make_attention_mask
+from roformer_jax.attention.sharded import context_parallel_attention
+from roformer_jax.attention.softmax import ATTENTION_IMPLEMENTATIONS, dot_product_attention, rotate_qkv
+from roformer_jax.partitioning import partitioned
+from roformer_jax.positional import RotaryConfig
+
+ATTENTION_KINDS = ("softmax", "linear")
+
+
+class FeatureProjection(nnx.Variable):
+  """FAVOR+ projection: not trained; redrawn by `MultiHeadAttention.redraw_features`."""
+
+
+def _dense(in_shape, out_shape, axes, *, init_std, use_bias, bias_axes, dtype, param_dtype, rngs):
+  """A LinearGeneral over (in_shape) -> (out_shape) with logical axis names on its params."""
+  init = nnx.initializers.normal(init_std) if init_std else nnx.initializers.lecun_normal()
+  n_in = len(in_shape)
+  return nnx.LinearGeneral(
+      in_shape, out_shape, axis=tuple(range(-n_in, 0)), use_bias=use_bias, dtype=dtype,
+      param_dtype=param_dtype, rngs=rngs,
+      kernel_init=partitioned(init, axes),
+      bias_init=partitioned(nnx.initializers.zeros_init(), bias_axes))
+
+
+class MultiHeadAttention(nnx.Module):
+  """Multi-head self- or cross-attention, softmax or linear, with RoPE on q and k.
+
+  Cross-attention (`context` given) never rotates: queries and keys come from two different
+  sequences whose positions are unrelated, so m - n has no meaning between them.
+
+  Parameters carry logical axes: q/k/v kernels ("embed", "heads", "kv"), output kernel
+  ("heads", "kv", "embed"), so the trainer's rules table shards them.
+  """
+
+  def __init__(self, d_model: int, num_heads: int, *, head_dim: int | None = None,
+               kind: str = "softmax", use_rope: bool = True, rotary: RotaryConfig | None = None,
+               rotary_value: bool = False, causal: bool = False, feature_map: str = "elu",
+               num_features: int = 256, dropout_rate: float = 0.0, use_bias: bool = True,
+               init_std: float | None = 0.02, dtype=jnp.float32, param_dtype=jnp.float32,
+               implementation: str = "auto", rngs: nnx.Rngs):
+    if kind not in ATTENTION_KINDS:
+      raise ValueError(f"attention kind={kind!r}; expected one of {ATTENTION_KINDS}.")
+    if head_dim is None:
+      if d_model % num_heads:
+        raise ValueError(f"d_model={d_model} is not divisible by num_heads={num_heads}; "
+                         "pass head_dim explicitly or change one of them.")
+      head_dim = d_model // num_heads
+    self.num_heads, self.head_dim, self.kind = num_heads, head_dim, kind
+    self.use_rope, self.rotary = use_rope, rotary or RotaryConfig()
+    self.rotary_value, self.causal, self.feature_map = rotary_value, causal, feature_map
+    if implementation not in ATTENTION_IMPLEMENTATIONS:
+      raise ValueError(f"implementation={implementation!r}; expected one of {ATTENTION_IMPLEMENTATIONS}.")
+    self.dropout_rate, self.implementation = dropout_rate, implementation
+    kw = dict(init_std=init_std, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    self.query = _dense((d_model,), (num_heads, head_dim), ("embed", "heads", "kv"), bias_axes=("heads", "kv"), **kw)
+    self.key = _dense((d_model,), (num_heads, head_dim), ("embed", "heads", "kv"), bias_axes=("heads", "kv"), **kw)
+    self.value = _dense((d_model,), (num_heads, head_dim), ("embed", "heads", "kv"), bias_axes=("heads", "kv"), **kw)
+    self.out = _dense((num_heads, head_dim), (d_model,), ("heads", "kv", "embed"), bias_axes=("embed",), **kw)
+    if kind == "linear":
+      if feature_map not in FEATURE_MAPS:
+        raise ValueError(f"feature_map={feature_map!r}; expected one of {FEATURE_MAPS}.")
+      if feature_map == "favor":
+        self.projection = FeatureProjection(favor_projection(rngs.params(), num_features, head_dim))
+    self.rngs = rngs.fork() if dropout_rate > 0 else None
+
+  def redraw_features(self, key: jax.Array) -> None:
+    """Draws a fresh FAVOR+ projection (Performer redraws every ~1000 steps; the trainer's
+    `feature_redraw_every` decides). Eval and decoding keep the projection fixed."""
+    if self.kind == "linear" and self.feature_map == "favor":
+      f, h = self.projection[...].shape
+      self.projection[...] = favor_projection(key, f, h)
+
+  def _projection(self):
+    return self.projection[...] if (self.kind == "linear" and self.feature_map == "favor") else None
+
+  def __call__(self, x, *, context=None, positions=None, kv_positions=None, mask=None,
+               kv_valid=None, segment_ids=None, deterministic: bool = True) -> jax.Array:
+    """Full-sequence attention.
+
+    Args:
+      x: [B, T, D] queries' input. context: [B, S, D] for cross-attention (else self).
+      positions: int[B, T] query positions (RoPE); kv_positions default to positions.
+      mask: bool mask broadcastable to [B, N, T, S] (softmax attention).
+      kv_valid: bool[B, S] padding mask for keys (linear attention uses this, not `mask`).
+      segment_ids: int[B, T] packed segments (causal linear attention).
+    """
+    src = x if context is None else context
+    q, k, v = self.query(x), self.key(src), self.value(src)
+    rotate = self.use_rope and context is None
+    qp = positions if rotate else None
+    kp = (positions if kv_positions is None else kv_positions) if rotate else None
+    if self.kind == "linear":
+      if mask is not None:
+        raise ValueError("linear attention has no dense [T, S] mask (that would cost O(T * S)); pass "
+                         "kv_valid for padding, segment_ids for packing, and causal=True at construction.")
+      rc = self.rotary
+      y = linear_attention(q, k, v, q_positions=qp, k_positions=kp, feature_map=self.feature_map,
+                           causal=self.causal, theta=rc.theta, layout=rc.layout,
+                           rotary_dim=rc.rotary_dim, scaling=rc.scaling_dict,
+                           projection=self._projection(), kv_mask=kv_valid,
+                           segment_ids=segment_ids if self.causal else None)
+    else:
+      use_dropout = self.dropout_rate > 0 and not deterministic
+      if context_parallel.size() > 1:
+        # Rotate the T-sharded q and k here, each token with its global position; attention
+        # then gathers K/V over the context axis (sharded.context_parallel_attention).
+        if self.causal and context is None and (mask is None or not getattr(mask, "causal", False)):
+          raise ValueError("causal attention under context parallelism needs MaskFactors with the causal "
+                           "slot indices (the models pass them).")
+        q, k, v = rotate_qkv(q, k, v, qp, kp, self.rotary, self.rotary_value and rotate)
+        kernel = functools.partial(dot_product_attention, scale=1.0 / math.sqrt(q.shape[-1]),
+                                   implementation=self.implementation,
+                                   dropout_rate=self.dropout_rate if use_dropout else 0.0)
+        y = context_parallel_attention(kernel, q, k, v, mask=mask,
+                                       dropout_rng=self.rngs.dropout() if use_dropout else None)
+        return self.out(y)
+      y = dot_product_attention(q, k, v, mask=mask, q_positions=qp, k_positions=kp,
+                                rotary=self.rotary, rotary_value=self.rotary_value and rotate,
+                                dropout_rate=self.dropout_rate if use_dropout else 0.0,
+                                dropout_rng=self.rngs.dropout() if use_dropout else None,
+                                is_causal=self.causal and context is None,
+                                implementation=self.implementation)
+    return self.out(y)
+
+  # ---- incremental decoding -----------------------------------------------------------
+
+  def init_cache(self, batch: int, max_len: int, dtype=jnp.float32) -> dict[str, jax.Array]:
+    """An empty per-layer decode cache: k/v slots for softmax, (s, z) for linear attention."""
+    if self.kind == "linear":
+      f = self.head_dim if self.feature_map == "elu" else self._projection().shape[0]
+      return init_linear_state(batch, self.num_heads, f, self.head_dim)._asdict()
+    shape = (batch, max_len, self.num_heads, self.head_dim)
+    return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+
+  def decode(self, x, cache: dict, *, positions, index, kv_valid) -> tuple[jax.Array, dict]:
+    """Self-attention over new tokens x [B, L, D] given a cache filled up to slot `index`.
+
+    Softmax: keys are rotated with their own positions before they are cached, so each
+    cached key keeps its absolute rotation and q_m . k_n still depends on m - n only.
+    Linear: the recurrent (s, z) state is advanced over the L tokens.
+
+    A length-dependent scaling (dynamic, longrope) rotates the new tokens with the
+    frequencies of each row's length after them (its largest new position + 1). The cache
+    is exact only while those frequencies stay the same as when it was written: when they
+    change, every earlier token's keys change, and in a stack so do the hidden states of
+    every layer after the first. The models' `decode_step` then rebuilds the cache from
+    the tokens it keeps (`models.CausalLM.decode_step`).
+
+    Args:
+      positions: int[B, L] positions of the new tokens.
+      index: int32 scalar, the cache slot of x[:, 0].
+      kv_valid: bool[B, max_len] real (non-padding) slots, including the new ones.
+
+    Returns:
+      (y [B, L, D], updated cache).
+    """
+    q, k, v = self.query(x), self.key(x), self.value(x)
+    rc = self.rotary
+    if self.kind == "linear":
+      state = LinearAttentionState(**cache)
+      new_valid = jax.lax.dynamic_slice_in_dim(kv_valid, index, x.shape[1], axis=1)
+      kw = dict(q_positions=positions, k_positions=positions) if self.use_rope else {}
+      y, state = linear_attention(q, k, v, feature_map=self.feature_map, causal=True, theta=rc.theta,
+                                  layout=rc.layout, rotary_dim=rc.rotary_dim, scaling=rc.scaling_dict,
+                                  projection=self._projection(), kv_mask=new_valid,
+                                  initial_state=state, return_state=True, **kw)
+      return self.out(y), state._asdict()
+    if self.use_rope:
+      cs = rc.cos_sin(positions, self.head_dim)
+      q, k = rc.rotate(q, cs), rc.rotate(k, cs)
+      if self.rotary_value:
+        v = rc.rotate(v, cs)
+    ck = jax.lax.dynamic_update_slice_in_dim(cache["k"], k.astype(cache["k"].dtype), index, axis=1)
+    cv = jax.lax.dynamic_update_slice_in_dim(cache["v"], v.astype(cache["v"].dtype), index, axis=1)
+    s = ck.shape[1]
+    mask = make_attention_mask(kv_valid=kv_valid, causal=True,
+                               q_index=index + jnp.arange(x.shape[1], dtype=jnp.int32),
+                               kv_index=jnp.arange(s, dtype=jnp.int32))
+    y = dot_product_attention(q, ck.astype(q.dtype), cv.astype(q.dtype), mask=mask)
+    return self.out(y), {"k": ck, "v": cv}
+
+
+def cross_kv(attn: MultiHeadAttention, context: jax.Array) -> dict[str, jax.Array]:
+  """Keys and values of the encoder output for cross-attention, computed once per decode."""
+  return {"k": attn.key(context), "v": attn.value(context)}
+
+
+def cross_attend(attn: MultiHeadAttention, x, kv: dict, *, mask=None) -> jax.Array:
+  """Cross-attention of x [B, L, D] over precomputed `cross_kv`; no RoPE (positions unrelated)."""
+  y = dot_product_attention(attn.query(x), kv["k"], kv["v"], mask=mask)
+  return attn.out(y)
+
+
+__all__ = ["ATTENTION_KINDS", "FeatureProjection", "MultiHeadAttention", "cross_attend", "cross_kv"]
