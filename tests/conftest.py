@@ -120,3 +120,17 @@ def smoke_runs(tmp_path_factory):
   """The smoke runs that tests only read, each trained once per test process; see SmokeRuns."""
   from tests.smoke import SmokeRuns
   return SmokeRuns(tmp_path_factory.mktemp("smoke_runs"))
+
+
+# ---- tiers --------------------------------------------------------------------------------------
+# `make test` runs everything; `make test-fast` (-m "not slow") the unit tests only. A test is
+# slow when it trains, starts processes (train.py, eval.py, generate.py, benches, experiments,
+# multi-process runs, pip), runs the documented commands, or reads a trained run: those carry
+# @pytest.mark.slow (or a module-level pytestmark) in their files, and every test that asks for
+# `smoke_runs`, directly or through another fixture, is marked here.
+
+
+def pytest_collection_modifyitems(config, items):
+  for item in items:
+    if "smoke_runs" in getattr(item, "fixturenames", ()):
+      item.add_marker(pytest.mark.slow)

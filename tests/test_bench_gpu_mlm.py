@@ -20,6 +20,7 @@ import gpu_mlm  # noqa: E402
 from roformer_jax import models  # noqa: E402
 
 
+@pytest.mark.slow
 def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
   out = tmp_path / "b3.json"
   monkeypatch.setenv("ROFORMER_BENCH_RESULTS", str(tmp_path / "results"))

@@ -286,6 +286,7 @@ def test_docs_benchmarks_block_is_up_to_date():
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rope_bench_records_its_figures(tmp_path):
   results = tmp_path / "results"
   env = {**os.environ, _record.OUT_DIR_ENV: str(results), "JAX_PLATFORMS": "cpu",

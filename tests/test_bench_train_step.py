@@ -87,6 +87,7 @@ def test_train_step_full_and_masked_agree(bench):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_remat_bench_runs_and_records(tmp_path):
   """bench/remat.py on the tiny shape: three policies, identical first losses, a record."""
   import json

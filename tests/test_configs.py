@@ -243,6 +243,7 @@ def offline_data(name, data_dir):
       yield
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,arg", SMOKE_RUNS)
 def test_smoke_variant_trains_two_steps(name, arg, tmp_path, no_network, monkeypatch):
   config = load(name, arg)
@@ -285,6 +286,7 @@ def test_smoke_variant_trains_two_steps(name, arg, tmp_path, no_network, monkeyp
   assert (tmp_path / "work" / "eval_results.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,arg,position", BASELINE_SMOKE)
 def test_baseline_variant_takes_a_finite_gradient_step_on_its_data(name, arg, position, tmp_path, no_network):
   config = load(name, arg)
@@ -412,6 +414,7 @@ def test_every_length_the_run_uses_is_checked_at_config_load():
         trainer.check_config(config)
 
 
+@pytest.mark.slow
 def test_a_seq2seq_target_the_context_axis_cannot_split_is_refused_before_training(tmp_path, no_network):
   """mesh.context=-1 (4 with data=2 on 8 devices): the size is known once the mesh is made,
   and the target length is refused then, naming its key, before the workdir exists."""
@@ -424,6 +427,7 @@ def test_a_seq2seq_target_the_context_axis_cannot_split_is_refused_before_traini
   assert not (tmp_path / "work").exists()
 
 
+@pytest.mark.slow
 def test_a_seq2seq_source_of_a_multiple_of_c_trains_under_context_parallelism(tmp_path, no_network, monkeypatch):
   """Source 36 on context=4 (9 tokens per device; the source is bidirectional, so C divides
   it enough), target 40 (2C = 8 chunks): one step, whose loss is one device's."""

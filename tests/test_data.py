@@ -472,6 +472,7 @@ def test_bad_configs_get_clear_errors(data_dir):
                        process_index=2, process_count=2)
 
 
+@pytest.mark.slow
 def test_prepare_command_builds_the_stdlib_corpus(tmp_path):
   out = subprocess.run([sys.executable, "-m", "roformer_jax.data.prepare", "dataset", corpus.NAME,
                         "--data_dir", str(tmp_path)], capture_output=True, text=True, check=True,

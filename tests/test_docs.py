@@ -464,6 +464,7 @@ def compile_cache(tmp_path_factory):
   return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", GROUPS, ids=[g.key for g in GROUPS])
 def test_documented_commands_run(group, tmp_path, compile_cache):
   if any("gettext_translate" in line for line, _ in group.commands) and \

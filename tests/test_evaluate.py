@@ -66,6 +66,7 @@ def longrope(head_dim, original, long_max):
           "long_factor": list(np.linspace(1.0, long_max, head_dim // 2))}
 
 
+@pytest.mark.slow
 def test_longrope_trains_and_evaluates_with_one_factor_per_pair_of_the_head_dim(tmp_path):
   """LongRoPE in the model config (head dim 16: 8 factors each, not 4) trains, then evaluates
   with another LongRoPE at eval time, past the original length, pass-key decoding included."""

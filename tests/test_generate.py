@@ -347,6 +347,7 @@ def test_cli_mlm_prints_the_top_fillers(mlm_run):
   assert lines[0] == "x = [MASK]" and lines[1].startswith("  [MASK] 1: ") and lines[1].count(" 0.") == 3
 
 
+@pytest.mark.slow
 def test_cli_errors_print_one_line_and_exit_2(tmp_path):
   out = run_cli("--config", "configs/default.py:smoke", "--workdir", str(tmp_path), "--prompt", "def ")
   assert out.returncode == 2

@@ -143,6 +143,7 @@ def test_raw_targets_follow_the_evaluation_order_per_process(locale_dir, tmp_pat
     assert [tok.decode(r[r > 0][:-1]) for r in rows] == refs
 
 
+@pytest.mark.slow
 def test_smoke_config_trains_and_scores_bleu_against_raw_references(locale_dir, tmp_path):
   from configs import gettext_translate
   config = gettext_translate.get_config("smoke")

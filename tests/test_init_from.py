@@ -69,6 +69,7 @@ def assert_same(a: dict, b: dict):
     np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
 
+@pytest.mark.slow
 def test_init_from_copies_the_encoder_and_leaves_the_head_fresh(mlm_run):
   config = classifier_config(str(mlm_run))
   model = tasks.build_model(config, nnx.Rngs(0))
@@ -83,6 +84,7 @@ def test_init_from_copies_the_encoder_and_leaves_the_head_fresh(mlm_run):
   assert "out_proj/kernel" in info["fresh"] and not any(f.startswith("roformer") for f in info["fresh"])
 
 
+@pytest.mark.slow
 def test_fine_tuning_run_starts_from_the_pre_trained_encoder(mlm_run, tmp_path):
   config = classifier_config(str(mlm_run))
   config.optim.learning_rate = 0.0  # no update: the run's encoder must stay the pre-trained one
@@ -94,6 +96,7 @@ def test_fine_tuning_run_starts_from_the_pre_trained_encoder(mlm_run, tmp_path):
   assert saved["init_from"] == str(mlm_run) and saved["task"] == "classification"
 
 
+@pytest.mark.slow
 def test_a_different_architecture_is_named(mlm_run):
   model = tasks.build_model(classifier_config(str(mlm_run), d_ff=96), nnx.Rngs(0))
   with pytest.raises(checkpoints.InitFromError, match=r"d_ff: pre-trained 64 vs config 96"):
@@ -117,6 +120,7 @@ def extend_config(source, **model):
   return c
 
 
+@pytest.mark.slow
 def test_a_causal_lm_starts_from_a_trained_lm_at_a_new_length_and_rope(lm_run, mlm_run):
   # Context extension: the whole LM is copied; the RoPE scaling and base may change, and the
   # longer rows change no parameter.
@@ -142,6 +146,7 @@ def test_a_causal_lm_starts_from_a_trained_lm_at_a_new_length_and_rope(lm_run, m
   trainer.check_config(config)  # task lm may name an init_from
 
 
+@pytest.mark.slow
 def test_a_causal_lm_run_or_an_empty_directory_is_refused(lm_run, tmp_path):
   import shutil
   shutil.copytree(lm_run, tmp_path / "lm")
@@ -174,6 +179,7 @@ def test_attention_implementation_is_not_architecture():
     checkpoints._check_same_architecture(cfg, cfg.replace(d_ff=64), "src")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["{w}", "{w}/", "{w}/checkpoints", "{w}/checkpoints/", "{w}/checkpoints/{step}",
                                   "{w}/checkpoints/{step}/", "{w}/checkpoints/./{step}"])
 def test_every_spelling_of_the_source_gets_the_architecture_check(mlm_run, form):
@@ -185,6 +191,7 @@ def test_every_spelling_of_the_source_gets_the_architecture_check(mlm_run, form)
     checkpoints.init_from(model, form.format(w=mlm_run, step=step))
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_skipped_from_a_workdir_and_refused_by_name(mlm_run, tmp_path, capsys):
   import shutil
   copy = tmp_path / "mlm"

@@ -105,6 +105,7 @@ def _report(out):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_coordinator_listens_only_on_the_loopback_address_it_was_given(tmp_path):
   """JAX binds [::]:port (every interface) unless told otherwise; launch binds the given host."""
   port = _free_port()
@@ -129,6 +130,7 @@ def test_the_bind_address_is_a_local_address_or_a_clear_error():
     launch.bind_address("localhost")
 
 
+@pytest.mark.slow
 def test_only_process_0_needs_the_coordinator_address_to_be_local(tmp_path):
   """On a cluster the coordinator's address is another machine's: process 1 must not refuse it.
   (It then tries to connect, which JAX logs; the test stops it there.)"""
@@ -157,6 +159,7 @@ def _certificates(directory):
           "--mtls_ca_file": directory / "ca.pem"}
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl to make certificates")
 def test_mutual_tls_flags_reach_the_coordination_service(tmp_path):
   files = _certificates(tmp_path)
@@ -176,6 +179,7 @@ def test_mutual_tls_flags_reach_the_coordination_service(tmp_path):
     (["--heartbeat_timeout_seconds", "0"], "--heartbeat_timeout_seconds=0: expected a whole number of seconds >= 1"),
     (["--coordinator_address", "203.0.113.7:1234"], "is not an address of this machine"),
 ])
+@pytest.mark.slow
 def test_bad_multi_process_flags_are_clear_errors(tmp_path, flags, message):
   address = ["--coordinator_address", f"127.0.0.1:{_free_port()}"] if "--coordinator_address" not in flags else []
   (proc,) = _start(tmp_path, ["listen", "-"], *address, *flags, processes=(0,))
@@ -192,6 +196,7 @@ def test_bad_multi_process_flags_are_clear_errors(tmp_path, flags, message):
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("killed", [1, 0])
 def test_a_dead_peer_stops_the_survivor_with_one_line_to_act_on(tmp_path, killed):
   """SIGKILL one of two processes: the other exits 1 within the heartbeat timeout, naming the dead

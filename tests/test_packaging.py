@@ -24,6 +24,8 @@ import pytest
 
 import roformer_jax
 
+pytestmark = pytest.mark.slow  # builds wheels and starts interpreters: make test, not make test-fast
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Loaded by the trainer and evaluator only, never by a model module.

@@ -153,6 +153,7 @@ def test_a_digest_that_cannot_be_written_after_a_restore_is_a_write_error_not_da
   assert (directory / "1").is_dir() and not (tmp_path / "checkpoints.damaged").exists()
 
 
+@pytest.mark.slow
 def test_the_newest_checkpoint_is_digested_when_it_commits_so_a_kill_then_a_flip_is_caught(tmp_path, capsys):
   # Async saves of steps 10 and 20, then the process dies once step 20 has committed: no next
   # save and no close() (the SIGKILL). Then one bit of step 20 flips on disk.
@@ -327,6 +328,7 @@ def trained(tmp_path_factory):
   return workdir
 
 
+@pytest.mark.slow
 def test_a_second_trainer_exits_2_naming_the_holder_and_eval_runs_beside_it(trained):
   from configs import default
   with workdir_lock.WorkdirLock(str(trained)):
@@ -346,6 +348,7 @@ def test_a_second_trainer_exits_2_naming_the_holder_and_eval_runs_beside_it(trai
     (["--config.data.dataset=imagenet"], "imagenet"),
     (["--config=configs/nothere.py"], "nothere.py"),
 ])
+@pytest.mark.slow
 def test_user_mistakes_exit_2_with_the_message_alone(tmp_path, flags, message):
   out = _cli("train.py", "--config", SMOKE, "--workdir", str(tmp_path / "w"), *flags)
   assert out.returncode == 2, out.stderr
@@ -353,6 +356,7 @@ def test_user_mistakes_exit_2_with_the_message_alone(tmp_path, flags, message):
   assert not (tmp_path / "w").exists()  # a failed config check creates nothing
 
 
+@pytest.mark.slow
 def test_a_workdir_that_is_a_file_and_tracebacks_on_request(tmp_path):
   (tmp_path / "w").write_text("")
   out = _cli("train.py", "--config", SMOKE, "--workdir", str(tmp_path / "w"))
@@ -363,6 +367,7 @@ def test_a_workdir_that_is_a_file_and_tracebacks_on_request(tmp_path):
   assert out.returncode == 1 and "Traceback" in out.stderr and "UserError" in out.stderr, out.stderr
 
 
+@pytest.mark.slow
 def test_bugs_keep_their_traceback():
   code = ("import sys; from roformer_jax import launch\n"
           "def main(argv):\n  raise RuntimeError('a bug')\n"
@@ -377,6 +382,7 @@ def test_bugs_keep_their_traceback():
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_two_processes_stop_at_the_same_step_when_only_one_is_signalled(tmp_path):
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))

@@ -21,6 +21,8 @@ import pytest
 from configs import common, default
 from roformer_jax import evaluate, trainer
 
+pytestmark = pytest.mark.slow  # trains or runs processes: make test, not make test-fast
+
 ROOT = pathlib.Path(__file__).parents[1]
 
 
