@@ -6,7 +6,7 @@ Run (from the repository root):
   .venv/bin/python bench/gpu_mlm.py --smoke           # any machine: a tiny model, checks the plumbing
 Without a GPU (and without --smoke) it prints why and exits 0, so `make bench` runs anywhere.
 
-The step is the trainer's own (`trainer.create_state` + `trainer._train_step`, jitted with the
+The step is the trainer's own (`trainer.create_state` + `trainer.train_step`, jitted with the
 trainer's shardings over every local device, state donated): forward, the MLM loss at the
 masked positions only (M = `pipeline.mlm_max_predictions` slots per row, 15% of the tokens
 scored), backward and the Sec. 4.2 AdamW update. Parameters and optimiser moments are float32;
@@ -152,7 +152,7 @@ class Variant:
     sharding = mesh_lib.batch_sharding(mesh)
     self.batch = {k: None if v is None else jax.device_put(v, sharding) for k, v in local.items()}
     state_sharding = jax.tree.map(lambda x: x.sharding, self.state)
-    step = functools.partial(trainer._train_step, self.graphdef, task="mlm", label_smoothing=0.0)
+    step = functools.partial(trainer.train_step, self.graphdef, task="mlm", label_smoothing=0.0)
     jitted = jax.jit(step, in_shardings=(state_sharding, sharding), out_shardings=(state_sharding, None),
                      donate_argnums=(0,))
     t0 = time.perf_counter()

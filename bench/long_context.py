@@ -28,7 +28,7 @@ rotated); in each, an untimed warm-up call and then 2 timed calls (5 under 50 ms
 a group share the machine's drifts (the development machine is shared with other jobs).
 
 Part 2, configs/default.py's model (a 4-layer, d=128 byte LM, 4 heads of 32) in one full
-train step: `trainer._train_step` (forward, loss, value_and_grad, the config's AdamW update,
+train step: `trainer.train_step` (forward, loss, value_and_grad, the config's AdamW update,
 jitted with the state donated, as the trainer does), batch 1, one document per row, for
 T = 2K ... 32K and attention_implementation "xla" (dense) vs "chunked". Peak memory from
 the memory analysis for every T; then, analysis only, T keeps doubling (up to
@@ -222,7 +222,7 @@ def run_attention(args) -> list[dict]:
 
 
 class TrainStep:
-  """One implementation's model, optimiser and jitted train step (the trainer's `_train_step`)."""
+  """One implementation's model, optimiser and jitted train step (`trainer.train_step`)."""
 
   def __init__(self, config_spec: str, impl: str, batch: int):
     from flax import nnx
@@ -235,7 +235,7 @@ class TrainStep:
     tx, _, _ = trainer.make_optimizer(self.config)
     model = tasks.build_model(self.config, nnx.Rngs(params=self.config.seed, dropout=self.config.seed + 1))
     self.graphdef, self.state = nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
-    self.step = jax.jit(functools.partial(trainer._train_step, self.graphdef, task=self.config.task,
+    self.step = jax.jit(functools.partial(trainer.train_step, self.graphdef, task=self.config.task,
                                           label_smoothing=0.0), donate_argnums=0)
     self.batch_size = batch
 

@@ -1,6 +1,6 @@
 """Default config: a small RoFormer byte-level language model, trained offline on a CPU.
 
-Run (the README's first command does this through `make train`):
+Run (the README's `make train` does this):
   python train.py --config configs/default.py --workdir workdirs/default
   python train.py --config configs/default.py:smoke --workdir /tmp/smoke_default   # seconds, for tests
 

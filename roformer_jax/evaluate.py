@@ -28,6 +28,7 @@ translations of all shards are gathered before BLEU is computed.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -246,17 +247,11 @@ def _loss_pass(config, graphdef, state, mesh, batches, progress_desc: str, max_l
   split = context > 1 and all(length % context_parallel.required_multiple(context, causal=causal) == 0
                               for _, length, causal, _ in trainer.sequence_lengths(config, max_length))
 
-  @jax.jit
-  def step(state, batch):
-    with trainer.step_context(mesh if split else None, rules):
-      return tasks.loss_sums(nnx.merge(graphdef, state), batch, task=config.task, deterministic=True)
-
-  sums = {"loss": 0.0, "weight": 0.0, "correct": 0.0}
+  step = jax.jit(functools.partial(trainer.eval_step, graphdef, task=config.task, mesh=mesh if split else None,
+                                   rules=rules))
   from tqdm import tqdm
-  for local in tqdm(batches, desc=progress_desc, unit="batch", disable=jax.process_index() != 0, leave=False):
-    out = step(state, mesh_lib.global_batch(local, mesh))
-    sums = {k: sums[k] + float(out[k]) for k in sums}
-  return sums
+  batches = tqdm(batches, desc=progress_desc, unit="batch", disable=jax.process_index() != 0, leave=False)
+  return trainer.eval_sums(step, state, batches, mesh)
 
 
 def _token_metrics(sums: dict[str, float]) -> dict[str, float]:

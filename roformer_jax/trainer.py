@@ -216,32 +216,58 @@ def step_context(mesh, rules):
     yield
 
 
-def _train_step(graphdef, state, batch, *, task: str, label_smoothing: float, mesh=None, rules=None):
+def train_step(graphdef, state, batch, *, task: str, label_smoothing: float = 0.0, mesh=None, rules=None):
+  """One optimiser step: the task's loss, its gradient, the optax update. Pure; jit it.
+
+  Args:
+    graphdef, state: `nnx.split((model, optimizer))` (`create_state`).
+    batch: the task's global batch (`mesh.global_batch`).
+    task: a `tasks.TASKS` name; label_smoothing: as config.label_smoothing.
+    mesh, rules: trace under this mesh and these logical rules (context parallelism reads
+      them); None traces without.
+
+  Returns:
+    (new state, {"loss", "accuracy", "grad_norm", "param_norm", "scored"}), scalars on device.
+  """
   with step_context(mesh, rules):
-    return _train_step_body(graphdef, state, batch, task=task, label_smoothing=label_smoothing)
+    model, optimizer = nnx.merge(graphdef, state)
+
+    def loss_fn(model):
+      sums = tasks.loss_sums(model, batch, task=task, label_smoothing=label_smoothing, deterministic=False)
+      return sums["loss"] / jnp.maximum(sums["weight"], 1.0), sums
+
+    (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
+    optimizer.update(model, grads)
+    # The updated parameters' norm: a finite loss can still be followed by an update to inf,
+    # and such a state must never be checkpointed.
+    param_norm = optax.tree.norm(nnx.state(model, nnx.Param))
+    out = {"loss": loss, "accuracy": sums["correct"] / jnp.maximum(sums["weight"], 1.0),
+           "grad_norm": optax.tree.norm(grads), "param_norm": param_norm, "scored": sums["weight"]}
+    return nnx.state((model, optimizer)), out
 
 
-def _train_step_body(graphdef, state, batch, *, task: str, label_smoothing: float):
-  model, optimizer = nnx.merge(graphdef, state)
+def eval_step(graphdef, state, batch, *, task: str, mesh=None, rules=None) -> dict[str, jax.Array]:
+  """Summed loss, weight and correct predictions of one batch, without dropout. Pure; jit it.
 
-  def loss_fn(model):
-    sums = tasks.loss_sums(model, batch, task=task, label_smoothing=label_smoothing, deterministic=False)
-    return sums["loss"] / jnp.maximum(sums["weight"], 1.0), sums
-
-  (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
-  optimizer.update(model, grads)
-  # The updated parameters' norm: a finite loss can still be followed by an update to inf,
-  # and such a state must never be checkpointed.
-  param_norm = optax.tree.norm(nnx.state(model, nnx.Param))
-  out = {"loss": loss, "accuracy": sums["correct"] / jnp.maximum(sums["weight"], 1.0),
-         "grad_norm": optax.tree.norm(grads), "param_norm": param_norm, "scored": sums["weight"]}
-  return nnx.state((model, optimizer)), out
-
-
-def _eval_step(graphdef, state, batch, *, task: str, mesh=None, rules=None):
-  model, _ = nnx.merge(graphdef, state)
+  graphdef, state: a model's `nnx.split`, or the trainer's (model, optimizer) one.
+  """
+  merged = nnx.merge(graphdef, state)
+  model = merged[0] if isinstance(merged, tuple) else merged
   with step_context(mesh, rules):
     return tasks.loss_sums(model, batch, task=task, deterministic=True)
+
+
+def eval_sums(step_fn, state, batches, mesh) -> dict[str, float]:
+  """{"loss", "weight", "correct"} summed over `batches` (local batches) by `step_fn(state,
+  global_batch)`, e.g. a jitted `eval_step`. The sums stay on the device and are read back
+  once at the end, so the host never waits for a batch."""
+  sums = None
+  for local in batches:
+    out = step_fn(state, mesh_lib.global_batch(local, mesh))
+    out = {k: out[k] for k in ("loss", "weight", "correct")}
+    sums = out if sums is None else jax.tree.map(jnp.add, sums, out)
+  return {k: 0.0 for k in ("loss", "weight", "correct")} if sums is None else {
+      k: float(v) for k, v in jax.device_get(sums).items()}
 
 
 def _redraw_features(graphdef, state, key):
@@ -366,12 +392,12 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
   state_sharding = jax.tree.map(lambda x: x.sharding, state)
   batch_sharding = mesh_lib.batch_sharding(mesh)
 
-  train_step = jax.jit(
-      functools.partial(_train_step, graphdef, task=config.task, mesh=mesh, rules=rules,
+  jitted_train_step = jax.jit(
+      functools.partial(train_step, graphdef, task=config.task, mesh=mesh, rules=rules,
                         label_smoothing=float(config.label_smoothing)),
       in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, None), donate_argnums=(0,))
-  eval_step = jax.jit(functools.partial(_eval_step, graphdef, task=config.task, mesh=mesh, rules=rules),
-                      in_shardings=(state_sharding, batch_sharding))
+  evaluate_batch = jax.jit(functools.partial(eval_step, graphdef, task=config.task, mesh=mesh, rules=rules),
+                           in_shardings=(state_sharding, batch_sharding))
   redraw_every = int(config.feature_redraw_every)
   redraw = jax.jit(functools.partial(_redraw_features, graphdef), in_shardings=(state_sharding, None),
                    out_shardings=state_sharding, donate_argnums=(0,))
@@ -379,15 +405,12 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
   num_samples = int(config.samples_per_eval)
 
   def evaluate(step: int) -> dict[str, float]:
-    sums = {"loss": 0.0, "weight": 0.0, "correct": 0.0}
     # The same first eval_batches batches every time, repeating a small split, so that every
     # process runs the same number of collective eval steps (eval.py does full passes).
     it = iterator("validation", stage, repeat=True, shuffle=False)
-    for i in range(config.eval_batches):
-      local = next(it)
-      first = local if i == 0 else first
-      out = eval_step(state, mesh_lib.global_batch(local, mesh))
-      sums = {k: sums[k] + float(out[k]) for k in sums}
+    local = [next(it) for _ in range(config.eval_batches)]
+    first = local[0]
+    sums = eval_sums(evaluate_batch, state, local, mesh)
     w = max(sums["weight"], 1.0)
     result = {"eval_loss": sums["loss"] / w, "eval_accuracy": sums["correct"] / w}
     writer.write(step, result)
@@ -432,7 +455,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
       peers.note_step(step)
       local = next(train_iter)
       window_tokens += tasks.tokens_in(local, config.task) * processes
-      state, out = train_step(state, mesh_lib.global_batch(local, mesh))
+      state, out = jitted_train_step(state, mesh_lib.global_batch(local, mesh))
       # The host does not wait for each step: the next batch is prepared while the device
       # computes, and the losses are read back in bulk. They are checked at the first step and
       # before anything that uses the state (a log line, an evaluation, a checkpoint), so a
