@@ -71,7 +71,7 @@ def main():
       assert checkpoints.verify_digest(step_dir) is None
       t3 = time.perf_counter()
       restored = manager.restore(1, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(checkpoints._abstract(tree))))["state"]
+          state=ocp.args.StandardRestore(checkpoints.abstract_tree(tree))))["state"]
       jax.block_until_ready(restored)
       t4 = time.perf_counter()
       manager.close()

@@ -82,8 +82,9 @@ def main():
       trainer.train_and_evaluate(config, workdir)
   mesh = mesh_lib.make_mesh(config.mesh)
   settings = evaluate.eval_settings(config)
-  graphdef, state, step, _ = evaluate._restore(config, workdir, mesh,
-                                               mesh_lib.rules_from_config(config.logical_axis_rules), settings)
+  graphdef, state, step, _ = evaluate.restore(config, workdir, mesh,
+                                              mesh_lib.rules_from_config(config.logical_axis_rules),
+                                              average_last=settings["average_last"])
   model, _ = nnx.merge(graphdef, state)
   it = data.make_iterator(config.data, task="lm", split="validation", batch_size=16, seed=0,
                           repeat=False, shuffle=False)

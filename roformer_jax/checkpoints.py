@@ -69,7 +69,8 @@ class CheckpointWriteError(RunFault):
   """Saving a checkpoint failed (disk full, I/O error, permissions)."""
 
 
-def _abstract(tree):
+def abstract_tree(tree):
+  """The shapes, dtypes and shardings of a tree of arrays: an orbax restore target."""
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
 
 
@@ -321,7 +322,7 @@ class Checkpointer:
   def restore(self, step: int, target_state, iterator=None):
     """Restores step `step` into the shardings of `target_state` (arrays or ShapeDtypeStructs),
     and the iterator in place. Returns the state. No integrity checks: `restore_newest`."""
-    items = {"state": ocp.args.StandardRestore(_abstract(target_state))}
+    items = {"state": ocp.args.StandardRestore(abstract_tree(target_state))}
     if iterator is not None:
       items["data"] = grain.checkpoint.CheckpointRestore(iterator)
     restored = self.manager.restore(step, args=ocp.args.Composite(**items))
@@ -524,7 +525,7 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
     if not has_digest(step_dir):
       warn_undigested(step_dir, step, digest_now=False)
   select = select or (lambda s: s)
-  abstract = _abstract(target_state)
+  abstract = abstract_tree(target_state)
   mean = None
   for k, step in enumerate(use, start=1):
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))
@@ -540,7 +541,7 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
   return mean, use
 
 
-__all__ = ["Checkpointer", "average_checkpoints"]
+__all__ = ["Checkpointer", "abstract_tree", "average_checkpoints"]
 
 
 # --------------------------------------------------------------------------------------

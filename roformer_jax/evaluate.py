@@ -156,11 +156,6 @@ def restore(config, workdir: str, mesh, rules, *, average_last: int = 0,
   return graphdef, state, used[-1], used
 
 
-def _restore(config, workdir: str, mesh, rules, settings) -> tuple[Any, Any, int, list[int]]:
-  """`restore` with eval's settings (`config.eval.average_last`)."""
-  return restore(config, workdir, mesh, rules, average_last=settings["average_last"])
-
-
 def _with_rope_scaling(config, graphdef, state, scaling):
   """The same parameters in a model whose RoPE uses `scaling` (nothing else changes)."""
   cfg = config.copy_and_resolve_references()
@@ -355,7 +350,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                       f"least {shortest} tokens with this tokenizer (BOS, the key sentence and the question); "
                       f"give lengths >= {shortest}.")
   workdir = os.path.abspath(workdir)
-  graphdef, state, step, used = _restore(config, workdir, mesh, rules, settings)
+  graphdef, state, step, used = restore(config, workdir, mesh, rules, average_last=settings["average_last"])
   graphdef, state = _model_only(graphdef, state)
   local_batch = config.batch_size // jax.process_count()
   batches = lambda: _batches(config, settings["split"], config.data.max_length, local_batch, settings["max_batches"])
