@@ -2,7 +2,8 @@
 
 It runs in a separate Python 3.11 venv that has torch and transformers (neither is a
 dependency of this project) and imports only torch, transformers and the standard library.
-bench/rope.py starts it and drives it over stdin/stdout, one JSON object per line:
+bench/rope.py starts it (bench/harness.py TorchWorker: a hello line first) and drives it over
+stdin/stdout, one JSON object per line:
 
   {"cmd": "init", "x_path": str, "shape": [B, T, N, H], "threads": int, "out_path": str}
       -> reads x (raw float32, C order, [B, T, N, H], the layout of bench/rope.py) from
@@ -27,7 +28,7 @@ from __future__ import annotations
 import platform
 import time
 
-from _torch_protocol import serve as _serve  # noqa: E402  (before torch: redirects stdout)
+from _torch_protocol import reply as _reply, serve as _serve  # noqa: E402  (before torch: redirects stdout)
 
 import torch  # noqa: E402
 import transformers  # noqa: E402
@@ -76,6 +77,7 @@ def _time(msg) -> dict:
 
 
 def main() -> None:
+  _reply({"ready": True})
   _serve({"init": _init, "time": _time})
 
 

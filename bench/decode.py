@@ -14,7 +14,7 @@ Per generated token at a `--context`-token prefix, batch 1, float32:
 - recompute: a jitted full forward `model(tokens)` over the whole context, which is what a
   cache-free decoder pays for every token.
 - generate: `decoding.generate` end to end (prefill + `--new` greedy tokens), for reference.
-All are jitted and warmed up, then timed round-robin; the table shows the median of
+All are jitted and warmed up, then timed round-robin (bench/harness.py); the table shows the median of
 `--rounds` rounds (min..max). The last line printed is one JSON object with every figure.
 Issue #6's goal: the cached loop at least 10x faster per token than recompute at 1K context.
 """
@@ -27,7 +27,6 @@ import os
 import platform
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -36,22 +35,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from bench import _record  # noqa: E402
+from bench import _record, harness  # noqa: E402
 from roformer_jax import decoding  # noqa: E402
 from roformer_jax.models import CausalLM, ModelConfig  # noqa: E402
-
-
-def _time_round_robin(fns: dict, rounds: int) -> dict[str, list[float]]:
-  """fns: name -> (callable, number of tokens it produces); returns seconds per token."""
-  times = {name: [] for name in fns}
-  for fn, _ in fns.values():  # compile + warm up
-    jax.block_until_ready(fn())
-  for _ in range(rounds):
-    for name, (fn, tokens) in fns.items():
-      start = time.perf_counter()
-      jax.block_until_ready(fn())
-      times[name].append((time.perf_counter() - start) / tokens)
-  return times
 
 
 def bench_model(attention: str, args) -> dict[str, list[float]]:
@@ -84,7 +70,11 @@ def bench_model(attention: str, args) -> dict[str, list[float]]:
       "recompute full forward": (lambda: full(state, prompt), 1),
       f"generate (prefill + {n} tokens)": (lambda: decoding.generate(model, prompt, max_new_tokens=n), n),
   }
-  return _time_round_robin(fns, args.rounds)
+  for fn, _ in fns.values():  # compile + warm up
+    jax.block_until_ready(fn())
+  times = harness.round_robin({k: lambda fn=fn: jax.block_until_ready(fn()) for k, (fn, _) in fns.items()},
+                              args.rounds, rewarm=0)
+  return {k: [t / fns[k][1] for t in ts] for k, ts in times.items()}  # seconds per token
 
 
 def main():

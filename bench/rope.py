@@ -30,12 +30,12 @@ The last line printed is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -46,12 +46,10 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bench import _record  # noqa: E402
+from bench import _record, harness  # noqa: E402
 from roformer_jax import rope  # noqa: E402
 
-DEFAULT_TORCH_PYTHON = os.path.join(os.path.expanduser("~"), ".cache", "roformer_jax", "bench-torch-venv", "bin",
-                                    "python")
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_rope_worker.py")
+DEFAULT_TORCH_PYTHON = os.path.join(harness.DEFAULT_TORCH_VENV, "bin", "python")
 HF_ROW = "HF torch fp32"
 
 
@@ -71,39 +69,6 @@ def _dense_rotation_fn(dim: int):
   return fn
 
 
-class _TorchWorker:
-  """bench/_torch_rope_worker.py in the torch venv, one JSON object per line each way."""
-
-  def __init__(self, python: str):
-    self.proc = subprocess.Popen([python, WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 bufsize=1)
-
-  def call(self, **msg) -> dict:
-    try:
-      self.proc.stdin.write(json.dumps(msg) + "\n")
-      self.proc.stdin.flush()
-    except OSError as e:
-      raise RuntimeError(f"the torch worker is gone ({e}); its stderr is above") from e
-    line = self.proc.stdout.readline()
-    if not line:
-      raise RuntimeError(f"the torch worker exited (rc {self.proc.wait()}); its stderr is above")
-    reply = json.loads(line)
-    if not reply.get("ok"):
-      raise RuntimeError(f"torch worker: {reply.get('error')}\n{reply.get('traceback', '')}")
-    return reply
-
-  def close(self) -> None:
-    if self.proc.poll() is None:
-      try:
-        self.call(cmd="quit")
-      except (RuntimeError, OSError, ValueError):
-        pass
-      try:
-        self.proc.wait(timeout=30)
-      except subprocess.TimeoutExpired:
-        self.proc.kill()
-
-
 def _start_hf(args, x32: np.ndarray, tmpdir: str):
   """Starts the torch worker on x32; returns (worker, init reply, HF's rotated x) or None if skipped.
 
@@ -111,25 +76,21 @@ def _start_hf(args, x32: np.ndarray, tmpdir: str):
   under --smoke (a smoke run checks our side; torch is never a dependency); an explicit
   --torch-python that does not work is an error otherwise.
   """
-  python = args.torch_python
-  lenient = python == DEFAULT_TORCH_PYTHON or args.smoke
-  if not python:
+  if not args.torch_python:
     print("HF torch row skipped: --torch-python is empty.")
     return None
-  if not os.path.exists(python):
-    if lenient:
-      print(f"HF torch row skipped: no python at {python} (pass --torch-python PATH to an interpreter "
-            "with torch and transformers).")
-      return None
-    raise SystemExit(f"--torch-python {python} does not exist.")
+  lenient = args.torch_python == DEFAULT_TORCH_PYTHON or args.smoke
+  python = harness.find_torch_python(args.torch_python, lenient=lenient)
+  if python is None:
+    return None
   x_path, out_path = os.path.join(tmpdir, "x.f32"), os.path.join(tmpdir, "hf_out.f32")
   x32.tofile(x_path)
-  worker = _TorchWorker(python)
   try:
-    info = worker.call(cmd="init", x_path=x_path, out_path=out_path, shape=list(x32.shape),
-                       threads=args.torch_threads)
+    worker = harness.TorchWorker(python, "_torch_rope_worker.py")
+    info = worker.call("init", x_path=x_path, out_path=out_path, shape=list(x32.shape), threads=args.torch_threads)
   except RuntimeError as e:
-    worker.close()
+    if "worker" in locals():
+      worker.close()
     if lenient:
       print(f"HF torch row skipped: the worker failed under {python}: {e}")
       return None
@@ -140,37 +101,15 @@ def _start_hf(args, x32: np.ndarray, tmpdir: str):
   return worker, info, hf_out
 
 
-def _time_round_robin(fns: dict, args: dict, rounds: int, inner: int,
-                      external: dict | None = None) -> dict[str, list[float]]:
-  """Per-round seconds per call of each method; round r starts at the r-th method (mod count).
-
-  external: name -> fn(inner) that times inner calls elsewhere (the torch worker) and
-  returns the seconds per call.
-  """
-
-  def jax_step(fn, fn_args):
-    def step():
-      start = time.perf_counter()
-      for _ in range(inner):
-        out = fn(*fn_args)
-      jax.block_until_ready(out)
-      return (time.perf_counter() - start) / inner
-    return step
-
-  steps = {}
-  for name, fn in fns.items():  # compile + warm up
-    jax.block_until_ready(fn(*args[name]))
-    steps[name] = jax_step(fn, args[name])
-  for name, fn in (external or {}).items():
-    fn(1)  # warm up
-    steps[name] = lambda fn=fn: fn(inner)
-  names = list(steps)
-  times = {name: [] for name in names}
-  for r in range(rounds):
-    k = r % len(names)
-    for name in names[k:] + names[:k]:
-      times[name].append(steps[name]())
-  return times
+def _per_call(fn, fn_args, inner: int):
+  """A harness call: `inner` calls of fn, returning the seconds per call."""
+  def call():
+    start = time.perf_counter()
+    for _ in range(inner):
+      out = fn(*fn_args)
+    jax.block_until_ready(out)
+    return (time.perf_counter() - start) / inner
+  return call
 
 
 def main() -> None:
@@ -225,10 +164,15 @@ def main() -> None:
       del hf_out
       cases[HF_ROW] = (None, None, "fp32", "plain fp32")
       # One HF call rotates q and k (each of x's size): half of it is the time for one tensor.
-      external = {HF_ROW: lambda n: worker.call(cmd="time", inner=n)["seconds"] / 2}
-    times = _time_round_robin({k: v[0] for k, v in cases.items() if k != HF_ROW},
-                              {k: v[1] for k, v in cases.items() if k != HF_ROW},
-                              args.rounds, args.inner, external)
+      external = {HF_ROW: lambda n: worker.call("time", inner=n)["seconds"] / 2}
+    calls = {k: _per_call(fn, fn_args, args.inner) for k, (fn, fn_args, _, _) in cases.items() if k != HF_ROW}
+    calls.update({k: functools.partial(fn, args.inner) for k, fn in (external or {}).items()})
+    for k, (fn, fn_args, _, _) in cases.items():  # compile + warm up
+      if k == HF_ROW:
+        external[k](1)
+      else:
+        jax.block_until_ready(fn(*fn_args))
+    times = harness.round_robin(calls, args.rounds, rewarm=0)
   finally:
     if hf is not None:
       hf[0].close()
