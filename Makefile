@@ -43,7 +43,7 @@ train: venv
 bench: venv
 	$(PY) bench/rope.py --record
 	$(PY) bench/rope_precision.py --record
-	$(PY) bench/attention.py --record
+	$(PY) bench/long_context.py --b4 --record
 	$(PY) bench/decode.py --record
 	$(PY) bench/train_step.py --record
 	$(PY) bench/default_config.py --record

@@ -5,8 +5,8 @@ rounds with the order rotated by one every round, so slow drifts of a shared mac
 hit them alike. In each round a configuration runs a block: `rewarm` untimed calls (they
 absorb the page faults of memory that another configuration's large buffers handed back to
 the OS: up to 3x on the first call), then the timed calls. A call is a function that runs
-and waits for its work; if it returns a float, that is its own measurement in seconds (the
-torch worker times itself in its process), else the wall time of the call counts.
+and waits for its work; if it returns `Seconds(x)`, x is its own measurement (the torch
+worker times itself in its process), else the wall time of the call counts.
 
 The torch side (`find_torch_python`, `TorchWorker`): torch and transformers are never
 dependencies of this project. A worker script (bench/_torch_*_worker.py) runs in a separate
@@ -34,10 +34,14 @@ TORCH_PIN, TRANSFORMERS_PIN = "torch==2.13.0", "transformers==5.23.0"
 # --------------------------------------------------------------------------------------
 
 
+class Seconds(float):
+  """What a call returns when it measured itself (see the module docstring)."""
+
+
 def _timed(call: Callable[[], object]) -> float:
   t0 = time.perf_counter()
   out = call()
-  return out if isinstance(out, float) else time.perf_counter() - t0
+  return float(out) if isinstance(out, Seconds) else time.perf_counter() - t0
 
 
 def time_round(calls: dict, r: int, *, rewarm: int = 1, timed: int | Callable[[float], int] = 1) -> dict:

@@ -5,8 +5,14 @@ Run (from the repository root):
   .venv/bin/python bench/long_context.py --max-time-len 65536   # also time chunked at 32K, 64K (~13 min more)
   .venv/bin/python bench/long_context.py --record               # also save the figures for bench/report.py
   .venv/bin/python bench/long_context.py --smoke                # seconds: tiny shapes; writes nothing
+  .venv/bin/python bench/long_context.py --b4 --record          # B4 (softmax vs linear, N = 256 .. 16384)
 
-Part 1, attention alone, for x [B=1, N, heads=4, H=64] in float32 (as bench/attention.py),
+--b4 is B4, attention scaling (bench/attention.py runs it): part 1 for dense (softmax) and
+linear attention only, N = 256 ... 16384, every N timed; recorded as `attention` with B4's
+figures (crossover length, linear attention's memory against a fit a + bN) and drawn to
+docs/figures/attention_scaling.png.
+
+Part 1, attention alone, for x [B=1, N, heads=4, H=64] in float32,
 N = 1K, 2K, ..., 64K, all with RoPE on q and k:
   dense:   `dot_product_attention(implementation="xla")` with a causal `make_attention_mask`
            (the [B, heads, N, N] logits and probabilities are materialised);
@@ -22,9 +28,9 @@ timed at every N. Also, at N in `--skip-lens` (8K): chunked attention without a 
 the causal call, which shows what skipping the tiles above the diagonal saves; and at N in
 `--tile-lens` (2K, 8K): chunked attention called directly with each tile size of `--tiles`,
 to see which block_q x block_k is fastest on this machine.
-Timing: every runnable configuration of one (N, pass) takes part in `--rounds` rounds (order
-rotated); in each, an untimed warm-up call and then 2 timed calls (5 under 50 ms, 1 over
-`--slow-s`). The median over all timed calls is reported (with min and max), so ratios within
+Timing (bench/harness.py): every runnable configuration of one (N, pass) takes part in
+`--rounds` rounds (order rotated); in each, an untimed warm-up call and then 2 timed calls
+(5 under 50 ms, 1 over `--slow-s`). The median over all timed calls is reported (with min and max), so ratios within
 a group share the machine's drifts (the development machine is shared with other jobs).
 
 Part 2, configs/default.py's model (a 4-layer, d=128 byte LM, 4 heads of 32) in one full
@@ -57,7 +63,6 @@ import functools
 import json
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import time
@@ -68,8 +73,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bench import _record  # noqa: E402
-from bench.attention import default_mem_limit_gb, machine_info, memory_bytes  # noqa: E402
+from bench import _record, harness  # noqa: E402
+from bench.harness import default_mem_limit_gb, machine_info, memory_bytes, timing  # noqa: E402
 from bench.default_config import load_config  # noqa: E402
 from roformer_jax import attention as attn  # noqa: E402
 from roformer_jax.attention.chunked import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, chunked_attention  # noqa: E402
@@ -83,38 +88,6 @@ TRAIN_IMPLS = ("xla", "chunked")
 FIT_GIB = 20.0  # "the longest T that fits in 20 GiB"
 PASSES = ("fwd", "fwd+bwd")
 DEFAULT_TILES = "128x128,256x256,512x256,512x512,1024x1024"
-
-
-# --------------------------------------------------------------------------------------
-# Timing.
-# --------------------------------------------------------------------------------------
-
-
-def time_round_robin(calls: dict, rounds: int, slow_s: float) -> dict:
-  """Seconds per call for each of `calls` (key -> a function that runs and waits for one call).
-
-  The configurations of a group take turns: `rounds` rounds, the order rotated every round,
-  and in each a block of one untimed warm-up call and then 2 timed calls (5 under 50 ms, 1
-  over `slow_s`). Slow drifts of a shared machine's speed then hit every configuration alike,
-  and the warm-up call absorbs the page faults of memory that another configuration's large
-  buffers handed back to the OS (bench/attention.py saw 3x slower first calls from that).
-  """
-  times, keys = {k: [] for k in calls}, list(calls)
-  for r in range(rounds):
-    k0 = r % len(keys) if keys else 0
-    for k in keys[k0:] + keys[:k0]:
-      t0 = time.perf_counter()
-      calls[k]()
-      first = time.perf_counter() - t0
-      for _ in range(1 if first > slow_s else 5 if first < 0.05 else 2):
-        t0 = time.perf_counter()
-        calls[k]()
-        times[k].append(time.perf_counter() - t0)
-  return times
-
-
-def timing(ts: list[float]) -> dict:
-  return {"ms": 1e3 * statistics.median(ts), "ms_min": 1e3 * min(ts), "ms_max": 1e3 * max(ts), "repeats": len(ts)}
 
 
 NOT_TIMED = {"ms": None, "ms_min": None, "ms_max": None, "repeats": 0}
@@ -176,7 +149,7 @@ def lengths_from(lo: int, hi: int) -> list[int]:
 
 def run_attention(args) -> list[dict]:
   """Every configuration at each N and pass: compiled and analysed; run where it fits and is
-  not too slow, the runnable ones of one (N, pass) timed together (`time_round_robin`)."""
+  not too slow, the runnable ones of one (N, pass) timed together (`harness.round_robin`)."""
   b, nh, h = args.batch, args.heads, args.head_dim
   rng = np.random.default_rng(0)
   limit = args.mem_limit_gb * 2**30
@@ -185,7 +158,7 @@ def run_attention(args) -> list[dict]:
     qkv = tuple(jnp.asarray(rng.normal(size=(b, n, nh, h)), jnp.float32) for _ in range(4))
     call_args = (*qkv[:3], jnp.arange(n, dtype=jnp.int32), qkv[3])
     configs = []  # (row fields, fwd, why it is not run or None)
-    for method in METHODS:
+    for method in args.methods:
       too_slow = method in QUADRATIC and n > args.max_time_len
       configs.append(({"part": "attention", "method": method}, attention_fn(method, n, chunk_size=args.chunk_size),
                       f"N > --max-time-len {args.max_time_len}" if too_slow else None))
@@ -207,7 +180,7 @@ def run_attention(args) -> list[dict]:
         elif reason is None:
           calls[i] = functools.partial(lambda c: jax.block_until_ready(c(*call_args)), compiled)
         group.append(row)
-      for i, ts in time_round_robin(calls, args.rounds, args.slow_s).items():
+      for i, ts in harness.round_robin(calls, args.rounds, timed=harness.by_first(args.slow_s)).items():
         group[i].update(timing(ts))
       rows += group
       del calls
@@ -287,7 +260,7 @@ def run_train(args) -> list[dict]:
       if row["skipped"] is None:
         group[impl], batch = row, steps[impl].batch(t)
         calls[impl] = functools.partial(steps[impl].run, compiled, batch)
-    for impl, ts in time_round_robin(calls, args.train_rounds, args.slow_s).items():
+    for impl, ts in harness.round_robin(calls, args.train_rounds, timed=harness.by_first(args.slow_s)).items():
       group[impl].update(timing(ts))
     del calls
   for impl in TRAIN_IMPLS:  # past the measured lengths: the longest power-of-two T that fits in 20 GiB
@@ -397,8 +370,10 @@ def summarise(args, rows, train_rows, cp, info, command, t_start, load_before) -
   ms = functools.partial(get, key="ms")
   n2k = 2048 if 2048 in lengths else lengths[0]
   for pas in PASSES:
-    for method in METHODS:
+    for method in args.methods:
       summ[f"mem_fit_{method}_{pas}"] = _fit(lengths, [get(method, pas, n, "peak_bytes") for n in lengths])
+    summ[f"crossover_{pas}"] = next((n for n in lengths if ratio(ms("linear", pas, n), ms("dense", pas, n)) is not None
+                                     and ms("linear", pas, n) < ms("dense", pas, n)), None)
     summ[f"chunked_over_dense_time_{pas}"] = {"N": n2k, "ratio": ratio(ms("chunked", pas, n2k), ms("dense", pas, n2k))}
     beyond = [(n, ratio(ms("chunked", pas, n), ms("dense", pas, n))) for n in lengths if n >= args.beyond_len]
     beyond = [(n, r) for n, r in beyond if r is not None]
@@ -455,12 +430,15 @@ def print_report(args, rows, train_rows, summ) -> str:
   """Prints the tables and the JSON lines; returns the tables."""
   out = []
   m = summ["machine"]
-  out.append(f"\nLong sequences (B8): B={args.batch}, heads={args.heads}, H={args.head_dim}, float32, causal, RoPE; "
-             f"chunked tiles {DEFAULT_BLOCK_Q}x{DEFAULT_BLOCK_K}; linear = elu, chunk {args.chunk_size}")
+  out.append(f"\n{'Attention scaling (B4)' if args.b4 else 'Long sequences (B8)'}: B={args.batch}, heads={args.heads}, "
+             f"H={args.head_dim}, float32, causal, RoPE; " + ("" if args.b4 else f"chunked tiles {DEFAULT_BLOCK_Q}x"
+             f"{DEFAULT_BLOCK_K}; ") + f"linear = elu, chunk {args.chunk_size}")
   out.append(f"device {m['platform']} ({m['device_kind']}), {m['cpu_count']} CPUs ({m['cpu']}), jax {m['jax']}; "
              f"load average before/after {summ['loadavg_before'][0]:.2f}/{summ['loadavg_after'][0]:.2f}; "
              f"runs only under {args.mem_limit_gb:.1f} GiB (compiled peak), dense/chunked timed to N={args.max_time_len}")
   out.append(f"command: {summ['command']}\n")
+  if args.b4:
+    return _report_b4(args, rows, summ, out)
   for pas in PASSES:
     out.append(f"| N | dense {pas} ms, median (min) | chunked ms | linear ms | chunked / dense time | dense peak MiB | "
                "chunked peak MiB | linear peak MiB | dense / chunked memory |")
@@ -528,16 +506,58 @@ def print_report(args, rows, train_rows, summ) -> str:
   return table
 
 
+def _report_b4(args, rows, summ, out) -> str:
+  """B4's tables (dense = softmax attention vs linear attention): printed and returned."""
+  for pas in PASSES:
+    out.append(f"| N | softmax {pas} ms, median (min) | linear ms | linear / softmax time | softmax peak MiB | "
+               "linear peak MiB | softmax / linear memory |")
+    out.append("|---:|---:|---:|---:|---:|---:|---:|")
+    for n in summ["lengths"]:
+      d, l = (_find(rows, part="attention", method=m, N=n, **{"pass": pas}) for m in ("dense", "linear"))
+      ratio = f"{l['ms'] / d['ms']:.2f}" if d["ms"] and l["ms"] else "-"
+      out.append(f"| {n} | {cell(d)} | {cell(l)} | {ratio} | {fmt_mib(d['peak_bytes'])} | "
+                 f"{fmt_mib(l['peak_bytes'])} | {d['peak_bytes'] / l['peak_bytes']:.1f} |")
+    fl, fd = summ[f"mem_fit_linear_{pas}"], summ[f"mem_fit_dense_{pas}"]
+    out.append(f"\n{pas}: crossover (first N where linear is faster): {summ[f'crossover_{pas}']}; linear memory vs "
+               f"least-squares fit a + bN: worst ratio {fl['worst']:.3f}, log-log slope {fl['loglog_slope']:.2f} "
+               f"(softmax: {fd['loglog_slope']:.2f})\n")
+  table = "\n".join(out)
+  print(table)
+  print(json.dumps(summ))
+  return table
+
+
+def figures_b4(summ, rows) -> list[dict]:
+  """B4's headline figures per pass (--b4): crossover length, linear attention's memory against a linear fit."""
+  out, n_max = [], summ["lengths"][-1]
+  for pas in PASSES:
+    key = pas.replace("+", "_")
+    if summ[f"crossover_{pas}"] is not None:
+      out.append(_record.figure(f"B4.crossover_{key}", f"first N at which causal linear attention is faster ({pas})",
+                                summ[f"crossover_{pas}"], "tokens"))
+    lin = summ[f"mem_fit_linear_{pas}"]
+    out.append(_record.figure(f"B4.linear_mem_vs_linear_fit_{key}", f"linear attention peak memory vs a least-squares "
+                              f"fit a + bN, worst ratio ({pas}, N <= {n_max})", lin["worst"], "x", goal="<= 1.2x",
+                              met=lin["worst"] <= 1.2))
+    out.append(_record.figure(f"B4.linear_mem_loglog_slope_{key}",
+                              f"log-log slope of linear attention's peak memory vs N ({pas})", lin["loglog_slope"], ""))
+    peak = {m: _find(rows, part="attention", method=m, N=n_max, **{"pass": pas})["peak_bytes"] for m in ("dense", "linear")}
+    if peak["dense"] and peak["linear"]:
+      out.append(_record.figure(f"B4.softmax_over_linear_mem_{key}", f"softmax / linear attention peak memory at "
+                                f"N={n_max} ({pas})", peak["dense"] / peak["linear"], "x"))
+  return out
+
+
 def plot(args, rows, train_rows, summ, path):
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
 
-  fig, axes = plt.subplots(2, 2, figsize=(12, 8.4))
-  (ax_t, ax_m), (ax_tm, ax_tt) = axes
+  fig, axes = plt.subplots(1 if args.b4 else 2, 2, figsize=(12, 4.2 if args.b4 else 8.4), squeeze=False)
+  (ax_t, ax_m), (ax_tm, ax_tt) = axes if not args.b4 else (axes[0], (None, None))
   colors = {"dense": "tab:red", "chunked": "tab:green", "linear": "tab:blue", "xla": "tab:red"}
   styles = {"fwd": "-", "fwd+bwd": "--"}
-  for method in METHODS:
+  for method in args.methods:
     for pas in PASSES:
       rs = [r for r in rows if r["part"] == "attention" and r["method"] == method and r["pass"] == pas]
       timed = [r for r in rs if r["ms"] is not None]
@@ -551,14 +571,15 @@ def plot(args, rows, train_rows, summ, path):
   if nm:
     ax_t.plot([r["N"] for r in nm], [r["ms"] for r in nm], "x", color="k", ms=7, label="chunked, no mask (no skipping)")
   ns = np.array(summ["lengths"], np.float64)
-  fc = summ["mem_fit_chunked_fwd+bwd"]
+  fit = "linear" if args.b4 else "chunked"
+  fc = summ[f"mem_fit_{fit}_fwd+bwd"]
   ax_m.plot(ns, (fc["a_bytes"] + fc["b_bytes_per_token"] * ns) / 2**20, ":", color="gray",
-            label="fit a + bN (chunked fwd+bwd)")
+            label=f"fit a + bN ({fit} fwd+bwd)")
   ax_m.axhline(args.mem_limit_gb * 1024, color="k", lw=0.7, ls="-.", label=f"run limit {args.mem_limit_gb:.0f} GiB")
   ax_t.set_title("attention: time per call (dense/chunked timed to "
                  f"N={args.max_time_len}, under {args.mem_limit_gb:.0f} GiB)", fontsize=9)
   ax_m.set_title("attention: peak memory (XLA memory analysis, every N)", fontsize=9)
-  for impl in TRAIN_IMPLS:
+  for impl in TRAIN_IMPLS if not args.b4 else ():
     rs = [r for r in train_rows if r["impl"] == impl]
     ax_tm.plot([r["T"] for r in rs], [r["peak_bytes"] / 2**30 for r in rs], "-", marker="o", ms=3,
                color=colors[impl], label=f"attention_implementation={impl}")
@@ -566,13 +587,14 @@ def plot(args, rows, train_rows, summ, path):
     if timed:
       ax_tt.plot([r["T"] for r in timed], [r["ms"] for r in timed], "-", marker="o", ms=3, color=colors[impl],
                  label=f"attention_implementation={impl}")
-  ax_tm.axhline(FIT_GIB, color="k", lw=0.7, ls="--", label=f"{FIT_GIB:.0f} GiB")
-  ax_tm.axhline(args.mem_limit_gb, color="k", lw=0.7, ls="-.", label=f"run limit {args.mem_limit_gb:.0f} GiB")
-  ax_tm.set_title(f"train step ({args.config}, B={args.train_batch}): peak memory", fontsize=9)
-  ax_tt.set_title("train step: time per step", fontsize=9)
+  if not args.b4:
+    ax_tm.axhline(FIT_GIB, color="k", lw=0.7, ls="--", label=f"{FIT_GIB:.0f} GiB")
+    ax_tm.axhline(args.mem_limit_gb, color="k", lw=0.7, ls="-.", label=f"run limit {args.mem_limit_gb:.0f} GiB")
+    ax_tm.set_title(f"train step ({args.config}, B={args.train_batch}): peak memory", fontsize=9)
+    ax_tt.set_title("train step: time per step", fontsize=9)
   for ax, xl, yl in ((ax_t, "sequence length N", "ms (median, bars min..max)"),
                      (ax_m, "sequence length N", "peak MiB"), (ax_tm, "sequence length T", "peak GiB"),
-                     (ax_tt, "sequence length T", "ms per step (median)")):
+                     (ax_tt, "sequence length T", "ms per step (median)"))[:2 if args.b4 else 4]:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(xl)
@@ -580,8 +602,8 @@ def plot(args, rows, train_rows, summ, path):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
   m = summ["machine"]
-  fig.suptitle(f"Long sequences: causal attention with RoPE, B={args.batch}, {args.heads} heads, H={args.head_dim}, "
-               f"fp32; default-model train step — {m['platform']} ({m['cpu_count']} CPUs), jax {m['jax']}", fontsize=10)
+  fig.suptitle(f"{'B4' if args.b4 else 'Long sequences'}: causal attention with RoPE, B={args.batch}, {args.heads} heads, "
+               f"H={args.head_dim}, fp32{'' if args.b4 else '; default-model train step'} — {m['platform']} ({m['cpu_count']} CPUs), jax {m['jax']}", fontsize=10)
   fig.tight_layout()
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fig.savefig(path, dpi=110)
@@ -666,7 +688,7 @@ def main(argv=None):
   p.add_argument("--heads", type=int, default=4)
   p.add_argument("--head-dim", type=int, default=64)
   p.add_argument("--chunk-size", type=int, default=64, help="linear attention's chunk")
-  p.add_argument("--rounds", type=int, default=3, help="timing rounds (see time_round_robin)")
+  p.add_argument("--rounds", type=int, default=3, help="timing rounds (bench/harness.py)")
   p.add_argument("--slow-s", type=float, default=1.0, help="1 timed call per block (not 2) when a call takes longer")
   p.add_argument("--beyond-len", type=int, default=8192,
                  help="the goal 'chunked faster than dense' is checked at every N >= this where dense ran")
@@ -692,36 +714,43 @@ def main(argv=None):
   p.add_argument("--cp-len", type=int, default=16384, help="T of the context-parallel memory analysis (part 3)")
   p.add_argument("--cp-sizes", type=_ints, default=[1, 2, 4, 8], help="context-axis sizes of part 3 (empty: skip)")
   p.add_argument("--cp-worker", action="store_true", help=argparse.SUPPRESS)
+  p.add_argument("--b4", action="store_true",
+                 help="B4 (was bench/attention.py): softmax (dense) vs causal linear attention at N = 256 ... 16384, "
+                      "every N timed, no chunked attention, tile sweep, train step or mesh; records as 'attention' "
+                      "with B4's figures and draws docs/figures/attention_scaling.png")
   _record.add_record_arg(p)
   _record.add_smoke_arg(p, "N = 64, 128 with 2 heads of 16 (no tile sweep), configs/default.py:smoke's train "
                         "step at T = 64, 1 repeat (overrides the size flags)")
+  if "--b4" in (sys.argv[1:] if argv is None else argv):  # B4's defaults: N = 256 ... 16384, every N timed
+    p.set_defaults(min_len=256, max_len=16384, max_time_len=2**30, slow_s=2.0, skip_lens=[], tile_lens=[], cp_sizes=[])
   args = p.parse_args(argv)
   if args.cp_worker:
     _cp_worker(args)
     return
+  args.methods = ("dense", "linear") if args.b4 else METHODS
   if args.smoke:
     args.min_len, args.max_len, args.max_time_len, args.heads, args.head_dim = 64, 128, 128, 2, 16
-    args.chunk_size, args.rounds, args.beyond_len, args.skip_lens, args.tile_lens = 16, 1, 128, [128], []
+    args.chunk_size, args.rounds, args.beyond_len, args.skip_lens, args.tile_lens = 16, 1, 128, [] if args.b4 else [128], []
     args.tiles = [(32, 32)]
     args.config, args.train_min_len, args.train_max_len, args.train_max_time_len = "configs/default.py:smoke", 64, 64, 64
     args.train_rounds, args.fit_max_len = 1, 64
-    args.cp_len, args.cp_sizes = 64, [1, 2]
+    args.cp_len, args.cp_sizes = 64, [] if args.b4 else [1, 2]
   if args.mem_limit_gb is None:
     args.mem_limit_gb = default_mem_limit_gb()
   info = machine_info()
   command = " ".join([".venv/bin/python", "bench/long_context.py"] + [shlex.quote(a) for a in sys.argv[1:]])
   load_before, t_start = os.getloadavg(), time.perf_counter()
   rows = run_attention(args)
-  train_rows = run_train(args)
+  train_rows = [] if args.b4 else run_train(args)
   cp = context_parallel_memory(args)
   summ = summarise(args, rows, train_rows, cp, info, command, t_start, load_before)
   table = print_report(args, rows, train_rows, summ)
   if not args.no_figure:
-    _record.write_figure(lambda path: plot(args, rows, train_rows, summ, path), "long_context.png",
-                         figure=args.figure, smoke=args.smoke)
-  bench = _record.record_name("long_context", args)
+    _record.write_figure(lambda path: plot(args, rows, train_rows, summ, path),
+                         "attention_scaling.png" if args.b4 else "long_context.png", figure=args.figure, smoke=args.smoke)
+  bench = _record.record_name("attention" if args.b4 else "long_context", args)
   if bench:
-    path = _record.save(bench, figures=figures(args, summ), table=table,
+    path = _record.save(bench, figures=figures_b4(summ, rows) if args.b4 else figures(args, summ), table=table,
                         result={"summary": summ, "results": rows, "train": train_rows})
     print(f"# recorded {path}", file=sys.stderr)
 

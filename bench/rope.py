@@ -108,7 +108,7 @@ def _per_call(fn, fn_args, inner: int):
     for _ in range(inner):
       out = fn(*fn_args)
     jax.block_until_ready(out)
-    return (time.perf_counter() - start) / inner
+    return harness.Seconds((time.perf_counter() - start) / inner)
   return call
 
 
@@ -164,7 +164,7 @@ def main() -> None:
       del hf_out
       cases[HF_ROW] = (None, None, "fp32", "plain fp32")
       # One HF call rotates q and k (each of x's size): half of it is the time for one tensor.
-      external = {HF_ROW: lambda n: worker.call("time", inner=n)["seconds"] / 2}
+      external = {HF_ROW: lambda n: harness.Seconds(worker.call("time", inner=n)["seconds"] / 2)}
     calls = {k: _per_call(fn, fn_args, args.inner) for k, (fn, fn_args, _, _) in cases.items() if k != HF_ROW}
     calls.update({k: functools.partial(fn, args.inner) for k, fn in (external or {}).items()})
     for k, (fn, fn_args, _, _) in cases.items():  # compile + warm up
