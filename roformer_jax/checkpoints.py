@@ -45,6 +45,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from roformer_jax.errors import RunFault, UserError
+from roformer_jax.positional import MODEL_CONFIG_KEYS, RotaryConfig
 
 DIGEST_FILE = "digest.json"
 # Files that orbax's commit itself writes, after the digest is taken: the step metadata gets its
@@ -552,9 +553,10 @@ ENCODER = "roformer"  # the shared encoder's attribute in RoFormerForMaskedLM / 
 # ModelConfig fields that may differ between pre-training and fine-tuning. The RoPE base and
 # scaling change no parameter: changing them is how a model is extended to a longer context
 # (PI, YaRN, NTK, ABF), so a fine-tuning run may set its own.
+# The RoPE ones are the spec's `RotaryConfig.RETUNABLE` fields, under their config keys.
+_ROPE_FIELDS = tuple(MODEL_CONFIG_KEYS[f] for f in RotaryConfig.RETUNABLE)
 _FREE_FIELDS = {"dropout", "attention_dropout", "dtype", "param_dtype", "max_position", "attention_implementation",
-               "remat", "rope_theta", "rope_scaling"}
-_ROPE_FIELDS = ("rope_theta", "rope_scaling")
+               "remat", *_ROPE_FIELDS}
 
 
 class InitFromError(UserError, ValueError):

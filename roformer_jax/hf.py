@@ -54,6 +54,7 @@ import numpy as np
 from flax import nnx
 
 from roformer_jax.models import ModelConfig, RoFormerForMaskedLM, RoFormerForSequenceClassification, RoFormerModel
+from roformer_jax.positional import MODEL_CONFIG_KEYS, RotaryConfig
 
 __all__ = ["CheckpointError", "config_from_hf", "config_to_hf", "from_pretrained", "save_pretrained",
            "sinusoidal_table", "state_dict"]
@@ -131,18 +132,44 @@ def config_from_hf(hf: Mapping[str, Any], *, dtype=None, param_dtype=None) -> Mo
     raise CheckpointError(f"config.json cannot be used: {err}") from err
 
 
+# What HF RoFormer can represent of the RoPE spec (positional.RotaryConfig), field by field:
+# each test takes (value, head size) and returns why HF cannot write it, or None. An
+# allow-list: a spec field missing here is refused by name whenever it is off its default,
+# so a new RoPE setting is never exported silently wrong.
+HF_ROTARY = {
+    "theta": lambda v, h: None if float(v) == HF_THETA else f"HF RoFormer hard-codes {HF_THETA:g}",
+    "layout": lambda v, h: None if v == "interleaved" else "HF RoFormer rotates interleaved pairs",
+    "rotary_dim": lambda v, h: None if v is None or v == h else "HF RoFormer rotates the whole head",
+    "scaling": lambda v, h: None if v is None else "HF RoFormer has no context scaling",
+    "exact": lambda v, h: None,  # the precision of the phase, not the rotation HF computes
+}
+
+
+def rotary_problems(rotary: RotaryConfig, head_size: int) -> list[str]:
+  """Why HF RoFormer cannot represent the RoPE spec `rotary` (empty if it can), each reason
+  naming the field by its config key (positional.MODEL_CONFIG_KEYS)."""
+  problems = []
+  for field in dataclasses.fields(rotary):
+    value = getattr(rotary, field.name)
+    key = MODEL_CONFIG_KEYS.get(field.name, f"rotary.{field.name}")
+    shown = rotary.scaling_dict if field.name == "scaling" else value
+    test = HF_ROTARY.get(field.name)
+    if test is None:
+      if value != field.default:
+        problems.append(f"{key}={shown!r} (HF RoFormer has no such RoPE setting)")
+      continue
+    why = test(value, head_size)
+    if why:
+      problems.append(f"{key}={shown!r} ({why})")
+  return problems
+
+
 def _check_representable(cfg: ModelConfig) -> None:
   problems = []
   if cfg.position != "rope":
     problems.append(f"position={cfg.position!r} (HF RoFormer always uses RoPE)")
-  if cfg.rope_layout != "interleaved":
-    problems.append(f"rope_layout={cfg.rope_layout!r} (HF RoFormer rotates interleaved pairs)")
-  if float(cfg.rope_theta) != HF_THETA:
-    problems.append(f"rope_theta={cfg.rope_theta} (HF RoFormer hard-codes {HF_THETA:g})")
-  if cfg.rope_scaling is not None:
-    problems.append(f"rope_scaling={cfg.rotary.scaling_dict} (HF RoFormer has no context scaling)")
-  if cfg.rotary_dim is not None and cfg.rotary_dim != cfg.head_size:
-    problems.append(f"rotary_dim={cfg.rotary_dim} (HF RoFormer rotates the whole head)")
+  else:
+    problems += rotary_problems(cfg.rotary, cfg.head_size)
   if cfg.norm != "post":
     problems.append(f"norm={cfg.norm!r} (HF RoFormer is post-LN)")
   if cfg.attention != "softmax":

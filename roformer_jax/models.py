@@ -154,7 +154,8 @@ class ModelConfig:
 
   @property
   def rotary(self) -> RotaryConfig:
-    return RotaryConfig(self.rope_theta, self.rope_layout, self.rotary_dim, self.rope_scaling, self.rope_exact)
+    """The RoPE spec every attention, cache and export of this model takes (positional.RotaryConfig)."""
+    return RotaryConfig(**{f: getattr(self, key) for f, key in positional.MODEL_CONFIG_KEYS.items()})
 
   @property
   def compute_dtype(self):
@@ -186,6 +187,18 @@ def preset(name: str, **overrides) -> ModelConfig:
 # --------------------------------------------------------------------------------------
 # Layers.
 # --------------------------------------------------------------------------------------
+
+
+def _position_shape(cfg: ModelConfig) -> tuple[int, ...]:
+  """The trailing shape of one token's position: the RoPE spec's `position_shape`, () otherwise."""
+  return cfg.rotary.position_shape if cfg.position == "rope" else ()
+
+
+def _default_positions(cfg: ModelConfig, shape, **kw) -> jax.Array:
+  """`positional.default_positions` [B, T], repeated on every position axis: [B, T, *P]."""
+  positions = positional.default_positions(shape, **kw)
+  trailing = _position_shape(cfg)
+  return jnp.broadcast_to(positions[..., None], positions.shape + trailing) if trailing else positions
 
 
 def _linear(cfg: ModelConfig, din: int, dout: int, axes, *, rngs, std=None):
@@ -405,7 +418,7 @@ class RoFormerModel(nnx.Module):
     _check_context_parallel(cfg, input_ids.shape[1], causal=False, key="input_ids.shape[1]")
     valid = _valid_tokens(input_ids, attention_mask, segment_ids)
     if positions is None:
-      positions = positional.default_positions(input_ids.shape, attention_mask=valid, segment_ids=segment_ids)
+      positions = _default_positions(cfg, input_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(input_ids, positions=positions, token_type_ids=token_type_ids, deterministic=deterministic)
     mask = _self_attention_mask(cfg, valid=valid, segment_ids=segment_ids, causal=False, shape=input_ids.shape)
     x = _run_layers(cfg, self.layers, x, positions=positions, mask=mask, kv_valid=valid, deterministic=deterministic)
@@ -497,8 +510,9 @@ def _keeps_tokens(cfg: ModelConfig) -> bool:
 
 def _new_cache(layers, batch: int, max_len: int, dtype) -> dict[str, Any]:
   """{"layers": [...], "index": next slot, "valid": real slots [B, max_len], "position": next
-  position per row [B]}, and "tokens" int32[B, max_len] under a length-dependent RoPE. Every
-  leaf but "index" has the batch as its leading axis."""
+  position per row [B, *P]}, and "tokens" int32[B, max_len] under a length-dependent RoPE. Every
+  leaf but "index" has the batch as its leading axis. P is the RoPE spec's `position_shape`: ()
+  for positions [B, L], (A,) for A position axes, positions [B, L, A]."""
   cfg = layers[0].cfg
   if cfg.position == "learned" and max_len > cfg.max_position:
     raise ValueError(f"cache length {max_len} exceeds max_position={cfg.max_position} of the learned "
@@ -506,18 +520,27 @@ def _new_cache(layers, batch: int, max_len: int, dtype) -> dict[str, Any]:
   cache = {"layers": [{"self": layer.attention.init_cache(batch, max_len, dtype)} for layer in layers],
            "index": jnp.zeros((), jnp.int32),
            "valid": jnp.zeros((batch, max_len), bool),
-           "position": jnp.zeros((batch,), jnp.int32)}
+           "position": jnp.zeros((batch,) + _position_shape(cfg), jnp.int32)}
   if _keeps_tokens(cfg):
     cache["tokens"] = jnp.zeros((batch, max_len), jnp.int32)
   return cache
 
 
+
+
+def _trailing(x, like):
+  """x [B, ...] with singleton axes appended to broadcast against positions `like` [B, ..., *P]."""
+  return x.reshape(x.shape + (1,) * (like.ndim - x.ndim))
+
+
 def _advance(cache, token_mask, length: int):
-  """Slots, positions and validity for `length` new tokens (token_mask False = left padding)."""
+  """Slots, positions [B, L, *P] and validity for `length` new tokens (token_mask False = left
+  padding). Each new real token advances every position axis by one."""
   b = cache["position"].shape[0]
   token_mask = jnp.ones((b, length), bool) if token_mask is None else jnp.asarray(token_mask, bool)
   counts = jnp.cumsum(token_mask.astype(jnp.int32), axis=1)
-  positions = jnp.where(token_mask, cache["position"][:, None] + counts - 1, 0)
+  start = cache["position"][:, None]  # [B, 1, *P]
+  positions = jnp.where(_trailing(token_mask, start), start + _trailing(counts, start) - 1, 0)
   valid = jax.lax.dynamic_update_slice_in_dim(cache["valid"], token_mask, cache["index"], axis=1)
   return positions, valid, counts[:, -1]
 
@@ -530,7 +553,7 @@ def _decode_stack(layers, x, cache, advanced, *, cross_mask=None):
     x, new = layer.decode(x, layer_cache, positions=positions, index=index, kv_valid=valid, cross_mask=cross_mask)
     new_layers.append(new)
   new_cache = {**cache, "layers": new_layers, "index": index + x.shape[1], "valid": valid,
-               "position": cache["position"] + count}
+               "position": cache["position"] + _trailing(count, cache["position"])}
   return x, new_cache
 
 
@@ -558,7 +581,7 @@ def _decode(layers, embed, tokens, cache, token_mask, *, cross_mask=None):
   index, length = cache["index"], tokens.shape[1]
   history = jax.lax.dynamic_update_slice_in_dim(cache["tokens"], jnp.asarray(tokens, jnp.int32), index, axis=1)
   cache = {**cache, "tokens": history}
-  old_len = cache["position"]
+  old_len = cache["position"].reshape(cache["position"].shape[0], -1).max(axis=1)  # each row's length so far
   changed = rope.frequencies_change(cfg.rotary.scaling_dict, old_len, old_len + advanced[2]) & (old_len > 0)
 
   def rebuilt(cache):
@@ -610,7 +633,7 @@ class CausalLM(nnx.Module):
     _check_context_parallel(self.config, tokens.shape[1], causal=True, key="tokens.shape[1]")
     valid = _valid_tokens(tokens, attention_mask, segment_ids)
     if positions is None:
-      positions = positional.default_positions(tokens.shape, attention_mask=valid, segment_ids=segment_ids)
+      positions = _default_positions(self.config, tokens.shape, attention_mask=valid, segment_ids=segment_ids)
     # Context parallelism: rows in zig-zag order (each shard an equal share of the causal
     # work), positions and masks permuted with them, the order restored after the last layer.
     order = context_parallel.Order(tokens.shape[1], causal=True)
@@ -682,7 +705,7 @@ class TransformerSeq2Seq(nnx.Module):
         else src_ids != self.config.pad_id
     _check_context_parallel(self.config, src_ids.shape[1], causal=False, key="src_ids.shape[1]")
     if positions is None:
-      positions = positional.default_positions(src_ids.shape, attention_mask=valid, segment_ids=segment_ids)
+      positions = _default_positions(self.config, src_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(src_ids, positions=positions, deterministic=deterministic)
     mask = mask_factors(src_ids.shape[0], src_ids.shape[1], src_ids.shape[1], kv_valid=valid,
                         q_segment_ids=segment_ids)
@@ -710,7 +733,7 @@ class TransformerSeq2Seq(nnx.Module):
       valid = _valid_tokens(tgt_ids, tgt_mask, tgt_segment_ids)
     _check_context_parallel(self.config, tgt_ids.shape[1], causal=True, key="tgt_ids.shape[1]")
     if positions is None:
-      positions = positional.default_positions(tgt_ids.shape, attention_mask=valid, segment_ids=tgt_segment_ids)
+      positions = _default_positions(self.config, tgt_ids.shape, attention_mask=valid, segment_ids=tgt_segment_ids)
     (b, t), s = tgt_ids.shape, encoded.shape[1]
     order = context_parallel.Order(t, causal=True)  # zig-zag under context parallelism (see CausalLM)
     tgt_ids, positions, valid, tgt_segment_ids = map(order.permute, (tgt_ids, positions, valid, tgt_segment_ids))

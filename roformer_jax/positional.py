@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +23,11 @@ import jax.numpy as jnp
 from roformer_jax import rope
 
 POSITION_ENCODINGS = ("rope", "sinusoidal", "learned", "none")
+# Each RotaryConfig field's key in `models.ModelConfig` (and so in `config.model`): the flat
+# names the configs and saved config.json files use. `ModelConfig.rotary` builds the spec
+# from them, and messages name a field by its key.
+MODEL_CONFIG_KEYS = {"theta": "rope_theta", "layout": "rope_layout", "rotary_dim": "rotary_dim",
+                     "scaling": "rope_scaling", "exact": "rope_exact"}
 ABSOLUTE_ENCODINGS = ("sinusoidal", "learned")
 
 
@@ -47,7 +52,18 @@ def freeze_scaling(scaling: Mapping[str, Any] | None) -> tuple[tuple[str, Any], 
 
 @dataclasses.dataclass(frozen=True)
 class RotaryConfig:
-  """Static RoPE settings shared by every rotated attention in a model.
+  """The RoPE spec: static settings shared by every rotated attention in a model.
+
+  This frozen, hashable object is the one way RoPE settings travel: `ModelConfig.rotary`
+  builds it, and every attention (softmax and linear, full-sequence and cached), the
+  context-parallel path, the decode caches (`position_shape`), the HF export (`hf`'s
+  allow-list) and the checks (`check`) take it whole; none of them names a field. A new
+  RoPE setting is a field here (its default must leave the rotation as it was, so every
+  model and checkpoint without it is unchanged) and its math in `rope.py`.
+
+  Positions are int[..., T] today; a spec whose rotation reads several position axes (the
+  multi-axis variants) says so by `position_shape` (A,), and positions are then [..., T, A].
+  Layers and caches carry positions of either shape without looking inside.
 
   Attributes:
     theta: base of theta_i = theta ** (-2i / R) (Sec. 3.2.2: 10000).
@@ -62,6 +78,10 @@ class RotaryConfig:
   rotary_dim: int | None = None
   scaling: Any = None
   exact: bool = True
+
+  # The fields that change no parameter and that a fine-tuning run may therefore set anew
+  # (context extension: PI, YaRN, NTK, ABF); `checkpoints.init_from` reports their changes.
+  RETUNABLE: ClassVar[tuple[str, ...]] = ("theta", "scaling")
 
   def __post_init__(self):
     object.__setattr__(self, "scaling", freeze_scaling(self.scaling))
@@ -91,6 +111,38 @@ class RotaryConfig:
                          f"rotate all of it.")
     rope.check_scaling(self.scaling_dict, dim=rd, theta=self.theta, dim_name=name)
     return rd
+
+  @classmethod
+  def of(cls, rotary: "RotaryConfig | None" = None, **settings) -> "RotaryConfig":
+    """The spec `rotary`, or one built from loose keywords (`theta=`, `layout=`, `rotary_dim=`,
+    `scaling=`, `exact=`; None = the field's default), for functions that take either.
+
+    Raises a TypeError when both are given (one source of truth) or a keyword is unknown.
+    """
+    given = {k: v for k, v in settings.items() if v is not None}
+    unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise TypeError(f"unknown RoPE settings {unknown}; RotaryConfig fields: "
+                      f"{[f.name for f in dataclasses.fields(cls)]}.")
+    if rotary is not None:
+      if given:
+        raise TypeError(f"pass rotary=RotaryConfig(...) or the loose settings {sorted(given)}, not both.")
+      if not isinstance(rotary, cls):
+        raise TypeError(f"rotary must be a RotaryConfig, got {type(rotary).__name__}.")
+      return rotary
+    return cls(**given)
+
+  def changed(self) -> dict[str, Any]:
+    """{field: value} for every field not at its default (what an exporter must be able to write)."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+            if getattr(self, f.name) != f.default}
+
+  @property
+  def position_shape(self) -> tuple[int, ...]:
+    """Trailing shape of one token's position: () for positions [..., T] (one axis, every spec
+    today); (A,) for a rotation over A position axes, positions [..., T, A]. The decode caches
+    keep each row's next position in this shape."""
+    return ()
 
   @property
   def scaling_dict(self) -> dict[str, Any] | None:

@@ -5,6 +5,7 @@ a separate venv with torch and transformers; neither is needed here. The same sc
 --write-export / --check-export modes check our save_pretrained output with transformers.
 """
 
+import dataclasses
 import functools
 import importlib.util
 import json
@@ -418,3 +419,22 @@ def test_write_export_script(tmp_path):
     assert out["last_hidden_state"].shape == (b, t, model.config.d_model)
     assert out["logits"].shape == (b, t, model.config.vocab_size)
     assert np.isfinite(out["logits"]).all()
+
+
+def test_save_refuses_a_rope_spec_field_outside_the_allow_list(tmp_path, monkeypatch):
+  """hf.HF_ROTARY is an allow-list: a RoPE spec field it does not name (here a multi-axis
+  'sections', as the next RoPE variants add) is refused by name when off its default."""
+  from roformer_jax.positional import RotaryConfig
+
+  @dataclasses.dataclass(frozen=True)
+  class WithSections(RotaryConfig):
+    sections: tuple | None = None
+
+  assert hf.rotary_problems(WithSections(), 8) == []
+  assert hf.rotary_problems(WithSections(sections=(2, 2)), 8) == [
+      "rotary.sections=(2, 2) (HF RoFormer has no such RoPE setting)"]
+  model = nnx.eval_shape(lambda: RoFormerForMaskedLM(ModelConfig(**TINY), rngs=nnx.Rngs(0)))
+  monkeypatch.setattr(ModelConfig, "rotary", property(lambda self: WithSections(sections=(2, 2))))
+  with pytest.raises(hf.CheckpointError, match=r"rotary\.sections=\(2, 2\)"):
+    hf.save_pretrained(model, tmp_path / "out")
+  assert not (tmp_path / "out").exists()

@@ -100,7 +100,8 @@ class MultiHeadAttention(nnx.Module):
 
     Args:
       x: [B, T, D] queries' input. context: [B, S, D] for cross-attention (else self).
-      positions: int[B, T] query positions (RoPE); kv_positions default to positions.
+      positions: int[B, T] query positions (RoPE), [B, T, A] for a spec of A position axes
+        (`RotaryConfig.position_shape`); kv_positions default to positions.
       mask: bool mask broadcastable to [B, N, T, S] (softmax attention).
       kv_valid: bool[B, S] padding mask for keys (linear attention uses this, not `mask`).
       segment_ids: int[B, T] packed segments (causal linear attention).
@@ -114,11 +115,8 @@ class MultiHeadAttention(nnx.Module):
       if mask is not None:
         raise ValueError("linear attention has no dense [T, S] mask (that would cost O(T * S)); pass "
                          "kv_valid for padding, segment_ids for packing, and causal=True at construction.")
-      rc = self.rotary
       y = linear_attention(q, k, v, q_positions=qp, k_positions=kp, feature_map=self.feature_map,
-                           causal=self.causal, theta=rc.theta, layout=rc.layout,
-                           rotary_dim=rc.rotary_dim, scaling=rc.scaling_dict,
-                           projection=self._projection(), kv_mask=kv_valid,
+                           causal=self.causal, rotary=self.rotary, projection=self._projection(), kv_mask=kv_valid,
                            segment_ids=segment_ids if self.causal else None)
     else:
       use_dropout = self.dropout_rate > 0 and not deterministic
@@ -168,7 +166,7 @@ class MultiHeadAttention(nnx.Module):
     the tokens it keeps (`models.CausalLM.decode_step`).
 
     Args:
-      positions: int[B, L] positions of the new tokens.
+      positions: int[B, L] positions of the new tokens ([B, L, A] for A position axes).
       index: int32 scalar, the cache slot of x[:, 0].
       kv_valid: bool[B, max_len] real (non-padding) slots, including the new ones.
 
@@ -181,8 +179,7 @@ class MultiHeadAttention(nnx.Module):
       state = LinearAttentionState(**cache)
       new_valid = jax.lax.dynamic_slice_in_dim(kv_valid, index, x.shape[1], axis=1)
       kw = dict(q_positions=positions, k_positions=positions) if self.use_rope else {}
-      y, state = linear_attention(q, k, v, feature_map=self.feature_map, causal=True, theta=rc.theta,
-                                  layout=rc.layout, rotary_dim=rc.rotary_dim, scaling=rc.scaling_dict,
+      y, state = linear_attention(q, k, v, feature_map=self.feature_map, causal=True, rotary=rc,
                                   projection=self._projection(), kv_mask=new_valid,
                                   initial_state=state, return_state=True, **kw)
       return self.out(y), state._asdict()

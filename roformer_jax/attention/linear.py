@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from roformer_jax import rope
+from roformer_jax.positional import RotaryConfig
 
 FEATURE_MAPS = ("elu", "favor")
 
@@ -98,10 +99,10 @@ def init_linear_state(batch: int, num_heads: int, features: int, value_dim: int)
 
 
 def linear_attention(q, k, v, *, q_positions=None, k_positions=None, feature_map: str = "elu",
-                     causal: bool = False, theta: float = 10000.0, layout: str = "interleaved",
-                     rotary_dim: int | None = None, scaling: Mapping[str, Any] | None = None,
-                     projection: jax.Array | None = None, kv_mask=None, segment_ids=None,
-                     chunk_size: int = 64, eps: float = 1e-6,
+                     causal: bool = False, rotary: RotaryConfig | None = None, theta: float | None = None,
+                     layout: str | None = None, rotary_dim: int | None = None,
+                     scaling: Mapping[str, Any] | None = None, projection: jax.Array | None = None,
+                     kv_mask=None, segment_ids=None, chunk_size: int = 64, eps: float = 1e-6,
                      initial_state: LinearAttentionState | None = None,
                      return_state: bool = False):
   """Linear attention with RoPE exactly as eq. (19) of the paper.
@@ -119,11 +120,15 @@ def linear_attention(q, k, v, *, q_positions=None, k_positions=None, feature_map
 
   Args:
     q, k: float[B, T, N, H] / [B, S, N, H]; v: float[B, S, N, Hv].
-    q_positions, k_positions: int[B, T] / [B, S] (or [T] / [S]); None for both = no RoPE.
+    q_positions, k_positions: int[B, T] / [B, S] (or [T] / [S]), with a trailing axis
+      [..., A] for a spec of several position axes; None for both = no RoPE.
     feature_map: "elu" (elu + 1, F = H) or "favor" (FAVOR+, F = projection rows). F must
       be even: RoPE rotates feature pairs.
     causal: query m sees keys n <= m (needs S == T).
-    theta, layout, rotary_dim, scaling: RoPE settings on the F features (see rope.apply_rotary).
+    rotary: the RoPE spec (`positional.RotaryConfig`) applied to the F features; the models
+      pass their `ModelConfig.rotary`. Default: `RotaryConfig()`.
+    theta, layout, rotary_dim, scaling: a convenience for callers without a spec: the spec
+      `RotaryConfig(theta=..., ...)` (None = that field's default). Not together with rotary.
     projection: float[F, H] for "favor" (`favor_projection`).
     kv_mask: bool[B, S], False at padding keys (they are dropped from both sums).
     segment_ids: int[B, T] (causal only): packed documents attend only within their segment;
@@ -138,6 +143,7 @@ def linear_attention(q, k, v, *, q_positions=None, k_positions=None, feature_map
   """
   if (q_positions is None) != (k_positions is None):
     raise ValueError("pass both q_positions and k_positions (RoPE on phi(q) and phi(k)) or neither.")
+  rotary = RotaryConfig.of(rotary, theta=theta, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
   if not causal and (segment_ids is not None or initial_state is not None or return_state):
     raise ValueError("segment_ids, initial_state and return_state need causal=True.")
   fq = _features(q, feature_map, projection, True)
@@ -149,10 +155,9 @@ def linear_attention(q, k, v, *, q_positions=None, k_positions=None, feature_map
     keep = jnp.asarray(kv_mask, bool)[..., None, None]
     fk, vf = jnp.where(keep, fk, 0.0), jnp.where(keep, vf, 0.0)
   if q_positions is not None:
-    lengths = rope.row_lengths(k_positions) if rope.is_length_dependent(scaling) else None  # as `softmax.rotate_qkv`
-    rope_kw = dict(layout=layout, rotary_dim=rotary_dim, scaling=scaling, seq_len=lengths)
-    fq_r = rope.apply_rotary(fq, q_positions, theta, **rope_kw)
-    fk_r = rope.apply_rotary(fk, k_positions, theta, **rope_kw)
+    lengths = rope.row_lengths(k_positions) if rotary.length_dependent else None  # as `softmax.rotate_qkv`
+    fq_r = rotary.apply(fq, q_positions, seq_len=lengths)
+    fk_r = rotary.apply(fk, k_positions, seq_len=lengths)
   else:
     fq_r, fk_r = fq, fk
   if not causal:
@@ -209,31 +214,33 @@ def _causal_linear(fq, fk, fq_r, fk_r, v, segment_ids, chunk_size, eps, state):
 
 
 def linear_attention_step(state: LinearAttentionState, q, k, v, *, positions, feature_map="elu",
-                          theta: float = 10000.0, layout: str = "interleaved",
-                          rotary_dim: int | None = None, scaling=None, projection=None,
-                          use_rope: bool = True, eps: float = 1e-6):
+                          rotary: RotaryConfig | None = None, theta: float | None = None,
+                          layout: str | None = None, rotary_dim: int | None = None, scaling=None,
+                          projection=None, use_rope: bool = True, eps: float = 1e-6):
   """One token of causal linear attention in O(1): update (s, z), then read the output.
 
   Args:
     state: the `LinearAttentionState` after the previous tokens.
-    q, k: float[B, 1, N, H]; v: float[B, 1, N, Hv]; positions: int[B, 1].
+    q, k: float[B, 1, N, H]; v: float[B, 1, N, Hv]; positions: int[B, 1] (or [B, 1, A]).
+    rotary, theta, layout, rotary_dim, scaling: the RoPE spec, as in `linear_attention`.
     use_rope: False for a model without RoPE (positions are then ignored).
 
   Returns:
     (out float[B, 1, N, Hv], new state). Equals the causal `linear_attention` row.
   """
+  rotary = RotaryConfig.of(rotary, theta=theta, layout=layout, rotary_dim=rotary_dim, scaling=scaling)
   if use_rope:
-    _refuse_recurrent(scaling, "linear_attention_step")
+    _refuse_recurrent(rotary, "linear_attention_step")
   kw = dict(q_positions=positions, k_positions=positions) if use_rope else {}
-  return linear_attention(q, k, v, feature_map=feature_map, causal=True, theta=theta, layout=layout,
-                          rotary_dim=rotary_dim, scaling=scaling, projection=projection, eps=eps,
-                          initial_state=state, return_state=True, chunk_size=1, **kw)
+  return linear_attention(q, k, v, feature_map=feature_map, causal=True, rotary=rotary, projection=projection,
+                          eps=eps, initial_state=state, return_state=True, chunk_size=1, **kw)
 
 
-def _refuse_recurrent(scaling, what: str) -> None:
+def _refuse_recurrent(rotary: RotaryConfig, what: str) -> None:
   """Linear attention's recurrent state sums keys already rotated; a length-dependent scaling
   would need every one of them rotated again as the sequence grows, which the state cannot do."""
-  if rope.is_length_dependent(scaling):
+  scaling = rotary.scaling_dict
+  if rotary.length_dependent:
     raise ValueError(
         f"{what}: rope_type {dict(scaling).get('rope_type', dict(scaling).get('type'))!r} rotates every key "
         "by the current sequence length, but linear attention's recurrent state holds keys already "

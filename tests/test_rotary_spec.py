@@ -1,0 +1,99 @@
+"""The RoPE spec (positional.RotaryConfig) is the one way RoPE settings travel.
+
+- the loose keywords of the public functions build the same spec (and never mix with one);
+- the layers and decode caches carry positions with a trailing axis ([B, T, A], a spec's
+  `position_shape`) without knowing it: a stand-in two-axis spec that rotates by its first
+  axis gives exactly the logits of the plain spec, full forward and cached decoding alike.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from roformer_jax import attention, checkpoints, positional
+from roformer_jax.models import CausalLM, ModelConfig
+from roformer_jax.positional import RotaryConfig
+
+
+def test_of_builds_the_spec_from_loose_keywords_or_takes_one():
+  spec = RotaryConfig(theta=500.0, layout="half", rotary_dim=4)
+  assert RotaryConfig.of(spec) is spec
+  assert RotaryConfig.of(None, theta=500.0, layout="half", rotary_dim=4, scaling=None) == spec
+  assert RotaryConfig.of() == RotaryConfig()
+  with pytest.raises(TypeError, match="not both"):
+    RotaryConfig.of(spec, theta=10.0)
+  with pytest.raises(TypeError, match="unknown RoPE settings"):
+    RotaryConfig.of(None, base=10.0)
+  assert hash(spec) == hash(RotaryConfig(theta=500.0, layout="half", rotary_dim=4))
+  assert spec.changed() == {"theta": 500.0, "layout": "half", "rotary_dim": 4}
+
+
+def test_model_config_builds_its_spec_from_its_keys():
+  cfg = ModelConfig(rope_theta=500.0, rope_layout="half", rotary_dim=16, rope_exact=False,
+                    rope_scaling={"rope_type": "linear", "factor": 2.0})
+  assert cfg.rotary == RotaryConfig(500.0, "half", 16, {"rope_type": "linear", "factor": 2.0}, False)
+  assert set(positional.MODEL_CONFIG_KEYS) == {f.name for f in dataclasses.fields(RotaryConfig)}
+  assert checkpoints._ROPE_FIELDS == ("rope_theta", "rope_scaling")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_linear_attention_takes_the_spec_or_its_keywords(causal):
+  q, k, v = (jax.random.normal(jax.random.key(i), (2, 6, 2, 8)) for i in range(3))
+  pos = jnp.arange(6)
+  kw = dict(q_positions=pos, k_positions=pos, causal=causal)
+  spec = RotaryConfig(theta=100.0, layout="half", rotary_dim=4)
+  got = attention.linear_attention(q, k, v, rotary=spec, **kw)
+  loose = attention.linear_attention(q, k, v, theta=100.0, layout="half", rotary_dim=4, **kw)
+  np.testing.assert_array_equal(got, loose)
+  assert not np.allclose(got, attention.linear_attention(q, k, v, **kw))
+  with pytest.raises(TypeError, match="not both"):
+    attention.linear_attention(q, k, v, rotary=spec, theta=100.0, **kw)
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoAxes(RotaryConfig):
+  """A stand-in multi-axis spec: positions [..., T, 2], rotated by their first axis."""
+
+  @property
+  def position_shape(self):
+    return (2,)
+
+  def cos_sin(self, positions, head_dim, *, seq_len=None):
+    positions = jnp.asarray(positions)
+    assert positions.shape[-1] == 2, positions.shape
+    return super().cos_sin(positions[..., 0], head_dim, seq_len=seq_len)
+
+  def apply(self, x, positions, *, seq_len=None):
+    positions = jnp.asarray(positions)
+    assert positions.shape[-1] == 2, positions.shape
+    return super().apply(x, positions[..., 0], seq_len=seq_len)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "linear"])
+def test_layers_and_caches_carry_a_trailing_position_axis(kind, monkeypatch):
+  cfg = ModelConfig(vocab_size=23, d_model=16, num_layers=2, num_heads=2, d_ff=32, dropout=0.0,
+                    attention_dropout=0.0, type_vocab_size=0, attention=kind, init_std=0.5)
+  model = CausalLM(cfg, rngs=nnx.Rngs(0))
+  tokens = jax.random.randint(jax.random.key(1), (2, 7), 1, 23)
+  mask = jnp.array([[False, False, True, True, True, True, True], [True] * 7])  # left padding
+  plain = model(tokens, attention_mask=mask)
+  cache = model.init_cache(2, 10)
+  first, cache = model.decode_step(tokens[:, :4], cache, token_mask=mask[:, :4])
+  rest, cache = model.decode_step(tokens[:, 4:5], cache)
+  assert cache["position"].shape == (2,)
+
+  monkeypatch.setattr(ModelConfig, "rotary", property(lambda self: TwoAxes(*[getattr(self, k) for k in (
+      "rope_theta", "rope_layout", "rotary_dim", "rope_scaling", "rope_exact")])))
+  model2 = CausalLM(cfg, rngs=nnx.Rngs(0))
+  np.testing.assert_array_equal(model2(tokens, attention_mask=mask), plain)
+  cache2 = model2.init_cache(2, 10)
+  assert cache2["position"].shape == (2, 2)
+  first2, cache2 = model2.decode_step(tokens[:, :4], cache2, token_mask=mask[:, :4])
+  rest2, cache2 = model2.decode_step(tokens[:, 4:5], cache2)
+  np.testing.assert_array_equal(first2, first)
+  np.testing.assert_array_equal(rest2, rest)
+  np.testing.assert_array_equal(cache2["position"], np.stack([cache["position"]] * 2, axis=-1))
