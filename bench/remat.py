@@ -5,19 +5,22 @@ Run (from the repository root):
   .venv/bin/python bench/remat.py --shapes tiny --rounds 2
   .venv/bin/python bench/remat.py --smoke            # seconds: the tiny shape, 1 round of 1 step
 
-The step is B2's JAX "masked" step (bench/train_step.py: forward, MLM loss at the masked
-positions, backward, AdamW; float32, dropout 0) of a freshly initialised model, compiled once
+The step is B2's JAX "masked" step (bench/train_step.py: `trainer.train_step` on the masked
+batch: forward, MLM loss at the masked positions, backward, AdamW; float32, dropout 0) of a
+freshly initialised model, compiled once
 per policy: "none" (every activation kept for the backward pass), "full" (each layer keeps
 only its input and recomputes its forward pass) and "dots" (the matmul outputs are kept).
 For each it reports XLA's temporary buffer size of the compiled step (`memory_analysis`,
-exact) and the median ms/step over --rounds rounds, the policies alternating (order rotated)
-with one untimed step at the start of each block and the timed steps dispatched back to back. The ratio is the time against "none" in
+exact) and the median ms/step over --rounds rounds, the policies alternating (order rotated,
+bench/harness.py) with one untimed step at the start of each block and the timed steps
+dispatched back to back. The ratio is the time against "none" in
 the same run. The last line printed is one JSON object with every figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -31,7 +34,7 @@ sys.path.insert(0, ROOT)
 import jax  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from bench import _record, train_step as b2  # noqa: E402
+from bench import _record, harness, train_step as b2  # noqa: E402
 from roformer_jax import models  # noqa: E402
 
 POLICIES = ("none", "full", "dots")
@@ -41,32 +44,34 @@ class Policy:
   def __init__(self, remat: str, spec: dict, batch, tx):
     cfg = models.ModelConfig(**spec["model"], dropout=0.0, attention_dropout=0.0, remat=remat)
     graphdef, self.state = b2.new_state(models.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0)), tx)
-    self.step = jax.jit(b2.make_train_step(graphdef, masked=True), donate_argnums=0).lower(self.state, batch).compile()
+    self.step = b2.train_step(graphdef).lower(self.state, batch).compile()
     memory = self.step.memory_analysis()  # None where the backend does not report it
     self.temp_gib = memory.temp_size_in_bytes / 2 ** 30 if memory is not None else float("nan")
     self.batch, self.ms, self.losses = batch, [], []
 
-  def block(self, steps: int) -> None:
-    self.state, loss = self.step(self.state, self.batch)  # untimed: the first step after another policy's block
-    float(loss)
+  def block(self, steps: int) -> harness.Seconds:
+    """A harness call: one untimed step (the first after another policy's block), then `steps`
+    dispatched back to back, as the trainer runs them; returns the seconds per timed step."""
+    self.state, out = self.step(self.state, self.batch)
+    float(out["loss"])
     start, losses = time.perf_counter(), []
-    for _ in range(steps):  # dispatched back to back, as the trainer runs them
-      self.state, loss = self.step(self.state, self.batch)
-      losses.append(loss)
+    for _ in range(steps):
+      self.state, out = self.step(self.state, self.batch)
+      losses.append(out["loss"])
     jax.block_until_ready(losses)
-    self.ms.append(1000 * (time.perf_counter() - start) / steps)
+    seconds = (time.perf_counter() - start) / steps
     self.losses += [float(x) for x in losses]
+    return harness.Seconds(seconds)
 
 
 def bench_shape(name: str, rounds: int, steps: int) -> tuple[dict, list[str]]:
   spec = b2.SHAPES[name]
-  batch = b2.jax_batch(b2.make_batch(spec["batch"], spec["seq"], spec["model"]["vocab_size"]))
+  batch = b2.jax_batch(b2.make_batch(spec["batch"], spec["seq"], spec["model"]["vocab_size"]), masked=True)
   tx, _ = b2.mlm_optimizer()
   runs = {p: Policy(p, spec, batch, tx) for p in POLICIES}
-  for r in range(rounds):
-    k = r % len(POLICIES)
-    for p in POLICIES[k:] + POLICIES[:k]:
-      runs[p].block(steps)
+  for p, ts in harness.round_robin({p: functools.partial(run.block, steps) for p, run in runs.items()}, rounds,
+                                   rewarm=0).items():
+    runs[p].ms = [1000 * t for t in ts]
   base = statistics.median(runs["none"].ms)
   rows, lines = {}, []
   for p, run in runs.items():

@@ -11,10 +11,12 @@ Run (from the repository root):
 One train step = forward, mean masked-token cross-entropy, backward and one AdamW update, in
 float32, on one fixed batch (15% of the positions of every row masked). Three contenders:
 
-- "jax full": `RoFormerForMaskedLM` scores every position (logits [B, T, V]) and the loss
-  counts the masked ones, as `tasks.loss_sums` does in the trainer.
-- "jax masked": the same model called with `masked_positions=` scores only the masked rows
-  (logits [B, M, V]); same loss and gradients, a smaller vocabulary projection.
+- "jax full": the trainer's own step (`trainer.train_step`, task "mlm", jitted with the state
+  donated) on a batch without `masked_positions`: `RoFormerForMaskedLM` scores every position
+  (logits [B, T, V]) and the loss counts the masked ones.
+- "jax masked": the same step on the pipeline's masked batch (`masked_positions`,
+  `masked_targets`, `masked_weights`): only the masked rows are scored (logits [B, M, V]);
+  same loss and gradients, a smaller vocabulary projection.
 - "torch": transformers' `RoFormerForMaskedLM(input_ids, labels=labels)` (labels -100 where
   not masked, full logits), `loss.backward()`, `torch.optim.AdamW(fused=True)` (the HF
   Trainer's default optimiser) with the Trainer's no-decay groups, `zero_grad`.
@@ -29,28 +31,21 @@ Same weights: the torch worker initialises the HF model (seeded) and writes it w
 `save_pretrained`; the JAX side loads it with `roformer_jax.hf.from_pretrained`. The first
 losses of the three must then agree to 1e-4 (relative); the bench stops if they do not.
 
-Timing: torch runs in a worker process (bench/_torch_train_step_worker.py) in a separate
-Python 3.11 venv with torch and transformers (never a dependency of this project), driven
-over stdin/stdout. After a warm-up (JAX: compile, timed separately, then the warm-up steps),
-each round runs a block of steps of each contender in turn (the order rotates every round),
-so slow drifts in the machine's speed hit all three alike. A block is `--rewarm` untimed
-steps and then `--steps-per-round` timed ones: the first step after the other contenders
-ran is not a training loop's steady state. On the 2-core development VM it was up to 1.6x
-slower for the BERT-base JAX step, all of it extra kernel (system) time: most likely the VM
-hands memory freed during the other blocks back to its host (free page reporting is on) and
-the process must fault it in again. The JSON keeps those first steps too. The table gives the median and min..max of the per-round
-ms/step (mean of the timed steps of the round), tokens/s (B * T per step, all tokens) and
-the ratio torch time / our time (> 1: we are faster), from the medians and per round. The
-torch worker uses `torch.set_num_threads(--threads)` (default: all cores); XLA uses its
-defaults.
+Timing (bench/harness.py's timer): torch runs in a worker process
+(bench/_torch_train_step_worker.py) in a separate Python 3.11 venv with torch and transformers
+(never a dependency of this project). After a warm-up (JAX: compile, timed separately, then the
+warm-up steps), each round runs a block of steps of each contender in turn (the order rotates
+every round): `--rewarm` untimed steps, then `--steps-per-round` timed ones (the first step
+after the other contenders ran is not a training loop's steady state: up to 1.6x slower for
+BERT-base on the 2-core VM, all of it kernel time faulting memory back in). The table gives the
+median and min..max of the per-round ms/step, tokens/s (B * T per step) and the ratio torch
+time / our time (> 1: we are faster). The torch worker uses `torch.set_num_threads(--threads)`.
 
-Other jobs on the machine hurt torch far more than XLA (its OpenMP threads wait for each
-other at every op), so the bench measures the CPU that other processes use during each round
-(from /proc/stat) and runs a round again when it exceeds --max-other-load cores (up to
---retries times). Before each round it waits up to --wait-quiet seconds for the other load
-to drop below that. Waits and discarded rounds share one --quiet-budget of seconds, so a
-machine that stays busy costs at most that much extra. The JSON records the load of every
-kept round.
+Other jobs on the machine hurt torch far more than XLA (its OpenMP threads wait for each other
+at every op), so the bench measures the CPU that other processes use during each round (from
+/proc/stat) and runs a round again when it exceeds --max-other-load cores (up to --retries
+times), after waiting up to --wait-quiet seconds for quiet; waits and discarded rounds share
+one --quiet-budget. The JSON records the load of every kept round.
 
 The last line printed is one JSON object with every figure, the machine and the versions.
 
@@ -70,11 +65,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -86,14 +80,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from bench import _record  # noqa: E402
-from roformer_jax import hf, losses, metrics, models, optim  # noqa: E402
+from bench import _record, harness  # noqa: E402
+from roformer_jax import hf, losses, metrics, models, optim, trainer  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER = os.path.join(HERE, "_torch_train_step_worker.py")
-DEFAULT_VENV = os.path.join(os.path.expanduser("~"), ".cache", "roformer_jax", "bench-torch-venv")
-DEFAULT_WHEEL = "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
-TORCH_PIN, TRANSFORMERS_PIN = "torch==2.13.0", "transformers==5.23.0"
 VOCAB = 30522  # BERT's WordPiece vocabulary, on both sides
 MASK_ID, FIRST_ID = 4, 5  # ids below FIRST_ID (pad 0 among them) never appear in the batch
 MASK_FRACTION = 0.15
@@ -147,19 +136,15 @@ def make_batch(batch: int, seq: int, vocab: int, *, seed: int = SEED) -> dict[st
   return {"inputs": inputs, "targets": ids, "weights": weights, "masked_positions": pos, "labels": labels}
 
 
-def jax_batch(batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-  return {k: jnp.asarray(batch[k]) for k in ("inputs", "targets", "weights", "masked_positions")}
-
-
-def mlm_loss_sums(model, batch, *, masked: bool):
-  """(loss_sum, weight_sum) of the MLM loss; `masked` scores only batch["masked_positions"]."""
-  if not masked:
-    logits = model(batch["inputs"])  # [B, T, V]
-    return losses.mlm_loss(logits, batch["targets"], batch["weights"])
-  pos = batch["masked_positions"]
-  logits = model(batch["inputs"], masked_positions=pos)  # [B, M, V]
-  take = lambda x: jnp.take_along_axis(x, pos, axis=1)
-  return losses.mlm_loss(logits, take(batch["targets"]), take(batch["weights"]))
+def jax_batch(batch: dict[str, np.ndarray], *, masked: bool) -> dict[str, jax.Array | None]:
+  """The trainer's MLM batch (no segments, no positions: no attention mask); `masked` adds the
+  pipeline's masked_positions / masked_targets / masked_weights, so that only those are scored."""
+  out = {"inputs": batch["inputs"], "targets": batch["targets"], "weights": batch["weights"]}
+  if masked:
+    pos = batch["masked_positions"]
+    take = lambda x: np.take_along_axis(x, pos, axis=1)  # noqa: E731
+    out.update(masked_positions=pos, masked_targets=take(batch["targets"]), masked_weights=take(batch["weights"]))
+  return {**{k: jnp.asarray(v) for k, v in out.items()}, "segment_ids": None, "positions": None}
 
 
 def mlm_optimizer():
@@ -171,112 +156,14 @@ def mlm_optimizer():
   return tx, hyper
 
 
-def make_train_step(graphdef, *, masked: bool):
-  """step(state, batch) -> (state, loss): forward, mean masked CE, grad, AdamW update.
-
-  `state` is nnx.state((model, nnx.Optimizer)); the caller jits it (donating the state).
-  """
-
-  def step(state, batch):
-    model, optimizer = nnx.merge(graphdef, state)
-
-    def loss_fn(model):
-      loss_sum, weight_sum = mlm_loss_sums(model, batch, masked=masked)
-      return loss_sum / jnp.maximum(weight_sum, 1.0)
-
-    loss, grads = nnx.value_and_grad(loss_fn)(model)
-    optimizer.update(model, grads)
-    return nnx.state((model, optimizer)), loss
-
-  return step
-
-
 def new_state(model, tx):
-  """(graphdef, state) of (model, AdamW optimiser over its nnx.Params)."""
+  """(graphdef, state) of (model, AdamW optimiser over its nnx.Params), as `trainer.create_state` makes it."""
   return nnx.split((model, nnx.Optimizer(model, tx, wrt=nnx.Param)))
 
 
-# --------------------------------------------------------------------------------------
-# The torch side.
-# --------------------------------------------------------------------------------------
-
-
-def _has_torch(python: str) -> bool:
-  try:
-    done = subprocess.run([python, "-c", "import torch, transformers"], capture_output=True, timeout=300)
-    return done.returncode == 0
-  except (OSError, subprocess.TimeoutExpired):
-    return False
-
-
-def existing_torch_python(args) -> str | None:
-  """--torch-python or the venv's python if it imports torch and transformers, else None (with a note).
-
-  --smoke's lookup: it never creates the venv (minutes, and the network)."""
-  python = args.torch_python or os.path.join(args.torch_venv, "bin", "python")
-  if os.path.exists(python) and _has_torch(python):
-    return python
-  print(f"--smoke: the torch side is skipped: {python} "
-        + ("cannot import torch and transformers" if os.path.exists(python) else "does not exist")
-        + " (pass --torch-python, or run without --smoke once to create the venv). Timing the JAX side alone.",
-        flush=True)
-  return None
-
-
-def torch_python(args) -> str:
-  """The interpreter of the torch venv: --torch-python, or --torch-venv (created if needed)."""
-  if args.torch_python:
-    if not _has_torch(args.torch_python):
-      raise SystemExit(f"--torch-python {args.torch_python} cannot import torch and transformers.")
-    return args.torch_python
-  python = os.path.join(args.torch_venv, "bin", "python")
-  if os.path.exists(python) and _has_torch(python):
-    return python
-  base = args.venv_python or shutil.which("python3.11") or shutil.which("python3")
-  if base is None:
-    raise SystemExit("no python3.11 to create the torch venv with; pass --venv-python or --torch-python.")
-  print(f"creating the torch venv {args.torch_venv} with {base} (once; it is cached) ...", flush=True)
-  subprocess.run([base, "-m", "venv", args.torch_venv], check=True)
-  wheel = args.torch_wheel if args.torch_wheel and os.path.exists(args.torch_wheel) else TORCH_PIN
-  pip = [python, "-m", "pip", "install", "--quiet"]
-  subprocess.run(pip + ["--upgrade", "pip"], check=True)
-  subprocess.run(pip + [wheel, TRANSFORMERS_PIN, "safetensors"], check=True)
-  if not _has_torch(python):
-    raise SystemExit(f"the new venv {args.torch_venv} still cannot import torch and transformers.")
-  return python
-
-
-class TorchWorker:
-  """bench/_torch_train_step_worker.py in the torch venv, one JSON line each way."""
-
-  def __init__(self, python: str):
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    self.proc = subprocess.Popen([python, WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 bufsize=1, env=env)
-    self.info = self._read()
-
-  def _read(self) -> dict:
-    line = self.proc.stdout.readline()
-    if not line:
-      raise SystemExit(f"the torch worker exited (code {self.proc.wait()}); see its stderr above.")
-    out = json.loads(line)
-    if out.get("ok") is False:
-      raise SystemExit("the torch worker failed:\n" + out["error"])
-    return out
-
-  def call(self, cmd: str, **kw) -> dict:
-    self.proc.stdin.write(json.dumps({"cmd": cmd, **kw}) + "\n")
-    self.proc.stdin.flush()
-    return self._read()
-
-  def close(self) -> None:
-    if self.proc.poll() is None:
-      try:
-        self.call("quit")
-        self.proc.wait(timeout=30)
-      except (SystemExit, OSError, subprocess.TimeoutExpired, ValueError):
-        self.proc.kill()
+def train_step(graphdef):
+  """The trainer's MLM step, jitted with the state donated: step(state, batch) -> (state, out)."""
+  return jax.jit(functools.partial(trainer.train_step, graphdef, task="mlm"), donate_argnums=0)
 
 
 def hf_config(model: dict) -> dict:
@@ -362,33 +249,28 @@ def wait_quiet(worker_pid: int, max_cores: float, max_wait: float, window: float
 
 
 class JaxContender:
-  """A jitted train step and its (donated) state."""
+  """The trainer's jitted step, its (donated) state and its batch."""
 
-  def __init__(self, model_dir: str, batch, tx, *, masked: bool):
+  def __init__(self, model_dir: str, batch, tx):
     model = hf.from_pretrained(model_dir)
     cfg = model.config
     assert isinstance(model, models.RoFormerForMaskedLM) and cfg.dropout == 0 and cfg.attention_dropout == 0, cfg
     assert cfg.norm == "post" and cfg.activation == "gelu" and cfg.dtype == "float32", cfg
-    self.graphdef, self.state = new_state(model, tx)
+    graphdef, self.state = new_state(model, tx)
     self.batch = batch
     start = time.perf_counter()
-    lowered = jax.jit(make_train_step(self.graphdef, masked=masked), donate_argnums=0).lower(self.state, batch)
+    lowered = train_step(graphdef).lower(self.state, batch)
     self.lower_s = time.perf_counter() - start
     start = time.perf_counter()
-    self.step = lowered.compile()
+    self.compiled = lowered.compile()
     self.compile_s = time.perf_counter() - start
-    mem = self.step.memory_analysis()
+    mem = self.compiled.memory_analysis()
     self.temp_mib = None if mem is None else mem.temp_size_in_bytes / 2**20
 
-  def steps(self, n: int) -> tuple[list[float], list[float]]:
-    """(wall seconds of each step, losses) for n steps; each step ends when its loss is read."""
-    seconds, out = [], []
-    for _ in range(n):
-      start = time.perf_counter()
-      self.state, loss = self.step(self.state, self.batch)
-      out.append(float(loss))
-      seconds.append(time.perf_counter() - start)
-    return seconds, out
+  def step(self) -> float:
+    """One step, ended by reading its loss back (returned)."""
+    self.state, out = self.compiled(self.state, self.batch)
+    return float(out["loss"])
 
 
 def save_jax_weights(model: dict, save_dir: str) -> int:
@@ -400,7 +282,7 @@ def save_jax_weights(model: dict, save_dir: str) -> int:
   return metrics.count_params(jax_model)
 
 
-def bench_shape(name: str, spec: dict, worker: TorchWorker | None, args, workdir: str,
+def bench_shape(name: str, spec: dict, worker: harness.TorchWorker | None, args, workdir: str,
                 quiet_budget: QuietBudget) -> dict:
   """One shape's comparison; worker None (--smoke without torch): the JAX contenders alone."""
   b, t, model = spec["batch"], spec["seq"], spec["model"]
@@ -420,23 +302,20 @@ def bench_shape(name: str, spec: dict, worker: TorchWorker | None, args, workdir
                        optim=hyper, threads=args.threads)
   else:
     info = {"params": save_jax_weights(model, model_dir)}
-  jb = jax_batch(batch)
-  jax_side = {"jax full": JaxContender(model_dir, jb, tx, masked=False),
-              "jax masked": JaxContender(model_dir, jb, tx, masked=True)}
+  jax_side = {"jax full": JaxContender(model_dir, jax_batch(batch, masked=False), tx),
+              "jax masked": JaxContender(model_dir, jax_batch(batch, masked=True), tx)}
   for k, c in jax_side.items():
     print(f"  {k}: lower {c.lower_s:.2f} s, compile {c.compile_s:.2f} s, XLA temp {c.temp_mib:.0f} MiB", flush=True)
-
-  def run(who: str, n: int) -> tuple[list[float], list[float]]:
-    if who == "torch":
-      out = worker.call("steps", n=n)
-      return out["seconds"], out["losses"]
-    return jax_side[who].steps(n)
+  # One step of each contender, for the harness: torch times itself in its process.
+  calls = {who: (lambda: harness.Seconds(worker.call("steps", n=1)["seconds"][0])) if who == BASELINE
+           else jax_side[who].step for who in contenders}
 
   # Warm-up; its losses are the first steps from the same weights on the same batch.
-  warm = {who: run(who, warmup)[1] for who in contenders}  # (JAX compiled above)
+  warm = {who: worker.call("steps", n=warmup)["losses"] if who == BASELINE else
+          [jax_side[who].step() for _ in range(warmup)] for who in contenders}
   # Without torch the full-logits loss is the reference: the two JAX steps must still agree.
-  ref = warm[BASELINE] if worker is not None else warm["jax full"]
   ref_name = BASELINE if worker is not None else "jax full"
+  ref = warm[ref_name]
   check = {}
   for who in [w for w in ("jax full", "jax masked") if w != ref_name]:
     rel = [abs(a - r) / abs(r) for a, r in zip(warm[who], ref)]
@@ -456,8 +335,6 @@ def bench_shape(name: str, spec: dict, worker: TorchWorker | None, args, workdir
   first = {who: [] for who in contenders}  # the untimed first step of each block (--rewarm)
   other, discarded = [], 0
   for r in range(rounds):
-    k = r % len(contenders)
-    order = contenders[k:] + contenders[:k]
     for attempt in range(args.retries + 1):
       waited = wait_quiet(worker_pid, args.max_other_load, min(args.wait_quiet, quiet_budget.left))
       quiet_budget.spend(max(waited - 3.0, 0.0))  # the first 3 s window is the check itself
@@ -465,7 +342,7 @@ def bench_shape(name: str, spec: dict, worker: TorchWorker | None, args, workdir
         print(f"  waited {waited:.0f} s for other jobs to quieten", flush=True)
       probe = OtherLoad(worker_pid)
       start = time.perf_counter()
-      steps = {who: run(who, args.rewarm + per_round)[0] for who in order}
+      steps = harness.time_round(calls, r, rewarm=args.rewarm, timed=per_round)
       took = time.perf_counter() - start
       load = probe.cores()
       got = {who: statistics.fmean(ts[args.rewarm:]) for who, ts in steps.items()}
@@ -505,8 +382,8 @@ def bench_shape(name: str, spec: dict, worker: TorchWorker | None, args, workdir
   jax_side.clear()  # frees both JAX states before the next shape
   return {"description": DESCRIPTIONS[name], "batch": b, "seq": t, "model": model, "params": info["params"],
           "masked_per_row": int(batch["masked_positions"].shape[1]), "rounds": rounds, "steps_per_round": per_round,
-          "warmup_steps": warmup, "rewarm_steps": args.rewarm, "loss_check": check, "rows": rows, "other_load_cores_per_round": other,
-          "rounds_discarded_for_load": discarded}
+          "warmup_steps": warmup, "rewarm_steps": args.rewarm, "loss_check": check, "rows": rows,
+          "other_load_cores_per_round": other, "rounds_discarded_for_load": discarded}
 
 
 # --------------------------------------------------------------------------------------
@@ -515,33 +392,30 @@ def bench_shape(name: str, spec: dict, worker: TorchWorker | None, args, workdir
 
 
 def jax_breakdown(name: str, spec: dict, rounds: int) -> dict[str, dict[str, float]]:
-  """Times parts of the JAX step separately (jitted, round-robin, median ms and min..max).
+  """Times parts of the JAX step separately (jitted, bench/harness.py's timer, median ms and min..max).
 
   encoder: embeddings + layers, h = encode(ids); head + CE: MLM head, tied vocabulary
   projection and the masked mean cross-entropy from a given h; "fwd+bwd" is the gradient
-  with respect to the parameters (and h, for the head). Same random init as the bench, no
-  torch needed.
+  with respect to the parameters (and h, for the head); "step": `trainer.train_step`. Same
+  random init as the bench, no torch needed.
   """
   cfg = models.ModelConfig(**spec["model"], dropout=0.0, attention_dropout=0.0)
   model = models.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(SEED))
-  batch = jax_batch(make_batch(spec["batch"], spec["seq"], cfg.vocab_size))
+  raw = make_batch(spec["batch"], spec["seq"], cfg.vocab_size)
+  full, masked = jax_batch(raw, masked=False), jax_batch(raw, masked=True)
   tx, _ = mlm_optimizer()
   graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-  part = lambda p: nnx.merge(graphdef, p, rest)
-  pos = batch["masked_positions"]
-  take = lambda x: jnp.take_along_axis(x, pos, axis=1)
+  part = lambda p: nnx.merge(graphdef, p, rest)  # noqa: E731
 
   def encode(p):
-    return part(p).roformer.encode(batch["inputs"])
+    return part(p).roformer.encode(full["inputs"])
 
-  def head_ce(p, h, masked):
-    m = part(p)
-    if masked:
-      h = jnp.take_along_axis(h, pos[..., None], axis=1)
-      loss_sum, weight_sum = losses.mlm_loss(m.mlm(h, m.roformer.embeddings), take(batch["targets"]),
-                                             take(batch["weights"]))
-    else:
-      loss_sum, weight_sum = losses.mlm_loss(m.mlm(h, m.roformer.embeddings), batch["targets"], batch["weights"])
+  def head_ce(p, h, masked_only):
+    m, b = part(p), masked if masked_only else full
+    if masked_only:
+      h = jnp.take_along_axis(h, b["masked_positions"][..., None], axis=1)
+    targets, weights = (b["masked_targets"], b["masked_weights"]) if masked_only else (b["targets"], b["weights"])
+    loss_sum, weight_sum = losses.mlm_loss(m.mlm(h, m.roformer.embeddings), targets, weights)
     return loss_sum / weight_sum
 
   h = jax.jit(encode)(params)
@@ -553,6 +427,7 @@ def jax_breakdown(name: str, spec: dict, rounds: int) -> dict[str, dict[str, flo
     opt.update(m, grads)
     return nnx.state((m, opt))
 
+  step = jax.jit(functools.partial(trainer.train_step, opt_graphdef, task="mlm"))  # not donated: called again
   fns = {
       "encoder fwd": (jax.jit(encode), (params,)),
       "encoder fwd+bwd": (jax.jit(lambda p: jax.vjp(encode, p)[1](jnp.ones_like(h))), (params,)),
@@ -561,26 +436,26 @@ def jax_breakdown(name: str, spec: dict, rounds: int) -> dict[str, dict[str, flo
       "head+CE masked fwd": (jax.jit(lambda p, h: head_ce(p, h, True)), (params, h)),
       "head+CE masked fwd+bwd": (jax.jit(jax.grad(lambda p, h: head_ce(p, h, True), argnums=(0, 1))), (params, h)),
       "AdamW update": (jax.jit(update), (opt_state, grads)),
-      "step full": (jax.jit(make_train_step(opt_graphdef, masked=False)), (opt_state, batch)),
-      "step masked": (jax.jit(make_train_step(opt_graphdef, masked=True)), (opt_state, batch)),
+      "step full": (step, (opt_state, full)),
+      "step masked": (step, (opt_state, masked)),
   }
-  for fn, a in fns.values():  # compile + warm up
-    jax.block_until_ready(fn(*a))
-  times = {k: [] for k in fns}
   cpu = {k: [] for k in fns}  # user + system CPU seconds of this process per call
+
+  def call(k):
+    fn, a = fns[k]
+    c0 = os.times()
+    jax.block_until_ready(fn(*a))
+    c1 = os.times()
+    cpu[k].append((c1.user - c0.user, c1.system - c0.system))
+
+  for k in fns:  # compile + warm up
+    call(k)
+  cpu = {k: [] for k in fns}
   probe = OtherLoad(None)
-  for _ in range(rounds):
-    for k, (fn, a) in fns.items():
-      t0, c0 = time.perf_counter(), os.times()
-      jax.block_until_ready(fn(*a))
-      t1, c1 = time.perf_counter(), os.times()
-      times[k].append(t1 - t0)
-      cpu[k].append((c1.user - c0.user, c1.system - c0.system))
+  times = harness.round_robin({k: functools.partial(call, k) for k in fns}, rounds, rewarm=0)
   other = probe.cores()
-  out = {}
-  for k, ts in times.items():
-    out[k] = {"ms": statistics.median(ts) * 1e3, "ms_min": min(ts) * 1e3, "ms_max": max(ts) * 1e3,
-              "user_s": statistics.median(u for u, _ in cpu[k]), "system_s": statistics.median(s for _, s in cpu[k])}
+  out = {k: {**harness.timing(ts), "user_s": statistics.median(u for u, _ in cpu[k]),
+             "system_s": statistics.median(s for _, s in cpu[k])} for k, ts in times.items()}
   print(f"\n[{name}] JAX step breakdown, {rounds} rounds (ms: median, min..max; CPU s of this process: "
         f"median user, system)" + ("" if other is None else f"; other jobs used {other:.2f} cores"))
   for k, row in out.items():
@@ -613,8 +488,8 @@ def main() -> None:
   parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
                       help="torch.set_num_threads (default: all cores)")
   parser.add_argument("--torch-python", default="", help="a python that has torch and transformers (skips the venv)")
-  parser.add_argument("--torch-venv", default=DEFAULT_VENV, help="where the torch venv is (created if missing)")
-  parser.add_argument("--torch-wheel", default=DEFAULT_WHEEL, help="local torch wheel for a new venv (else PyPI)")
+  parser.add_argument("--torch-venv", default=harness.DEFAULT_TORCH_VENV, help="where the torch venv is (created if missing)")
+  parser.add_argument("--torch-wheel", default=harness.DEFAULT_TORCH_WHEEL, help="local torch wheel for a new venv (else PyPI)")
   parser.add_argument("--venv-python", default="", help="python to create the torch venv with (default python3.11)")
   parser.add_argument("--breakdown", type=int, default=0, metavar="ROUNDS",
                       help="instead of the comparison, time parts of the JAX step (encoder, head + CE, AdamW) "
@@ -643,14 +518,16 @@ def main() -> None:
            "date": datetime.date.today().isoformat(), "loadavg_before": os.getloadavg(),
            "results": {name: jax_breakdown(name, SHAPES[name], args.breakdown) for name in names}}
     out["loadavg_after"] = os.getloadavg()
-    out["machine"], out["versions"] = _machine_and_versions()
+    out["machine"], out["versions"] = (_record.machine(), _record.versions())
     print(json.dumps(out))
     return
 
-  python = existing_torch_python(args) if args.smoke else torch_python(args)
+  # --smoke never creates the venv (minutes, and the network): without torch it times the JAX side alone.
+  python = harness.find_torch_python(args.torch_python, args.torch_venv, create=not args.smoke, lenient=args.smoke,
+                                     wheel=args.torch_wheel, base=args.venv_python)
   load_before = os.getloadavg()
   start = time.perf_counter()
-  worker = TorchWorker(python) if python else None  # None: --smoke without torch, the JAX side alone
+  worker = harness.TorchWorker(python, "_torch_train_step_worker.py") if python else None  # None: --smoke without torch, the JAX side alone
   quiet_budget = QuietBudget(args.quiet_budget)
   results = {}
   try:
@@ -662,7 +539,7 @@ def main() -> None:
       worker.close()
   load_after = os.getloadavg()
 
-  machine, versions = _machine_and_versions()
+  machine, versions = (_record.machine(), _record.versions())
   if worker is not None:
     versions.update(torch_python=worker.info["python"], torch=worker.info["torch"],
                     transformers=worker.info["transformers"])
@@ -733,10 +610,6 @@ def _figures(results: dict) -> list[dict]:
                                   met=ratio >= 1.2 if goal else None))
       out.append(_record.figure(f"{key}.ms_per_step", f"{who}: ms per train step, shape {name}", row["ms"], "ms"))
   return out
-
-
-def _machine_and_versions() -> tuple[dict, dict]:
-  return _record.machine(), _record.versions()
 
 
 if __name__ == "__main__":
