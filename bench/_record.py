@@ -234,7 +234,7 @@ def machine() -> dict:
   """The accelerator (or CPU) JAX runs on, and the host."""
   import jax
 
-  from bench._machine import cpu_name
+  from bench.harness import cpu_name
 
   device = jax.devices()[0]
   return {"platform": device.platform, "device_kind": device.device_kind, "device_count": jax.device_count(),

@@ -24,7 +24,8 @@ Variants, each compiled and timed separately from the same initial weights:
 - "bert-dropout": "auto" with configs/bert_base_mlm.py's dropout 0.1 (hidden and attention
   probabilities), which takes the explicit XLA attention path: what that config runs today.
 Timing: after compilation (lower + compile wall time, per variant) and --warmup steps, each
-of --rounds rounds runs --steps steps of every variant in turn (the order rotates), and a
+of --rounds rounds runs --steps steps of every variant in turn (the order rotates,
+bench/harness.py), and a
 round's time is read after the last step's loss is on the host. The table gives the median and
 min..max over rounds of ms/step, tokens/s (B x T per step) and model TFLOP/s.
 
@@ -67,8 +68,8 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from bench import _record as record  # noqa: E402
-from bench._machine import matmul_flops  # noqa: E402
+from bench import _record as record, harness  # noqa: E402
+from bench.harness import matmul_flops  # noqa: E402
 from roformer_jax import mesh as mesh_lib, metrics, positional, trainer  # noqa: E402
 from roformer_jax.data import pipeline  # noqa: E402
 
@@ -172,17 +173,17 @@ class Variant:
     self.losses: list[float] = []
     self.round_ms: list[float] = []
 
-  def run(self, steps: int) -> float:
-    """Runs `steps` steps; returns ms per step, timed until the last loss is on the host."""
+  def run(self, steps: int) -> harness.Seconds:
+    """Runs `steps` steps; returns seconds per step, timed until the last loss is on the host."""
     t0 = time.perf_counter()
     for _ in range(steps):
       self.state, out = self.compiled(self.state, self.batch)
     loss = float(out["loss"])
-    ms = 1000 * (time.perf_counter() - t0) / steps
+    seconds = (time.perf_counter() - t0) / steps
     self.losses.append(loss)
     if not np.isfinite(loss):
       raise FloatingPointError(f"variant {self.name!r}: loss {loss} after {len(self.losses)} blocks")
-    return ms
+    return harness.Seconds(seconds)
 
 
 def attention_kernel(stablehlo: str) -> str:
@@ -268,10 +269,9 @@ def main(argv=None) -> int:
     with jax.profiler.trace(args.trace, create_perfetto_trace=True):
       for v in traced:
         v.run(steps)
-  for r in range(rounds):
-    order = variants[r % len(variants):] + variants[:r % len(variants)]
-    for v in order:
-      v.round_ms.append(v.run(steps))
+  times = harness.round_robin({v.name: functools.partial(v.run, steps) for v in variants}, rounds, rewarm=0)
+  for v in variants:
+    v.round_ms = [1000 * t for t in times[v.name]]
   matmul_after = matmul_flops(matmul_dtype, matmul_n) / 1e12
   matmul_rate = statistics.mean([matmul_before, matmul_after])
 

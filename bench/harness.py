@@ -1,4 +1,4 @@
-"""What the benches share: the one round-robin timer, the torch worker client, memory analysis.
+"""What the benches share: the one round-robin timer, the torch worker client, the machine.
 
 Timing (`time_round`, `round_robin`): the configurations of a group take turns, `rounds`
 rounds with the order rotated by one every round, so slow drifts of a shared machine's speed
@@ -24,6 +24,7 @@ import subprocess
 import time
 from typing import Callable
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TORCH_VENV = os.path.join(os.path.expanduser("~"), ".cache", "roformer_jax", "bench-torch-venv")
 DEFAULT_TORCH_WHEEL = "/opt/wheels/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
 TORCH_PIN, TRANSFORMERS_PIN = "torch==2.13.0", "transformers==5.23.0"
@@ -112,6 +113,40 @@ def default_mem_limit_gb() -> float:
   except (ValueError, OSError):
     ram = 16.0
   return min(8.0, 0.4 * ram)
+
+
+def cpu_name() -> str:
+  """The CPU model from /proc/cpuinfo, or what `platform` knows."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or platform.machine()
+
+
+def matmul_flops(dtype, n: int, repeats: int = 10) -> float:
+  """FLOP/s of one jitted [n, n] x [n, n] product in `dtype` (median of `repeats`): the
+  machine's achievable matmul rate, measured in the same run as the figure it scales."""
+  import jax
+  a = jax.random.normal(jax.random.key(0), (n, n), dtype)
+  b = jax.random.normal(jax.random.key(1), (n, n), dtype)
+  f = jax.jit(lambda x, y: x @ y)
+  f(a, b).block_until_ready()
+  ts = round_robin({"matmul": lambda: f(a, b).block_until_ready()}, repeats, rewarm=0)["matmul"]
+  return 2 * n ** 3 / statistics.median(ts)
+
+
+def load_config(spec: str):
+  """A config file's get_config(), `path[:variant]` relative to the repository root."""
+  import importlib.util
+  path, _, arg = spec.partition(":")
+  module_spec = importlib.util.spec_from_file_location("bench_config", os.path.join(ROOT, path))
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
 
 
 def machine_info() -> dict:

@@ -74,8 +74,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench import _record, harness  # noqa: E402
-from bench.harness import default_mem_limit_gb, machine_info, memory_bytes, timing  # noqa: E402
-from bench.default_config import load_config  # noqa: E402
+from bench.harness import default_mem_limit_gb, load_config, machine_info, memory_bytes, timing  # noqa: E402
 from roformer_jax import attention as attn  # noqa: E402
 from roformer_jax.attention.chunked import DEFAULT_BLOCK_K, DEFAULT_BLOCK_Q, chunked_attention  # noqa: E402
 from roformer_jax.attention.masks import mask_factors  # noqa: E402
