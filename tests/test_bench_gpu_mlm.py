@@ -93,6 +93,7 @@ def test_attention_kernel_is_read_from_the_lowered_step():
   assert gpu_mlm.attention_kernel('stablehlo.custom_call @"__cudnn$fmhaSoftmax"(%0)') == "cudnn"
 
 
+@pytest.mark.slow
 def test_mfu_lines_with_a_known_peak(monkeypatch, capsys):
   """The GPU-only branch (MFU against the device's and the datasheet's peak), on a CPU with a
   stand-in peak of 1 TFLOP/s from the device and 2 from the datasheet."""

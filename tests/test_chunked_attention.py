@@ -63,6 +63,7 @@ def _dense(q, k, v, f, **kw):
   return attn.dot_product_attention(q, k, v, mask=f.dense(), implementation="xla", **kw)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(seed=st.integers(0, 2**31 - 1), t=st.integers(1, 33), s_extra=st.integers(-10, 10), b=st.integers(1, 2),
        heads=st.sampled_from([(1, 1), (2, 2), (4, 2)]), h=st.sampled_from([4, 8]),

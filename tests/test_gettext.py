@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from roformer_jax import data, evaluate, models, tasks, trainer
+from roformer_jax import data, evaluate, models, tasks
 from roformer_jax.data import datasets, gettext_catalogs as gc
 from tests import gettext_fixture
+from tests.smoke import s2s_config
 
 
 @pytest.fixture(scope="module")
@@ -144,16 +145,16 @@ def test_raw_targets_follow_the_evaluation_order_per_process(locale_dir, tmp_pat
 
 
 @pytest.mark.slow
-def test_smoke_config_trains_and_scores_bleu_against_raw_references(locale_dir, tmp_path):
-  from configs import gettext_translate
-  config = gettext_translate.get_config("smoke")
-  config.data.locale_dir, config.data.data_dir = str(locale_dir), str(tmp_path / "data")
+def test_smoke_config_trains_and_scores_bleu_against_raw_references(smoke_runs, tmp_path):
+  # The shared seq2seq smoke run (tests/smoke.py): configs/gettext_translate.py's smoke variant
+  # on tests.gettext_fixture's catalogues, trained once; this test evaluates a copy.
+  root = smoke_runs.copy("seq2seq", tmp_path / "s2s")
+  config = s2s_config(root)
   assert config.data.pack_pairs and config.data.dataset == "gettext_translate/de"
-  trainer.train_and_evaluate(config, str(tmp_path / "work"))
   config.eval.beam_size, config.eval.max_decode_length = 2, 8
-  results = evaluate.evaluate(config, str(tmp_path / "work"))
+  results = evaluate.evaluate(config, str(root / "work"))
   assert math.isfinite(results["metrics"]["bleu"]) and results["split"] == "test"
-  lines = (tmp_path / "work" / "translations.tsv").read_text().splitlines()
+  lines = (root / "work" / "translations.tsv").read_text().splitlines()
   refs = data.raw_targets(config.data, "test")
   assert results["metrics"]["sentences"] == len(refs) == len(lines) - 1
   escaped = [r.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n") for r in refs]

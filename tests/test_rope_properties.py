@@ -3,11 +3,14 @@
 import hypothesis.extra.numpy as hnp
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from roformer_jax import rope
 from tests import reference as ref
+
+pytestmark = pytest.mark.slow  # property tests: many examples, each a compile; make test, not make test-fast
 
 DTYPES = {"float32": (jnp.float32, 1e-5), "bfloat16": (jnp.bfloat16, 2 * 2**-8), "float16": (jnp.float16, 2 * 2**-11)}
 
