@@ -123,7 +123,7 @@ def save(bench: str, *, figures: list[dict], table: str, result: dict, out_dir: 
   if not isinstance(bench, str) or not _BENCH_NAME.fullmatch(bench):
     raise ValueError(f"bench name {bench!r}: expected letters, digits, '_', '.' or '-' (it names the file "
                      "<bench>.json), e.g. 'rope'.")
-  figures = _check_figures(figures)
+  figures = check_figures(figures)
   if not isinstance(table, str):
     raise TypeError(f"table: expected the printed table as a str, got {type(table).__name__}.")
   if not isinstance(result, dict):
@@ -158,7 +158,7 @@ def save(bench: str, *, figures: list[dict], table: str, result: dict, out_dir: 
   return path
 
 
-def _check_figures(figures) -> list[dict]:
+def check_figures(figures) -> list[dict]:
   if not isinstance(figures, (list, tuple)):
     raise TypeError(f"figures: expected a list of dicts, got {type(figures).__name__}.")
   out, seen = [], set()

@@ -62,7 +62,7 @@ def _check_record(rec, path: str) -> None:
     raise ValueError(f"{path}: missing {missing}; files here are written by bench/_record.py save() "
                      "(run the bench with --record).")
   try:  # the same checks save() made when it wrote the file
-    _record._check_figures(rec["figures"])
+    _record.check_figures(rec["figures"])
   except (TypeError, ValueError) as e:
     raise ValueError(f"{path}: {e}") from e
 

@@ -1,4 +1,4 @@
-"""bench/train_step.py's JAX side is the trainer's MLM step, with and without masked_positions.
+"""B2's (experiments/train_step.py, run by bench/train_step.py) JAX side is the trainer's MLM step, with and without masked_positions.
 
 No torch and no timing: the torch side of the bench runs only in its own venv.
 """
@@ -13,7 +13,7 @@ from flax import nnx
 
 from roformer_jax import models, tasks
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "train_step.py")
+_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "train_step.py")
 
 
 @pytest.fixture(scope="module")
