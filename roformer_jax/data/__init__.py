@@ -16,13 +16,13 @@ from roformer_jax.data.corpus import build_stdlib_corpus
 from roformer_jax.data.datasets import REGISTRY, DatasetNotPreparedError, get_spec
 from roformer_jax.data.masking import mask_tokens
 from roformer_jax.data.packing import positions_from_segments
-from roformer_jax.data.pipeline import (TASKS, check_data, make_dataset, make_iterator,
+from roformer_jax.data.pipeline import (FORMATS, BatchFormat, check_data, make_dataset, make_iterator,
                                         make_tokenizer, raw_targets, tokenizer_path)
 from roformer_jax.data.tokenizers import (ByteTokenizer, SentencePieceTokenizer,
                                           TokenizerNotFoundError, train_sentencepiece)
 
 __all__ = [
-    "REGISTRY", "TASKS", "ByteTokenizer", "DatasetNotPreparedError", "SentencePieceTokenizer",
+    "FORMATS", "REGISTRY", "BatchFormat", "ByteTokenizer", "DatasetNotPreparedError", "SentencePieceTokenizer",
     "TokenizerNotFoundError", "build_stdlib_corpus", "check_data", "default_data_config",
     "get_spec", "make_dataset", "make_iterator", "make_tokenizer", "mask_tokens",
     "positions_from_segments", "raw_targets", "tokenizer_path", "train_sentencepiece",

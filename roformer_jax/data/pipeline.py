@@ -49,6 +49,7 @@ batches.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
@@ -65,7 +66,6 @@ from roformer_jax.data.config import TOKENIZERS
 from roformer_jax.data.masking import mask_tokens
 from roformer_jax.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, train_sentencepiece
 
-TASKS = {"lm": "text", "mlm": "text", "seq2seq": "translation", "classification": "classification"}
 Tokenizer = ByteTokenizer | SentencePieceTokenizer
 Batch = dict[str, np.ndarray]
 
@@ -286,18 +286,17 @@ def _open(data_cfg, spec, split):
                               locale_dir=data_cfg.get("locale_dir") or None)
 
 
-def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, batch_size: int,
+def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str | BatchFormat, split: str, batch_size: int,
                  seed: int, process_index: int = 0, process_count: int = 1,
                  repeat: bool | None = None, shuffle: bool | None = None,
                  tokenizer: Tokenizer | None = None) -> grain.IterDataset:
   """The ``grain.IterDataset`` behind ``make_iterator`` (same arguments)."""
-  if task not in TASKS:
-    raise ValueError(f"task={task!r}; expected one of {sorted(TASKS)}.")
+  fmt = batch_format(task)
   spec = datasets.get_spec(data_cfg.dataset)
-  if spec.kind != TASKS[task]:
-    fits = sorted(n for n, s in datasets.REGISTRY.items() if s.kind == TASKS[task])
-    raise ValueError(f"Dataset {spec.name!r} holds {spec.kind} records; task {task!r} needs "
-                     f"{TASKS[task]} records, e.g. one of {fits}.")
+  if spec.kind != fmt.records:
+    fits = sorted(n for n, s in datasets.REGISTRY.items() if s.kind == fmt.records)
+    raise ValueError(f"Dataset {spec.name!r} holds {spec.kind} records; task {fmt.name!r} needs "
+                     f"{fmt.records} records, e.g. one of {fits}.")
   if not 0 <= process_index < process_count:
     raise ValueError(f"process_index={process_index} must be in [0, process_count={process_count}).")
   if batch_size < 1:
@@ -306,7 +305,7 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
   if length < 4:
     raise ValueError(f"data.max_length={length} is too short; need >= 4.")
   training = split == "train"
-  passkey_fraction(data_cfg, task)
+  passkey_fraction(data_cfg, fmt)
   repeat = training if repeat is None else repeat
   shuffle = training if shuffle is None else shuffle
 
@@ -325,35 +324,92 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, 
   if repeat:
     ds = ds.repeat(None)
 
-  if task in ("lm", "mlm"):
-    it_ds = _packed_documents(ds, data_cfg, task=task, spec=spec, tok=tok, seed=seed,
-                              process_index=process_index, shuffle=shuffle, training=training)
-    fmt = _format_lm if task == "lm" else functools.partial(
-        _format_mlm, max_predictions=mlm_max_predictions(data_cfg, length))
-  elif task == "seq2seq":
-    tgt_len = data_cfg.max_target_length or length
-    drop_long = training and data_cfg.drop_long_pairs
-    if training and data_cfg.get("pack_pairs"):
-      ds = ds.map(_translation(spec, tok, length, tgt_len, drop_long=drop_long, pad=False))
-      it_ds, fmt = _packed_pairs(_to_iter(ds, data_cfg), length, tgt_len, batch_size, seed, shuffle), dict
-    else:
-      ds = ds.map(_translation(spec, tok, length, tgt_len, drop_long=drop_long))
-      it_ds, fmt = _to_iter(ds, data_cfg), _format_seq2seq
-  else:
-    it_ds, fmt = _to_iter(ds.map(_classification(spec, tok, length)), data_cfg), dict
-
+  it_ds, fmt_rows = fmt.rows(ds, data_cfg, spec=spec, tok=tok, batch_size=batch_size, seed=seed,
+                             process_index=process_index, shuffle=shuffle, training=training)
   it_ds = it_ds.batch(batch_size, drop_remainder=False)
-  return it_ds.map(lambda b: fmt(_pad_rows(b, batch_size)))
+  return it_ds.map(lambda b: fmt_rows(_pad_rows(b, batch_size)))
 
 
-def _packed_documents(ds: grain.MapDataset, data_cfg, *, task: str, spec: datasets.DatasetSpec,
+# --------------------------------------------------------------------------------------
+# Batch formats: how the records of one kind become one task's batches.
+# --------------------------------------------------------------------------------------
+
+
+def _lm_rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_index, shuffle, training):
+  del batch_size
+  it_ds = _packed_documents(ds, data_cfg, causal=True, spec=spec, tok=tok, seed=seed,
+                            process_index=process_index, shuffle=shuffle, training=training)
+  return it_ds, _format_lm
+
+
+def _mlm_rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_index, shuffle, training):
+  del batch_size
+  it_ds = _packed_documents(ds, data_cfg, causal=False, spec=spec, tok=tok, seed=seed,
+                            process_index=process_index, shuffle=shuffle, training=training)
+  return it_ds, functools.partial(_format_mlm, max_predictions=mlm_max_predictions(data_cfg, data_cfg.max_length))
+
+
+def _seq2seq_rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_index, shuffle, training):
+  del process_index
+  length = data_cfg.max_length
+  tgt_len = data_cfg.max_target_length or length
+  drop_long = training and data_cfg.drop_long_pairs
+  if training and data_cfg.get("pack_pairs"):
+    ds = ds.map(_translation(spec, tok, length, tgt_len, drop_long=drop_long, pad=False))
+    return _packed_pairs(_to_iter(ds, data_cfg), length, tgt_len, batch_size, seed, shuffle), dict
+  ds = ds.map(_translation(spec, tok, length, tgt_len, drop_long=drop_long))
+  return _to_iter(ds, data_cfg), _format_seq2seq
+
+
+def _classification_rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_index, shuffle, training):
+  del batch_size, seed, process_index, shuffle, training
+  return _to_iter(ds.map(_classification(spec, tok, data_cfg.max_length)), data_cfg), dict
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchFormat:
+  """How records become the batches of a task (the keys are in the module docstring).
+
+  Attributes:
+    name: the format's name, in messages ("lm", "mlm", "seq2seq", "classification").
+    records: the ``DatasetSpec.kind`` it reads ("text", "translation", "classification").
+    rows: ``rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_index, shuffle, training)``
+      -> (an IterDataset of rows, the function that formats a batch of them).
+    passkey_rows: causal-LM rows, into which ``data.passkey_fraction`` may mix pass-key rows.
+  """
+  name: str
+  records: str
+  rows: Callable[..., tuple[grain.IterDataset, Callable[[Batch], Batch]]]
+  passkey_rows: bool = False
+
+
+LM = BatchFormat("lm", "text", _lm_rows, passkey_rows=True)
+MLM = BatchFormat("mlm", "text", _mlm_rows)
+SEQ2SEQ = BatchFormat("seq2seq", "translation", _seq2seq_rows)
+CLASSIFICATION = BatchFormat("classification", "classification", _classification_rows)
+# The built-in formats by name, so that data-only code (and the tests) can ask for "lm" rows
+# without the model library; a task (roformer_jax.tasks) holds its format as an object.
+FORMATS = {f.name: f for f in (LM, MLM, SEQ2SEQ, CLASSIFICATION)}
+
+
+def batch_format(task: str | BatchFormat) -> BatchFormat:
+  """``task`` as a ``BatchFormat``: itself, or the built-in format of that name."""
+  if isinstance(task, BatchFormat):
+    return task
+  fmt = FORMATS.get(task) if isinstance(task, str) else None
+  if fmt is None:
+    raise ValueError(f"task={task!r}; expected one of {sorted(FORMATS)}.")
+  return fmt
+
+
+def _packed_documents(ds: grain.MapDataset, data_cfg, *, causal: bool, spec: datasets.DatasetSpec,
                       tok: Tokenizer, seed: int, process_index: int, shuffle: bool,
                       training: bool = False) -> grain.IterDataset:
-  """Records -> token documents (masked for mlm) -> [chunk + window shuffle] -> packed rows
-  [-> lm training: some rows replaced by pass-key rows, ``data.passkey_fraction``]."""
+  """Records -> token documents (masked for mlm, `causal` False) -> [chunk + window shuffle] ->
+  packed rows [-> lm training: some rows replaced by pass-key rows, ``data.passkey_fraction``]."""
   ds = ds.map(_document(spec, tok)).filter(lambda ids: len(ids) > 0)
-  row = data_cfg.max_length + 1 if task == "lm" else data_cfg.max_length
-  if task == "lm":
+  row = data_cfg.max_length + 1 if causal else data_cfg.max_length
+  if causal:
     ds, features = ds.map(lambda ids: {"tokens": ids}), ("tokens",)
   else:
     mlm = dict(vocab_size=tok.vocab_size, num_special=tok.num_special, mask_id=tok.mask_id,
@@ -366,8 +422,8 @@ def _packed_documents(ds: grain.MapDataset, data_cfg, *, task: str, spec: datase
   window = data_cfg.shuffle_window if shuffle else 0
   it_ds = packing.chunk_and_shuffle(it_ds, chunk_length=row, window=window, seed=_seed(seed, 2))
   it_ds = packing.pack(it_ds, {f: row for f in features})
-  if task == "lm" and training:
-    fraction = passkey_fraction(data_cfg, task)
+  if causal and training:
+    fraction = passkey_fraction(data_cfg, LM)
     if fraction:
       _check_passkey_row(tok, row, spec.add_bos_eos, data_cfg.max_length)
     it_ds = _PasskeyMix(it_ds, fraction=fraction, seed=_seed(seed, 4, process_index), tokenizer=tok,
@@ -380,12 +436,13 @@ def _packed_documents(ds: grain.MapDataset, data_cfg, *, task: str, spec: datase
 # --------------------------------------------------------------------------------------
 
 
-def passkey_fraction(data_cfg: ml_collections.ConfigDict, task: str | None = None) -> float:
+def passkey_fraction(data_cfg: ml_collections.ConfigDict, task: str | BatchFormat | None = None) -> float:
   """``data.passkey_fraction`` (0.0 for configs written before the key existed), checked.
 
   Raises:
-    UserError: not a number in [0, 1), or a nonzero fraction for a task other than "lm"
-      (the rows are causal-LM documents: a question answered at the end).
+    UserError: not a number in [0, 1), or a nonzero fraction for a batch format (``task``)
+      without causal-LM rows (the pass-key rows are causal-LM documents: a question answered
+      at the end).
   """
   from roformer_jax.errors import UserError
   value = data_cfg.get("passkey_fraction", 0.0)
@@ -394,9 +451,9 @@ def passkey_fraction(data_cfg: ml_collections.ConfigDict, task: str | None = Non
   if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
     raise UserError(f"data.passkey_fraction={value!r} must be a number in [0, 1): the probability that a "
                     "training row is replaced by a pass-key row (0 = off, e.g. 0.1 for a fine-tuning mix).")
-  if value and task is not None and task != "lm":
+  if value and task is not None and not batch_format(task).passkey_rows:
     raise UserError(f"data.passkey_fraction={value!r} mixes pass-key rows into causal-LM training; task "
-                    f"{task!r} cannot use them. Set --config.data.passkey_fraction=0.")
+                    f"{batch_format(task).name!r} cannot use them. Set --config.data.passkey_fraction=0.")
   return float(value)
 
 
@@ -494,7 +551,7 @@ def _to_iter(ds: grain.MapDataset, data_cfg) -> grain.IterDataset:
                                               prefetch_buffer_size=data_cfg.prefetch))
 
 
-def make_iterator(data_cfg: ml_collections.ConfigDict, *, task: str, split: str, batch_size: int,
+def make_iterator(data_cfg: ml_collections.ConfigDict, *, task: str | BatchFormat, split: str, batch_size: int,
                   seed: int, process_index: int = 0, process_count: int = 1,
                   repeat: bool | None = None, shuffle: bool | None = None,
                   tokenizer: Tokenizer | None = None) -> grain.DatasetIterator:
@@ -502,7 +559,8 @@ def make_iterator(data_cfg: ml_collections.ConfigDict, *, task: str, split: str,
 
   Args:
     data_cfg: ``config.data`` (keys in ``default_data_config``).
-    task: "lm", "mlm", "seq2seq" or "classification".
+    task: the batch format: a ``BatchFormat`` (a task's ``tasks.get(name).batches``), or the
+      name of a built-in one: "lm", "mlm", "seq2seq" or "classification".
     split: "train", "validation", "test" or a TFDS split string.
     batch_size: rows per batch on this process (the global batch / process_count).
     seed: seeds the shuffles and the MLM masks.
@@ -529,9 +587,9 @@ def make_iterator(data_cfg: ml_collections.ConfigDict, *, task: str, split: str,
 
 
 def check_data(data_cfg: ml_collections.ConfigDict, *, splits: tuple[str, ...] = ("train",),
-               task: str | None = None) -> None:
+               task: str | BatchFormat | None = None) -> None:
   """Fails fast, before any training, if a dataset split or the tokenizer is missing, or
-  ``data.passkey_fraction`` is out of range (or set for a task other than ``task``'s lm)."""
+  ``data.passkey_fraction`` is out of range (or set for a batch format ``task`` without lm rows)."""
   passkey_fraction(data_cfg, task)
   spec = datasets.get_spec(data_cfg.dataset)
   for split in splits:
@@ -539,5 +597,6 @@ def check_data(data_cfg: ml_collections.ConfigDict, *, splits: tuple[str, ...] =
   make_tokenizer(data_cfg)
 
 
-__all__ = ["TASKS", "check_data", "make_dataset", "make_iterator", "make_tokenizer", "passkey_fraction",
+__all__ = ["CLASSIFICATION", "FORMATS", "LM", "MLM", "SEQ2SEQ", "BatchFormat", "batch_format",
+           "check_data", "make_dataset", "make_iterator", "make_tokenizer", "passkey_fraction",
            "tokenizer_path", "training_sentences"]
