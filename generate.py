@@ -58,20 +58,29 @@ _GREEDY = flags.DEFINE_bool("greedy", False, "seq2seq: greedy decoding instead o
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 32, "seq2seq: sentences decoded together.")
 
 DEFAULT_MAX_NEW_TOKENS = 256
-# The flags that only some tasks read: giving one to another task is a mistake worth a word.
-FLAG_TASKS = {
-    "max_new_tokens": ("lm", "seq2seq"), "top_k": ("lm", "mlm"),
-    "temperature": ("lm",), "top_p": ("lm",), "seed": ("lm",), "num_samples": ("lm",), "echo": ("lm",),
-    "beam_size": ("seq2seq",), "length_penalty": ("seq2seq",), "greedy": ("seq2seq",), "batch_size": ("seq2seq",),
-}
 
 
-def _check_task_flags(task: str) -> None:
+def flag_uses() -> dict[str, tuple[str, ...]]:
+  """The flags that only some kinds of generation read (`tasks.Task.generates`): giving one to
+  a task that does another is a mistake worth a word."""
+  from roformer_jax.tasks import CONTINUE, FILL_MASKS, TRANSLATE
+
+  return {
+      "max_new_tokens": (CONTINUE, TRANSLATE), "top_k": (CONTINUE, FILL_MASKS),
+      "temperature": (CONTINUE,), "top_p": (CONTINUE,), "seed": (CONTINUE,), "num_samples": (CONTINUE,),
+      "echo": (CONTINUE,),
+      "beam_size": (TRANSLATE,), "length_penalty": (TRANSLATE,), "greedy": (TRANSLATE,), "batch_size": (TRANSLATE,),
+  }
+
+
+def _check_task_flags(task) -> None:
+  from roformer_jax import tasks
   from roformer_jax.errors import UserError
 
-  for name, used_by in FLAG_TASKS.items():
-    if task not in used_by and flags.FLAGS[name].present:
-      raise UserError(f"--{name} is for {' and '.join(used_by)} configs; this config's task is {task!r}.")
+  for name, used_by in flag_uses().items():
+    if task.generates not in used_by and flags.FLAGS[name].present:
+      for_tasks = [t for t in tasks.names() if tasks.get(t).generates in used_by]
+      raise UserError(f"--{name} is for {' and '.join(for_tasks)} configs; this config's task is {task.name!r}.")
 
 
 def _lm(loaded, prompts: list[str], out) -> None:
@@ -144,18 +153,19 @@ def main(argv):
     # Orbax warns at every read-only restore that it ignores its save options; the warnings
     # that matter here (a damaged checkpoint) are printed by checkpoints.warn, not logged.
     logging.set_verbosity(logging.ERROR)
-  from roformer_jax import generation
+  from roformer_jax import generation, tasks
 
   config = _CONFIG.value
   generation.check_config(config)
-  _check_task_flags(config.task)
+  task = tasks.get(config.task)
+  _check_task_flags(task)
   texts = generation.read_prompts(_PROMPT.value, _INPUT.value)
-  generation.check_inputs(config.task, texts)  # before the model loads: mistakes show at once
+  generation.check_inputs(task, texts)  # before the model loads: mistakes show at once
   loaded = generation.load(config, _WORKDIR.value, step=_STEP.value, average_last=_AVERAGE_LAST.value)
   used = (f"the average of steps {loaded.steps}" if len(loaded.steps) > 1 else f"step {loaded.step}")
   print(f"generate.py: {config.task} model of {_WORKDIR.value}, {used}", file=sys.stderr)
   try:
-    {"lm": _lm, "seq2seq": _seq2seq, "mlm": _mlm}[config.task](loaded, texts, sys.stdout)
+    {tasks.CONTINUE: _lm, tasks.TRANSLATE: _seq2seq, tasks.FILL_MASKS: _mlm}[task.generates](loaded, texts, sys.stdout)
     sys.stdout.flush()
   except BrokenPipeError:  # `generate.py ... | head`: the reader has all it wanted
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit

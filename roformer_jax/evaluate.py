@@ -84,19 +84,19 @@ def eval_settings(config: ml_collections.ConfigDict) -> dict[str, Any]:
   if missing:
     raise ValueError(f"config.eval lacks keys {missing}; build the config on configs/common.base_config() "
                      "(or set config.eval = evaluate.default_eval_config() and override what differs).")
-  _check_passkey_settings(settings, config.task)
+  _check_passkey_settings(settings, tasks.get(config.task))
   return settings
 
 
-def _check_passkey_settings(settings: dict[str, Any], task: str | None) -> None:
+def _check_passkey_settings(settings: dict[str, Any], task: tasks.Task) -> None:
   """Pass-key retrieval (`eval.passkey_*`): lm only; lengths in tokens, depths in [0, 1]."""
   lengths = settings["passkey_lengths"] or ()
   lengths = (lengths,) if isinstance(lengths, int) else tuple(lengths)
   if not lengths:
     return
-  if task != "lm":
+  if tasks.PASSKEY not in task.eval_metrics:
     raise ValueError(f"config.eval.passkey_lengths={list(lengths)} asks for pass-key retrieval, a causal-LM test; "
-                     f"task {task!r} has no continuation to score. Set --config.eval.passkey_lengths='()'.")
+                     f"task {task.name!r} has no continuation to score. Set --config.eval.passkey_lengths='()'.")
   if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in lengths):
     raise ValueError(f"config.eval.passkey_lengths={list(lengths)} must be prompt lengths in tokens (positive "
                      "integers), e.g. 128,256,512.")
@@ -172,7 +172,8 @@ def _model_only(graphdef, state):
 def _batches(config, split: str, max_length: int, batch_size: int, max_batches: int):
   data_cfg = config.data.copy_and_resolve_references()
   data_cfg.max_length = max_length
-  it = data.make_iterator(data_cfg, task=config.task, split=split, batch_size=batch_size, seed=config.seed,
+  it = data.make_iterator(data_cfg, task=tasks.get(config.task).batches, split=split, batch_size=batch_size,
+                          seed=config.seed,
                           process_index=jax.process_index(), process_count=jax.process_count(),
                           repeat=False, shuffle=False)
   local = (batch for i, batch in enumerate(it) if not max_batches or i < max_batches)
@@ -242,8 +243,8 @@ def _loss_pass(config, graphdef, state, mesh, batches, progress_desc: str, max_l
   split = context > 1 and all(length % context_parallel.required_multiple(context, causal=causal) == 0
                               for _, length, causal, _ in trainer.sequence_lengths(config, max_length))
 
-  step = jax.jit(functools.partial(trainer.eval_step, graphdef, task=config.task, mesh=mesh if split else None,
-                                   rules=rules))
+  step = jax.jit(functools.partial(trainer.eval_step, graphdef, task=tasks.get(config.task),
+                                   mesh=mesh if split else None, rules=rules))
   from tqdm import tqdm
   batches = tqdm(batches, desc=progress_desc, unit="batch", disable=jax.process_index() != 0, leave=False)
   return trainer.eval_sums(step, state, batches, mesh)
@@ -256,15 +257,13 @@ def _token_metrics(sums: dict[str, float]) -> dict[str, float]:
           "bits_per_token": loss / math.log(2.0), "tokens": sums["weight"]}
 
 
-def _classification(config, graphdef, state, mesh, batches) -> dict[str, float]:
+def _glue(config, task: tasks.Task, graphdef, state, mesh, batches) -> dict[str, float]:
+  """The GLUE metric set of the data set's task, from `task.predict` over the batches."""
   from roformer_jax import eval_metrics
 
   @jax.jit
   def predict(state, batch):
-    model = nnx.merge(graphdef, state)
-    out = model(batch["input_ids"], attention_mask=batch["attention_mask"],
-                token_type_ids=batch.get("token_type_ids"))
-    pred = out[:, 0] if out.shape[-1] == 1 else out.argmax(-1)
+    pred = task.predict(nnx.merge(graphdef, state), batch)
     weights = batch["weights"] if "weights" in batch else jnp.ones(pred.shape, jnp.float32)
     return pred, batch["label"], weights  # all three sharded alike: rows stay aligned
 
@@ -273,8 +272,7 @@ def _classification(config, graphdef, state, mesh, batches) -> dict[str, float]:
     for acc, x in zip((preds, labels, weights), predict(state, mesh_lib.global_batch(local, mesh))):
       acc.append(_fetch(x))
   preds, labels, weights = map(np.concatenate, (preds, labels, weights))
-  task = config.data.dataset.split("/")[-1]
-  return eval_metrics.glue_metrics(task, preds, labels, weights)
+  return eval_metrics.glue_metrics(config.data.dataset.split("/")[-1], preds, labels, weights)
 
 
 def _length_curve(config, graphdef, state, mesh, settings, local_batch) -> list[dict[str, float]]:
@@ -337,8 +335,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     mesh = mesh_lib.make_mesh(config.mesh, jax.devices()[:num_devices])
     trainer.check_context_parallel(config, context=mesh.shape["context"])  # mesh.context=-1 is known now
     rules = mesh_lib.rules_from_config(config.logical_axis_rules)
+  task = tasks.get(config.task)
   with errors.user_errors("data"):
-    data.check_data(config.data, splits=(settings["split"],), task=config.task)
+    data.check_data(config.data, splits=(settings["split"],), task=task.batches)
   if settings["passkey_lengths"]:
     from roformer_jax import passkey
     from roformer_jax.data import datasets
@@ -357,12 +356,14 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
 
   results: dict[str, Any] = {"step": step, "checkpoints": used, "split": settings["split"], "task": config.task,
                              "dataset": config.data.dataset}
-  if config.task == "classification":
-    results["metrics"] = _classification(config, graphdef, state, mesh, batches())
-  else:
-    results["metrics"] = _token_metrics(_loss_pass(config, graphdef, state, mesh, batches(), "eval",
-                                                    config.data.max_length))
-  if config.task == "seq2seq":
+  # What the task scores (`Task.eval_metrics`): token metrics or GLUE's, BLEU, the length curve.
+  results["metrics"] = {}
+  if tasks.TOKEN_METRICS in task.eval_metrics:
+    results["metrics"].update(_token_metrics(_loss_pass(config, graphdef, state, mesh, batches(), "eval",
+                                                        config.data.max_length)))
+  if tasks.GLUE_METRICS in task.eval_metrics:
+    results["metrics"].update(_glue(config, task, graphdef, state, mesh, batches()))
+  if tasks.BLEU in task.eval_metrics:
     from roformer_jax import eval_metrics
     # Each process decodes its own shard on its own devices, with a full copy of the
     # parameters: decoding makes no cross-process calls, so shards may take different times.
@@ -393,7 +394,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
       with open(os.path.join(workdir, "translations.tsv"), "w") as f:  # one line per sentence
         f.write("hypothesis\treference\n")
         f.writelines(f"{escape(h)}\t{escape(r)}\n" for h, r in zip(hyps, refs))
-  if config.task in ("lm", "mlm") and settings["length_factors"]:
+  if tasks.LENGTH_CURVE in task.eval_metrics and settings["length_factors"]:
     results["length_curve"] = _length_curve(config, graphdef, state, mesh, settings, local_batch)
     if settings["rope_scaling"]:
       g2, s2 = _with_rope_scaling(config, graphdef, state, settings["rope_scaling"])

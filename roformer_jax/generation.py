@@ -33,14 +33,13 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer_jax import data, decoding, errors, evaluate, mesh as mesh_lib, trainer
+from roformer_jax import data, decoding, errors, evaluate, mesh as mesh_lib, tasks, trainer
 from roformer_jax.data import datasets
 from roformer_jax.errors import UserError
 
 # How an MLM input marks the slots to fill: each `[MASK]` becomes one mask token (one byte slot
 # with the byte tokenizer, one piece with SentencePiece).
 MASK_TEXT = "[MASK]"
-GENERATING_TASKS = ("lm", "seq2seq", "mlm")
 
 
 @dataclasses.dataclass
@@ -64,8 +63,9 @@ class Loaded:
   steps: list[int]
 
   @property
-  def task(self) -> str:
-    return self.config.task
+  def task(self) -> tasks.Task:
+    """The config's task (`tasks.get(config.task)`): its `generates` says what it can do here."""
+    return tasks.get(self.config.task)
 
   @property
   def add_bos_eos(self) -> bool:
@@ -85,7 +85,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   """Raises a `UserError` for an invalid config, or a task with nothing to generate."""
   with errors.user_errors("invalid config"):
     trainer.check_config(config)  # an unknown task among the rest
-  if config.task not in GENERATING_TASKS:
+  if tasks.get(config.task).generates is None:
     raise UserError(f"config.task={config.task!r}: a classifier has no text to generate; generate.py continues "
                     f"text (lm), translates (seq2seq) and fills [MASK] slots (mlm). Score it with eval.py instead.")
 
@@ -145,9 +145,9 @@ def _tokenizer(config):
     raise UserError(f"invalid config: {errors.message_of(e)}") from e
 
 
-def check_inputs(task: str, texts: Sequence[str]) -> None:
+def check_inputs(task: str | tasks.Task, texts: Sequence[str]) -> None:
   """What can be checked before the model loads: every MLM text has a `[MASK]`."""
-  if task == "mlm":
+  if tasks.get(task).generates == tasks.FILL_MASKS:
     for i, text in enumerate(texts):
       if MASK_TEXT not in text:
         raise _no_mask(text, f"input {i + 1} ")
@@ -286,8 +286,8 @@ def lm_tokens(loaded: Loaded, prompt_ids: Sequence[int], *, max_new_tokens: int,
       probability top_p (`decoding.choose_tokens`); ignored when greedy.
     rng: a PRNG key, needed to sample; token i is drawn with fold_in(rng, i).
   """
-  if loaded.task != "lm":
-    raise UserError(f"lm_tokens needs an lm model; this config's task is {loaded.task!r}.")
+  if loaded.task.generates != tasks.CONTINUE:
+    raise UserError(f"lm_tokens needs an lm model; this config's task is {loaded.task.name!r}.")
   check_sampling(loaded, max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p)
   context = loaded.context
   ids = [int(i) for i in prompt_ids]
@@ -403,8 +403,8 @@ def translate(loaded: Loaded, sentences: Iterable[str], *, beam_size: int = 4, a
   """
   from roformer_jax import eval_metrics
 
-  if loaded.task != "seq2seq":
-    raise UserError(f"translate needs a seq2seq model; this config's task is {loaded.task!r}.")
+  if loaded.task.generates != tasks.TRANSLATE:
+    raise UserError(f"translate needs a seq2seq model; this config's task is {loaded.task.name!r}.")
   if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
     raise UserError(f"beam_size={beam_size!r} must be an integer >= 1.")
   if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not math.isfinite(alpha) or alpha < 0:
@@ -485,8 +485,8 @@ def fill_masks(loaded: Loaded, text: str, *, top_k: int = 5,
     UserError: no `[MASK]` in the text, a bad top_k, or a text longer than the model's limit
       (with `truncate`, the end is cut instead, as long as every mask stays).
   """
-  if loaded.task != "mlm":
-    raise UserError(f"fill_masks needs an mlm model; this config's task is {loaded.task!r}.")
+  if loaded.task.generates != tasks.FILL_MASKS:
+    raise UserError(f"fill_masks needs an mlm model; this config's task is {loaded.task.name!r}.")
   tok, cfg = loaded.tokenizer, loaded.model.config
   if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= cfg.vocab_size:
     raise UserError(f"top_k={top_k!r} must be an integer in [1, {cfg.vocab_size}] (the vocabulary size).")
@@ -524,6 +524,6 @@ def fill_masks(loaded: Loaded, text: str, *, top_k: int = 5,
   return out
 
 
-__all__ = ["GENERATING_TASKS", "Loaded", "MASK_TEXT", "check_config", "check_inputs", "check_sampling",
+__all__ = ["Loaded", "MASK_TEXT", "check_config", "check_inputs", "check_sampling",
            "encode_lm_prompt", "fill_masks", "lm_tokens", "load", "max_decode_length", "read_prompts", "stream_lm",
            "token_text", "translate"]

@@ -3,7 +3,7 @@
 A loss curve says the model is learning; a sample says what it learned. At each evaluation the
 trainer takes the first `config.samples_per_eval` rows of the first validation batch (the same
 rows every time, so samples from different steps compare) and decodes them with the model as
-it is:
+it is, through its task (`tasks.get(config.task).samples`, which calls one function here):
 - lm: the first quarter of the row's first document as the prompt, then a greedy continuation
   (`decoding.generate`) of `config.sample_max_new_tokens` tokens;
 - seq2seq: the row's first source sentence, greedily translated (`eval_metrics.translate`),
@@ -34,7 +34,8 @@ def _first_segment(row_segments: np.ndarray | None, row_ids: np.ndarray, pad_id:
   return np.flatnonzero(row_segments == nonzero[0]) if nonzero.size else np.array([], np.int64)
 
 
-def _lm(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
+def lm_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
+  """Greedy continuations of the first quarter of each row's first document."""
   docs = [batch["inputs"][i][_first_segment(batch["segment_ids"][i], batch["inputs"][i], tokenizer.pad_id)]
           for i in range(n)]
   prompt_len = max(1, min(min(len(d) for d in docs), max(4, batch["inputs"].shape[1] // 4)))
@@ -51,7 +52,7 @@ def _until_eos(ids: np.ndarray, eos_id: int) -> np.ndarray:
   return ids[:ends[0]] if ends.size else ids
 
 
-def _seq2seq(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
+def seq2seq_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
   """Greedy translations of each row's first sentence pair, through eval's own decoder."""
   src_seg, tgt_seg = batch.get("src_segment_ids"), batch.get("tgt_segment_ids")
   sources = [batch["src"][i][_first_segment(None if src_seg is None else src_seg[i], batch["src"][i],
@@ -68,7 +69,9 @@ def _seq2seq(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[
           for s, o, r in zip(sources, outputs, references)]
 
 
-def _mlm(model, batch, tokenizer, n: int) -> list[dict[str, Any]]:
+def mlm_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> list[dict[str, Any]]:
+  """Each row's first segment with the top-1 fill at every masked slot (max_new_tokens unused)."""
+  del max_new_tokens
   inputs = np.asarray(batch["inputs"][:n])
   truth = inputs.copy()
   if "masked_positions" in batch:  # the pipeline's compact form: M slots per row
@@ -91,7 +94,9 @@ def _mlm(model, batch, tokenizer, n: int) -> list[dict[str, Any]]:
   return out
 
 
-def _classification(model, batch, n: int) -> list[dict[str, Any]]:
+def classification_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> list[dict[str, Any]]:
+  """The predicted label beside the true one (tokenizer and max_new_tokens unused)."""
+  del tokenizer, max_new_tokens
   out = np.asarray(model(batch["input_ids"][:n], attention_mask=batch["attention_mask"][:n],
                          token_type_ids=None if batch.get("token_type_ids") is None else batch["token_type_ids"][:n]))
   predicted = out[..., 0] if out.shape[-1] == 1 else out.argmax(-1)
@@ -99,32 +104,9 @@ def _classification(model, batch, n: int) -> list[dict[str, Any]]:
           for i in range(n)]
 
 
-def make_samples(model, batch: dict[str, np.ndarray], *, task: str, tokenizer, num: int,
-                 max_new_tokens: int) -> list[dict[str, Any]]:
-  """Decodes the first `num` rows of a (host, numpy) validation batch with `model`, as text.
-
-  Args:
-    model: the task's model (`tasks.build_model`), in inference mode (dropout off).
-    batch: one batch from the validation pipeline.
-    task: lm | mlm | seq2seq | classification.
-    tokenizer: the run's tokenizer (`data.make_tokenizer`).
-    num: rows to decode (at most the batch's rows).
-    max_new_tokens: tokens generated per lm prompt / translated sentence.
-
-  Returns:
-    One dict per row: "prompt", "output", "reference" (text), plus "filled_right" for mlm.
-  """
-  first = next(iter(batch.values()))
-  num = min(num, first.shape[0])
-  if num < 1:
-    return []
-  if task == "lm":
-    return _lm(model, batch, tokenizer, num, max_new_tokens)
-  if task == "seq2seq":
-    return _seq2seq(model, batch, tokenizer, num, max_new_tokens)
-  if task == "mlm":
-    return _mlm(model, batch, tokenizer, num)
-  return _classification(model, batch, num)
+def num_rows(batch: dict[str, np.ndarray], num: int) -> int:
+  """min(num, the batch's rows): how many rows a task's `samples` decodes."""
+  return min(num, next(iter(batch.values())).shape[0])
 
 
-__all__ = ["make_samples"]
+__all__ = ["classification_samples", "lm_samples", "mlm_samples", "num_rows", "seq2seq_samples"]

@@ -31,7 +31,7 @@ import numpy as np
 import optax
 from flax import nnx
 
-from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, optim, samples as samples_lib
+from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, optim
 from roformer_jax import context_parallel, peers, stopping, tasks
 from roformer_jax import checkpoints as checkpoints_lib
 from roformer_jax.checkpoints import Checkpointer
@@ -50,7 +50,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     value = config[key]
     if not isinstance(value, int) or value < 1:
       raise ValueError(f"config.{key}={value!r} must be a positive integer.")
-  tasks.check_task(config.task)
+  task = tasks.get(config.task)
   tasks.model_config(config)  # validates every model field now
   if config.model.attention_implementation == "cudnn" and jax.default_backend() != "gpu":
     raise ValueError(f"config.model.attention_implementation='cudnn' needs a GPU, but JAX's backend is "
@@ -61,10 +61,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"config.init_from={source!r} does not exist; train that run first, or give another trained "
                      "workdir (--config.init_from=DIR), a checkpoint step directory or a transformers RoFormer "
                      "directory (or \"\" to start from scratch).")
-  if source and config.task not in ("mlm", "classification", "lm"):
+  if source and not task.init_from:
     raise ValueError(f"config.init_from starts the encoder tasks (mlm, classification) from a pre-trained "
                      f"encoder and the causal LM (lm) from a trained LM; task={config.task!r} cannot use it.")
-  pipeline.passkey_fraction(config.data, config.task)  # a number in [0, 1), lm only
+  pipeline.passkey_fraction(config.data, task.batches)  # a number in [0, 1), lm only
   mesh_lib.rules_from_config(config.logical_axis_rules)
   check_context_parallel(config)
   make_optimizer(config)  # schedule errors (warmup_steps > total_steps, ...) before any work
@@ -114,17 +114,10 @@ def sequence_lengths(config: ml_collections.ConfigDict, max_length: int,
     (key, length, causal, note) per sequence: the lm row (causal; the pipeline packs T + 1 tokens
     and feeds T), the mlm or classification row (bidirectional), and for seq2seq the source
     (bidirectional) and the target (causal, `data.max_target_length`, which 0 makes the
-    source's length; the note says so for `context_parallel.check_length`).
+    source's length; the note says so for `context_parallel.check_length`): the task's
+    `Task.sequence_lengths`.
   """
-  if config.task == "lm":
-    return [(key, max_length, True, "")]
-  if config.task == "seq2seq":
-    target = config.data.max_target_length
-    if target:
-      return [(key, max_length, False, ""), ("config.data.max_target_length", target, True, "")]
-    return [(key, max_length, False, ""),
-            (key, max_length, True, "the target length too, as config.data.max_target_length=0")]
-  return [(key, max_length, False, "")]
+  return tasks.get(config.task).sequence_lengths(config, max_length, key)
 
 
 def check_average_last(config: ml_collections.ConfigDict) -> None:
@@ -216,13 +209,14 @@ def step_context(mesh, rules):
     yield
 
 
-def train_step(graphdef, state, batch, *, task: str, label_smoothing: float = 0.0, mesh=None, rules=None):
+def train_step(graphdef, state, batch, *, task: str | tasks.Task, label_smoothing: float = 0.0, mesh=None,
+               rules=None):
   """One optimiser step: the task's loss, its gradient, the optax update. Pure; jit it.
 
   Args:
     graphdef, state: `nnx.split((model, optimizer))` (`create_state`).
     batch: the task's global batch (`mesh.global_batch`).
-    task: a `tasks.TASKS` name; label_smoothing: as config.label_smoothing.
+    task: a `tasks.Task`, or its name (`config.task`); label_smoothing: as config.label_smoothing.
     mesh, rules: trace under this mesh and these logical rules (context parallelism reads
       them); None traces without.
 
@@ -233,7 +227,7 @@ def train_step(graphdef, state, batch, *, task: str, label_smoothing: float = 0.
     model, optimizer = nnx.merge(graphdef, state)
 
     def loss_fn(model):
-      sums = tasks.loss_sums(model, batch, task=task, label_smoothing=label_smoothing, deterministic=False)
+      sums = tasks.get(task).loss_sums(model, batch, label_smoothing=label_smoothing, deterministic=False)
       return sums["loss"] / jnp.maximum(sums["weight"], 1.0), sums
 
     (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
@@ -246,7 +240,7 @@ def train_step(graphdef, state, batch, *, task: str, label_smoothing: float = 0.
     return nnx.state((model, optimizer)), out
 
 
-def eval_step(graphdef, state, batch, *, task: str, mesh=None, rules=None) -> dict[str, jax.Array]:
+def eval_step(graphdef, state, batch, *, task: str | tasks.Task, mesh=None, rules=None) -> dict[str, jax.Array]:
   """Summed loss, weight and correct predictions of one batch, without dropout. Pure; jit it.
 
   graphdef, state: a model's `nnx.split`, or the trainer's (model, optimizer) one.
@@ -254,7 +248,7 @@ def eval_step(graphdef, state, batch, *, task: str, mesh=None, rules=None) -> di
   merged = nnx.merge(graphdef, state)
   model = merged[0] if isinstance(merged, tuple) else merged
   with step_context(mesh, rules):
-    return tasks.loss_sums(model, batch, task=task, deterministic=True)
+    return tasks.get(task).loss_sums(model, batch, deterministic=True)
 
 
 def eval_sums(step_fn, state, batches, mesh) -> dict[str, float]:
@@ -345,6 +339,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
     with open(os.path.join(workdir, "config.json"), "w") as f:
       f.write(config.to_json_best_effort(indent=2))
   process, processes = jax.process_index(), jax.process_count()
+  task = tasks.get(config.task)
   peers.note_checkpoints(os.path.join(workdir, "checkpoints"))  # named if a peer dies (peers.py)
   ckpt = Checkpointer(os.path.join(workdir, "checkpoints"), keep=config.keep_checkpoints,
                       save_every=config.checkpoint_every_steps, async_save=config.async_checkpoints)
@@ -353,7 +348,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
   def iterator(split: str, stage: Stage, **kw):
     data_cfg = config.data.copy_and_resolve_references()
     data_cfg.max_length = stage.max_length
-    return data.make_iterator(data_cfg, task=config.task, split=split, batch_size=stage.batch_size // processes,
+    return data.make_iterator(data_cfg, task=task.batches, split=split, batch_size=stage.batch_size // processes,
                               seed=config.seed + stage.index, process_index=process, process_count=processes, **kw)
 
   # ------------------------------------------------------------------ build model and optimiser
@@ -361,8 +356,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
   graphdef, state = create_state(config, mesh, rules, tx)
   model = nnx.merge(graphdef, state)[0]
   num_params = metrics_lib.count_params(model)
-  # MLM: the head scores M of T positions (the pipeline's masked_positions), so MFU counts it there only.
-  head_params = metrics_lib.mlm_head_params(model) if config.task == "mlm" else 0
+  flops_at_length = task.flops_per_token(config, model, num_params)  # MFU: FLOPs per token at a row length
   del model
 
   # ------------------------------------------------------------------ restore
@@ -393,10 +387,10 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
   batch_sharding = mesh_lib.batch_sharding(mesh)
 
   jitted_train_step = jax.jit(
-      functools.partial(train_step, graphdef, task=config.task, mesh=mesh, rules=rules,
+      functools.partial(train_step, graphdef, task=task, mesh=mesh, rules=rules,
                         label_smoothing=float(config.label_smoothing)),
       in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, None), donate_argnums=(0,))
-  evaluate_batch = jax.jit(functools.partial(eval_step, graphdef, task=config.task, mesh=mesh, rules=rules),
+  evaluate_batch = jax.jit(functools.partial(eval_step, graphdef, task=task, mesh=mesh, rules=rules),
                            in_shardings=(state_sharding, batch_sharding))
   redraw_every = int(config.feature_redraw_every)
   redraw = jax.jit(functools.partial(_redraw_features, graphdef), in_shardings=(state_sharding, None),
@@ -416,9 +410,8 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
     writer.write(step, result)
     # Samples decode on one process's copy of the model; a multi-process run skips them.
     if num_samples and processes == 1:
-      samples = samples_lib.make_samples(nnx.merge(graphdef, state)[0], first, task=config.task,
-                                         tokenizer=tokenizer, num=num_samples,
-                                         max_new_tokens=config.sample_max_new_tokens)
+      samples = task.samples(nnx.merge(graphdef, state)[0], first, tokenizer=tokenizer, num=num_samples,
+                             max_new_tokens=config.sample_max_new_tokens)
       writer.write_samples(step, samples)
       if samples:
         progress.write(f"sample at step {step}: {samples[0]['prompt']!r} -> {samples[0]['output']!r}")
@@ -426,18 +419,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
 
   # ------------------------------------------------------------------ main train loop
   peak = metrics_lib.device_peak_flops()
-  cfg = tasks.model_config(config)
-  linear_features = None if cfg.attention == "softmax" else (
-      cfg.num_features if cfg.feature_map == "favor" else cfg.head_size)
-  if config.task == "mlm":
-    flops_per_token = lambda st: metrics_lib.mlm_train_flops_per_token(
-        num_params, head_params, num_layers=cfg.num_layers, seq_len=st.max_length, d_model=cfg.d_model,
-        scored_fraction=pipeline.mlm_max_predictions(config.data, st.max_length) / st.max_length,
-        linear_features=linear_features)
-  else:
-    flops_per_token = lambda st: metrics_lib.train_flops_per_token(
-        num_params, num_layers=cfg.num_layers, seq_len=st.max_length, d_model=cfg.d_model,
-        causal=config.task == "lm", linear_features=linear_features)
+  flops_per_token = lambda st: flops_at_length(st.max_length)
   progress = metrics_lib.Progress(config.total_steps, start)
   progress.write(f"{config.task}: {num_params / 1e6:.2f}M parameters, mesh {dict(mesh.shape)}, "
                  f"global batch {stage.batch_size}, {stage}, steps {start}..{config.total_steps}, workdir {workdir}")
@@ -454,7 +436,7 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
                        f"{stage.max_length}, batch {stage.batch_size}")
       peers.note_step(step)
       local = next(train_iter)
-      window_tokens += tasks.tokens_in(local, config.task) * processes
+      window_tokens += tasks.tokens_in(local, task) * processes
       state, out = jitted_train_step(state, mesh_lib.global_batch(local, mesh))
       # The host does not wait for each step: the next batch is prepared while the device
       # computes, and the losses are read back in bulk. They are checked at the first step and
