@@ -114,7 +114,8 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
   # configs/ and the rest, which the wheel must leave out.
   src = tmp / "src"
   shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".git", ".venv", "workdirs", "build", "*.egg-info",
-                                                           "__pycache__", ".pytest_cache", ".hypothesis", "runs"))
+                                                           "__pycache__", ".pytest_cache", ".hypothesis", "runs",
+                                                           ".cache"))  # the tests' XLA cache
   out = tmp / "dist"
   done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                          "--quiet", "-w", str(out), str(src)], capture_output=True, text=True, timeout=300,
