@@ -14,7 +14,7 @@ same code path as `make train`, checkpoints and metrics included) and reports:
   functions: init, train step, eval step);
 - steady-state tokens/s and ms/step: the median over the logging windows after the first one
   (evaluation time is excluded by the trainer);
-- the same step's model FLOP/s (6N + attention, `metrics.train_flops_per_token`) as a fraction
+- the same step's model FLOP/s (6N + attention, the task's `flops_per_token`, as the trainer's MFU) as a fraction
   of this machine's float32 matmul rate, measured in the same run on [2048 x 2048] matrices:
   the CPU stand-in for MFU, a ratio rather than a lone absolute figure.
 The last line printed is one JSON object with every figure.
@@ -98,13 +98,11 @@ def main():
   train_rows = [r for r in rows if "tokens_per_sec" in r][1:]  # the first window holds compilation
   tokens_per_sec = statistics.median(r["tokens_per_sec"] for r in train_rows)
   step_ms = 1000 * statistics.median(r["step_time"] for r in train_rows)
-  cfg = tasks.model_config(config)
   from flax import nnx
-  model = nnx.eval_shape(lambda: tasks.build_model(config, nnx.Rngs(0)))
+  task = tasks.get(config.task)
+  model = nnx.eval_shape(lambda: task.build_model(config, nnx.Rngs(0)))
   num_params = metrics_lib.count_params(model)
-  flops_per_token = metrics_lib.train_flops_per_token(
-      num_params, num_layers=cfg.num_layers, seq_len=config.data.max_length, d_model=cfg.d_model,
-      causal=config.task == "lm")
+  flops_per_token = task.flops_per_token(config, model, num_params)(config.data.max_length)  # the trainer's MFU count
   model_gflops = tokens_per_sec * flops_per_token / 1e9
   peak = statistics.mean([peak_before, peak_after])
   result = {
