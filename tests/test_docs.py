@@ -375,7 +375,7 @@ def _tracked_files():
                          capture_output=True, text=True).stdout
     return [n for n in out.splitlines() if (ROOT / n).is_file()]
   except (OSError, subprocess.CalledProcessError):
-    skip = {".venv", ".git", "workdirs", "experiments/runs", "__pycache__", ".pytest_cache"}
+    skip = {".venv", ".git", "workdirs", "experiments/runs", "__pycache__", ".pytest_cache", ".cache"}
     return [str(p.relative_to(ROOT)) for p in ROOT.rglob("*")
             if p.is_file() and not any(part in skip for part in p.relative_to(ROOT).parts)]
 
