@@ -540,7 +540,8 @@ def figures_b4(summ, rows) -> list[dict]:
                               met=lin["worst"] <= 1.2))
     out.append(_record.figure(f"B4.linear_mem_loglog_slope_{key}",
                               f"log-log slope of linear attention's peak memory vs N ({pas})", lin["loglog_slope"], ""))
-    peak = {m: _find(rows, part="attention", method=m, N=n_max, **{"pass": pas})["peak_bytes"] for m in ("dense", "linear")}
+    peak = {m: _find(rows, part="attention", method=m, N=n_max, **{"pass": pas})["peak_bytes"]
+            for m in ("dense", "linear")}
     if peak["dense"] and peak["linear"]:
       out.append(_record.figure(f"B4.softmax_over_linear_mem_{key}", f"softmax / linear attention peak memory at "
                                 f"N={n_max} ({pas})", peak["dense"] / peak["linear"], "x"))

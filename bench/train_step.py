@@ -1,11 +1,11 @@
 """B2: the RoFormer MLM train step on CPU, our JAX model vs HF transformers' PyTorch model.
 
-Settled, so it lives in experiments/train_step.py (issue 24); this runs it: `python bench/train_step.py` is
-the command its recorded figures (docs/bench_results/train_step.json) carry.
+Settled, so it lives in experiments/train_step.py (issue 24); this runs it. `python bench/train_step.py`
+is the command its recorded figures (docs/bench_results/train_step.json) carry.
 """
 
 import os
 import runpy
 
-runpy.run_path(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "train_step.py"),
-               run_name="__main__")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+runpy.run_path(os.path.join(ROOT, "experiments", "train_step.py"), run_name="__main__")
