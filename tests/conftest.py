@@ -80,13 +80,18 @@ def _start_xla_cache() -> None:
     atexit.register(shutil.rmtree, run, ignore_errors=True)
     return
   for stale in runs.iterdir():  # runs killed before their exit handler, a day ago or more
-    if time.time() - stale.stat().st_mtime > 86400:
-      shutil.rmtree(stale, ignore_errors=True)
+    try:
+      if time.time() - stale.stat().st_mtime > 86400:
+        shutil.rmtree(stale, ignore_errors=True)
+    except OSError:  # another run removed it first
+      pass
   run = pathlib.Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=runs))
   for entry in store.glob("*-cache"):
     try:
       os.link(entry, run / entry.name)
-    except OSError:
+    except FileNotFoundError:  # pruned by a concurrent run's exit: a miss, then
+      pass
+    except OSError:  # no hard links here
       shutil.copy2(entry, run / entry.name)
   os.environ["JAX_COMPILATION_CACHE_DIR"] = str(run)
   os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
@@ -124,10 +129,11 @@ def smoke_runs(tmp_path_factory):
 
 # ---- tiers --------------------------------------------------------------------------------------
 # `make test` runs everything; `make test-fast` (-m "not slow") the unit tests only. A test is
-# slow when it trains, starts processes (train.py, eval.py, generate.py, benches, experiments,
-# multi-process runs, pip), runs the documented commands, or reads a trained run: those carry
-# @pytest.mark.slow (or a module-level pytestmark) in their files, and every test that asks for
-# `smoke_runs`, directly or through another fixture, is marked here.
+# slow when it trains, starts processes (train.py, eval.py, generate.py, benches, multi-process
+# runs, pip), runs the documented commands, is a hypothesis property test (many examples, each a
+# compile), or reads a trained run: those carry @pytest.mark.slow (or a module-level pytestmark)
+# in their files, and every test that asks for `smoke_runs`, directly or through another
+# fixture, is marked here.
 
 
 def pytest_collection_modifyitems(config, items):
