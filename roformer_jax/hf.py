@@ -54,7 +54,7 @@ import numpy as np
 from flax import nnx
 
 from roformer_jax.models import ModelConfig, RoFormerForMaskedLM, RoFormerForSequenceClassification, RoFormerModel
-from roformer_jax.positional import MODEL_CONFIG_KEYS, RotaryConfig
+from roformer_jax.positional import RotaryConfig, config_key
 
 __all__ = ["CheckpointError", "config_from_hf", "config_to_hf", "from_pretrained", "save_pretrained",
            "sinusoidal_table", "state_dict"]
@@ -147,11 +147,11 @@ HF_ROTARY = {
 
 def rotary_problems(rotary: RotaryConfig, head_size: int) -> list[str]:
   """Why HF RoFormer cannot represent the RoPE spec `rotary` (empty if it can), each reason
-  naming the field by its config key (positional.MODEL_CONFIG_KEYS)."""
+  naming the field by its config key (`positional.config_key`)."""
   problems = []
   for field in dataclasses.fields(rotary):
     value = getattr(rotary, field.name)
-    key = MODEL_CONFIG_KEYS.get(field.name, f"rotary.{field.name}")
+    key = config_key(field.name)
     shown = rotary.scaling_dict if field.name == "scaling" else value
     test = HF_ROTARY.get(field.name)
     if test is None:

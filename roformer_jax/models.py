@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from roformer_jax import context_parallel, positional, rope
+from roformer_jax import context_parallel, positional
 from roformer_jax.attention import (ATTENTION_IMPLEMENTATIONS, ATTENTION_KINDS, FEATURE_MAPS, MultiHeadAttention, cross_attend,
                                     cross_kv, mask_factors)
 from roformer_jax.partitioning import partitioned
@@ -67,6 +67,9 @@ class ModelConfig:
   rotary_dim: int | None = None
   rope_scaling: Any = None  # HF rope_parameters dict (linear, dynamic, yarn, longrope, llama3)
   rope_exact: bool = True
+  # Any further RoPE spec field (positional.RotaryConfig) without a key of its own above, as a
+  # dict {field: value}: a new spec field is set here with no edit to this class.
+  rope: Any = None
   rotary_value: bool = False  # also rotate v (HF config.rotary_value), off in the paper
   norm: str = "post"  # post-LN (BERT, HF RoFormer) or pre-LN
   layer_norm_eps: float = 1e-12
@@ -95,6 +98,7 @@ class ModelConfig:
 
   def __post_init__(self):
     object.__setattr__(self, "rope_scaling", positional.freeze_scaling(self.rope_scaling))
+    object.__setattr__(self, "rope", positional.freeze_rope_extra(self.rope))
     positional.check_position_encoding(self.position)
     for name in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff"):
       value = getattr(self, name)
@@ -155,7 +159,7 @@ class ModelConfig:
   @property
   def rotary(self) -> RotaryConfig:
     """The RoPE spec every attention, cache and export of this model takes (positional.RotaryConfig)."""
-    return RotaryConfig(**{f: getattr(self, key) for f, key in positional.MODEL_CONFIG_KEYS.items()})
+    return positional.rotary_from_config(self)
 
   @property
   def compute_dtype(self):
@@ -582,7 +586,7 @@ def _decode(layers, embed, tokens, cache, token_mask, *, cross_mask=None):
   history = jax.lax.dynamic_update_slice_in_dim(cache["tokens"], jnp.asarray(tokens, jnp.int32), index, axis=1)
   cache = {**cache, "tokens": history}
   old_len = cache["position"].reshape(cache["position"].shape[0], -1).max(axis=1)  # each row's length so far
-  changed = rope.frequencies_change(cfg.rotary.scaling_dict, old_len, old_len + advanced[2]) & (old_len > 0)
+  changed = cfg.rotary.frequencies_change(old_len, old_len + advanced[2]) & (old_len > 0)
 
   def rebuilt(cache):
     b, slots = history.shape

@@ -24,10 +24,17 @@ from roformer_jax import rope
 
 POSITION_ENCODINGS = ("rope", "sinusoidal", "learned", "none")
 # Each RotaryConfig field's key in `models.ModelConfig` (and so in `config.model`): the flat
-# names the configs and saved config.json files use. `ModelConfig.rotary` builds the spec
-# from them, and messages name a field by its key.
+# names the configs and saved config.json files use. Every other spec field is set through
+# the one dict `ModelConfig.rope` ({field: value}, config key "rope.<field>" in messages), so
+# a new field needs no ModelConfig edit. `rotary_from_config` builds the spec from both.
 MODEL_CONFIG_KEYS = {"theta": "rope_theta", "layout": "rope_layout", "rotary_dim": "rotary_dim",
                      "scaling": "rope_scaling", "exact": "rope_exact"}
+EXTRA_KEY = "rope"
+
+
+def config_key(field: str) -> str:
+  """The `config.model` key that sets the RoPE spec field `field`."""
+  return MODEL_CONFIG_KEYS.get(field, f"{EXTRA_KEY}.{field}")
 ABSOLUTE_ENCODINGS = ("sinusoidal", "learned")
 
 
@@ -48,6 +55,29 @@ def freeze_scaling(scaling: Mapping[str, Any] | None) -> tuple[tuple[str, Any], 
     raise TypeError(f"rope scaling must be None or a dict like {{'rope_type': 'yarn', 'factor': 4.0}}, "
                     f"got {type(scaling).__name__}.")
   return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling.items()))
+
+
+def freeze_rope_extra(extra: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
+  """`ModelConfig.rope` (further spec fields) as sorted frozen items; refuses a field that has
+  a key of its own (one source of truth) or that is no spec field."""
+  extra = freeze_scaling(extra)
+  if extra:
+    fields = {f.name for f in dataclasses.fields(RotaryConfig)}
+    own = sorted(k for k, _ in extra if k in MODEL_CONFIG_KEYS)
+    if own:
+      raise ValueError(f"rope={dict(extra)} sets {own}; set them by their own keys "
+                       f"{[MODEL_CONFIG_KEYS[k] for k in own]}.")
+    unknown = sorted(k for k, _ in extra if k not in fields)
+    if unknown:
+      raise ValueError(f"rope={dict(extra)}: {unknown} are not RoPE spec fields; RotaryConfig has "
+                       f"{sorted(fields)}.")
+  return extra or None
+
+
+def rotary_from_config(cfg) -> "RotaryConfig":
+  """The spec from a `ModelConfig`: its MODEL_CONFIG_KEYS fields, then its `rope` dict."""
+  return RotaryConfig(**{f: getattr(cfg, key) for f, key in MODEL_CONFIG_KEYS.items()},
+                      **dict(getattr(cfg, EXTRA_KEY) or ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +183,17 @@ class RotaryConfig:
   def length_dependent(self) -> bool:
     """True for 'dynamic' and 'longrope': rotations depend on the sequence length too."""
     return rope.is_length_dependent(self.scaling_dict)
+
+  def seq_len(self, k_positions: jax.Array):
+    """What attention passes as `seq_len` to rotate q and k of one sequence: None unless the
+    scaling is length-dependent, then each row's length read from its key positions [..., S]
+    (its largest key position + 1; q's own, shorter positions would pick another length)."""
+    return rope.row_lengths(k_positions) if self.length_dependent else None
+
+  def frequencies_change(self, old_len, new_len) -> jax.Array:
+    """bool[...]: whether growing a row from old_len to new_len tokens changes its rotation
+    frequencies (only a length-dependent scaling does; `rope.frequencies_change`)."""
+    return rope.frequencies_change(self.scaling_dict, old_len, new_len)
 
   def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len=None):
     """cos/sin float32[..., T, R/2] for `rope.rotate`; compute once, use for q and k.

@@ -432,9 +432,9 @@ def test_save_refuses_a_rope_spec_field_outside_the_allow_list(tmp_path, monkeyp
 
   assert hf.rotary_problems(WithSections(), 8) == []
   assert hf.rotary_problems(WithSections(sections=(2, 2)), 8) == [
-      "rotary.sections=(2, 2) (HF RoFormer has no such RoPE setting)"]
+      "rope.sections=(2, 2) (HF RoFormer has no such RoPE setting)"]
   model = nnx.eval_shape(lambda: RoFormerForMaskedLM(ModelConfig(**TINY), rngs=nnx.Rngs(0)))
   monkeypatch.setattr(ModelConfig, "rotary", property(lambda self: WithSections(sections=(2, 2))))
-  with pytest.raises(hf.CheckpointError, match=r"rotary\.sections=\(2, 2\)"):
+  with pytest.raises(hf.CheckpointError, match=r"rope\.sections=\(2, 2\)"):
     hf.save_pretrained(model, tmp_path / "out")
   assert not (tmp_path / "out").exists()

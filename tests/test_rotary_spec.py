@@ -97,3 +97,24 @@ def test_layers_and_caches_carry_a_trailing_position_axis(kind, monkeypatch):
   np.testing.assert_array_equal(first2, first)
   np.testing.assert_array_equal(rest2, rest)
   np.testing.assert_array_equal(cache2["position"], np.stack([cache["position"]] * 2, axis=-1))
+
+
+@dataclasses.dataclass(frozen=True)
+class WithSections(RotaryConfig):
+  """A stand-in for a spec field added later (the next issue's multi-axis sections)."""
+  sections: tuple | None = None
+
+
+def test_a_new_spec_field_travels_from_the_config_with_no_model_config_edit(monkeypatch):
+  """ModelConfig.rope carries every spec field without a key of its own, so a new field is a
+  field of the spec (positional.py) and its math (rope.py), nothing else."""
+  monkeypatch.setattr(positional, "RotaryConfig", WithSections)
+  cfg = ModelConfig(rope={"sections": [2, 2]}, rope_theta=500.0)
+  assert cfg.rotary == WithSections(theta=500.0, sections=(2, 2))
+  assert hash(cfg) == hash(ModelConfig(rope={"sections": (2, 2)}, rope_theta=500.0))
+  assert positional.config_key("sections") == "rope.sections"
+  assert positional.config_key("theta") == "rope_theta"
+  with pytest.raises(ValueError, match=r"set them by their own keys \['rope_theta'\]"):
+    ModelConfig(rope={"theta": 5.0})
+  with pytest.raises(ValueError, match=r"\['axes'\] are not RoPE spec fields"):
+    ModelConfig(rope={"axes": 3})

@@ -13,7 +13,6 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import rope
 from roformer_jax.positional import RotaryConfig
 
 FEATURE_MAPS = ("elu", "favor")
@@ -155,7 +154,7 @@ def linear_attention(q, k, v, *, q_positions=None, k_positions=None, feature_map
     keep = jnp.asarray(kv_mask, bool)[..., None, None]
     fk, vf = jnp.where(keep, fk, 0.0), jnp.where(keep, vf, 0.0)
   if q_positions is not None:
-    lengths = rope.row_lengths(k_positions) if rotary.length_dependent else None  # as `softmax.rotate_qkv`
+    lengths = rotary.seq_len(k_positions)  # as `softmax.rotate_qkv`
     fq_r = rotary.apply(fq, q_positions, seq_len=lengths)
     fk_r = rotary.apply(fk, k_positions, seq_len=lengths)
   else:

@@ -14,7 +14,6 @@ import math
 import jax
 import jax.numpy as jnp
 
-from roformer_jax import rope
 from roformer_jax.attention.chunked import chunked_attention
 from roformer_jax.attention.masks import MaskFactors, make_attention_mask, mask_factors
 from roformer_jax.positional import RotaryConfig
@@ -143,7 +142,7 @@ def rotate_qkv(q, k, v, q_positions, k_positions, rotary: RotaryConfig | None, r
     # A length-dependent scaling rotates q and k with the frequencies of the keys' sequence:
     # each row's length is its largest key position + 1 (None would let q's own, shorter
     # positions pick a different length).
-    lengths = rope.row_lengths(k_positions) if rotary.length_dependent else None
+    lengths = rotary.seq_len(k_positions)
     q = rotary.apply(q, q_positions, seq_len=lengths)
     k_cs = rotary.cos_sin(jnp.asarray(k_positions), k.shape[-1], seq_len=lengths)
     k = rotary.rotate(k, k_cs)
