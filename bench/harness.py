@@ -48,8 +48,8 @@ def _timed(call: Callable[[], object]) -> float:
 def time_round(calls: dict, r: int, *, rewarm: int = 1, timed: int | Callable[[float], int] = 1) -> dict:
   """Round r of `round_robin`: {key: [seconds of every call, the `rewarm` untimed ones first]}.
 
-  timed: calls per block, or a function of the first call's seconds (a warm-up call when
-  rewarm is 0 only counts if timed is an int)."""
+  timed: timed calls per block, or a function of the first call's seconds (with rewarm 0, that
+  first call is an extra untimed one)."""
   keys = list(calls)
   k0 = r % len(keys) if keys else 0
   out = {}
@@ -60,18 +60,12 @@ def time_round(calls: dict, r: int, *, rewarm: int = 1, timed: int | Callable[[f
   return out
 
 
-def round_robin(calls: dict, rounds: int, *, rewarm: int = 1, timed: int | Callable[[float], int] = 1,
-                per_round: bool = False) -> dict:
-  """Seconds of each timed call per key over `rounds` rounds (see the module docstring);
-  per_round: one figure per round instead, the mean of that round's timed calls."""
+def round_robin(calls: dict, rounds: int, *, rewarm: int = 1, timed: int | Callable[[float], int] = 1) -> dict:
+  """{key: seconds of each timed call} over `rounds` rounds (see the module docstring)."""
   times = {k: [] for k in calls}
   for r in range(rounds):
     for k, ts in time_round(calls, r, rewarm=rewarm, timed=timed).items():
-      ts = ts[rewarm:]
-      if per_round:
-        times[k].append(statistics.fmean(ts))
-      else:
-        times[k] += ts
+      times[k] += ts[rewarm:]
   return times
 
 
