@@ -29,6 +29,7 @@ What can go wrong, and what happens:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import numbers
@@ -45,7 +46,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from roformer_jax.errors import RunFault, UserError
-from roformer_jax.positional import MODEL_CONFIG_KEYS, RotaryConfig
+from roformer_jax.positional import EXTRA_KEY, MODEL_CONFIG_KEYS, RotaryConfig, config_key
 
 DIGEST_FILE = "digest.json"
 # Files that orbax's commit itself writes, after the digest is taken: the step metadata gets its
@@ -553,10 +554,18 @@ ENCODER = "roformer"  # the shared encoder's attribute in RoFormerForMaskedLM / 
 # ModelConfig fields that may differ between pre-training and fine-tuning. The RoPE base and
 # scaling change no parameter: changing them is how a model is extended to a longer context
 # (PI, YaRN, NTK, ABF), so a fine-tuning run may set its own.
-# The RoPE ones are the spec's `RotaryConfig.RETUNABLE` fields, under their config keys.
-_ROPE_FIELDS = tuple(MODEL_CONFIG_KEYS[f] for f in RotaryConfig.RETUNABLE)
+# The RoPE spec is compared as one object (`_rope_changes`): its `RotaryConfig.RETUNABLE`
+# fields may differ, every other field must match.
+_ROPE_FIELDS = tuple(config_key(f) for f in RotaryConfig.RETUNABLE)
 _FREE_FIELDS = {"dropout", "attention_dropout", "dtype", "param_dtype", "max_position", "attention_implementation",
-               "remat", *_ROPE_FIELDS}
+               "remat", *MODEL_CONFIG_KEYS.values(), EXTRA_KEY}
+
+
+def _rope_changes(pretrained, cfg, fields) -> dict[str, tuple[Any, Any]]:
+  """{config key: (pre-trained, new)} for the RoPE spec fields among `fields` that differ."""
+  shown = lambda spec, f: spec.scaling_dict if f == "scaling" else getattr(spec, f)  # scaling: frozen items
+  a, b = pretrained.rotary, cfg.rotary
+  return {config_key(f): (shown(a, f), shown(b, f)) for f in fields if getattr(a, f) != getattr(b, f)}
 
 
 class InitFromError(UserError, ValueError):
@@ -671,6 +680,8 @@ def _pretrained(source: str, cfg, prefix: tuple[str, ...], task: str | None = No
 def _check_same_architecture(pretrained, cfg, source: str) -> None:
   differ = {f: (getattr(pretrained, f), getattr(cfg, f)) for f in pretrained.__dataclass_fields__
             if f not in _FREE_FIELDS and getattr(pretrained, f) != getattr(cfg, f)}
+  fixed = [f.name for f in dataclasses.fields(cfg.rotary) if f.name not in RotaryConfig.RETUNABLE]
+  differ.update(_rope_changes(pretrained, cfg, fixed))
   if differ:
     shown = ", ".join(f"{k}: pre-trained {a!r} vs config {b!r}" for k, (a, b) in sorted(differ.items()))
     raise InitFromError(f"init_from={source!r} was trained with a different model: {shown}. Set config.model "
@@ -746,10 +757,7 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
   nnx.update(target, params)
   everything = _flat(nnx.to_pure_dict(nnx.state(model, nnx.Param)), strip_value=False)
   fresh = sorted("/".join(k) for k in everything if prefix and k[0] != ENCODER)
-  shown = lambda v: dict(v) if isinstance(v, tuple) else v  # ModelConfig keeps rope_scaling as frozen items
-  rope = {} if pretrained_cfg is None else {
-      f: (shown(getattr(pretrained_cfg, f)), shown(getattr(model.config, f))) for f in _ROPE_FIELDS
-      if getattr(pretrained_cfg, f) != getattr(model.config, f)}
+  rope = {} if pretrained_cfg is None else _rope_changes(pretrained_cfg, model.config, RotaryConfig.RETUNABLE)
   return {"source": description, "loaded": len(values), "fresh": fresh, "rope": rope}
 
 

@@ -118,3 +118,14 @@ def test_a_new_spec_field_travels_from_the_config_with_no_model_config_edit(monk
     ModelConfig(rope={"theta": 5.0})
   with pytest.raises(ValueError, match=r"\['axes'\] are not RoPE spec fields"):
     ModelConfig(rope={"axes": 3})
+
+
+def test_init_from_compares_the_spec_whole(monkeypatch):
+  """A fine-tuning run may change the RETUNABLE spec fields; any other spec field, a new one
+  set through ModelConfig.rope included, must match the pre-trained model's."""
+  monkeypatch.setattr(positional, "RotaryConfig", WithSections)
+  a, b = ModelConfig(rope={"sections": (2, 2)}), ModelConfig(rope={"sections": (1, 3)}, rope_theta=5e5)
+  with pytest.raises(checkpoints.InitFromError, match=r"rope\.sections: pre-trained \(2, 2\) vs config \(1, 3\)"):
+    checkpoints._check_same_architecture(a, b, "src")
+  assert checkpoints._rope_changes(a, b, RotaryConfig.RETUNABLE) == {"rope_theta": (10000.0, 500000.0)}
+  checkpoints._check_same_architecture(a, a.replace(rope_theta=5e5), "src")  # retunable: allowed
