@@ -778,12 +778,3 @@ class TransformerSeq2Seq(nnx.Module):
     x, new_cache = _decode(self.decoder, embed, tgt_ids, cache, token_mask,
                            cross_mask=cache["src_valid"][:, None, None, :])
     return self._logits(x), new_cache
-
-
-MODEL_CLASSES = {
-    "encoder": RoFormerModel,
-    "mlm": RoFormerForMaskedLM,
-    "classifier": RoFormerForSequenceClassification,
-    "seq2seq": TransformerSeq2Seq,
-    "causal_lm": CausalLM,
-}

@@ -411,7 +411,9 @@ def test_longrope_with_one_factor_per_pair_of_the_head_dim_runs_in_every_model(f
   """Head dim 16 (d_model 64, 4 heads): 8 short and 8 long factors, past the original length."""
   factors = dict(short_factor=list(np.linspace(1.0, 1.5, 8)), long_factor=list(np.linspace(1.0, 8.0, 8)))
   cfg = tiny(d_model=64, rope_scaling={**SCALINGS["longrope"], **factors})
-  model = M.MODEL_CLASSES[family](cfg, **({"num_labels": 3} if family == "classifier" else {}), rngs=nnx.Rngs(0))
+  classes = {"encoder": M.RoFormerModel, "mlm": M.RoFormerForMaskedLM, "classifier": M.RoFormerForSequenceClassification,
+             "seq2seq": M.TransformerSeq2Seq, "causal_lm": M.CausalLM}
+  model = classes[family](cfg, **({"num_labels": 3} if family == "classifier" else {}), rngs=nnx.Rngs(0))
   x = ids(20, 2, 9)
   out = model(x, x) if family == "seq2seq" else model.encode(x) if family == "encoder" else model(x)
   assert np.all(np.isfinite(np.asarray(out)))
