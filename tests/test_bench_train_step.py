@@ -57,6 +57,7 @@ def test_masked_batch_gives_the_full_loss(bench):
   np.testing.assert_allclose(float(sums[True]["loss"]), float(sums[False]["loss"]), rtol=1e-6)
 
 
+@pytest.mark.slow  # two compiled AdamW train steps of the bench model
 def test_train_step_full_and_masked_agree(bench):
   tx, hyper = bench.mlm_optimizer()
   assert hyper == {"lr": 1e-5, "b1": 0.9, "b2": 0.999, "eps": 1e-6, "weight_decay": 0.01}

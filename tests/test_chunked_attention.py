@@ -214,6 +214,7 @@ TINY = dict(d_model=32, num_layers=2, num_heads=4, d_ff=64, dropout=0.0, attenti
             max_position=64)
 
 
+@pytest.mark.slow  # three whole models, forward and backward, twice each
 @pytest.mark.parametrize("family", ["lm", "mlm", "seq2seq"])
 def test_models_with_chunked_attention_equal_xla_loss_and_gradients(family):
   """Packed rows with padding, through the model classes: the same loss and gradients."""

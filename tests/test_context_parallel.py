@@ -82,6 +82,7 @@ def mesh():
   return mesh_lib.make_mesh({"data": 2, "context": 4})
 
 
+@pytest.mark.slow  # whole models on an 8-device mesh against one device
 @pytest.mark.parametrize("family,impl,kind", [
     ("lm", "chunked", "packed"), ("lm", "xla", "left_padded"), ("mlm", "chunked", "left_padded"),
     ("seq2seq", "chunked", "packed"),  # each family; both kernels; packing and left padding
