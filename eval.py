@@ -5,7 +5,7 @@
                  [--config.eval.passkey_lengths=128,256,512]   (lm: pass-key retrieval)
 
 Use the config (and --config overrides) the run was trained with. Writes DIR/eval_results.json
-and eval rows in DIR/metrics.jsonl; see roformer_jax/evaluate.py for the metrics per task.
+and eval rows in DIR/metrics.jsonl; see roformer_jax/evaluation/evaluate.py for the metrics per task.
 Multi-process evaluation takes the same flags as train.py (--coordinator_address,
 --num_processes, --process_id or --distributed; --cpu_devices).
 """
@@ -15,7 +15,7 @@ import json
 from absl import flags
 from ml_collections import config_flags
 
-from roformer_jax import launch
+from roformer_jax.training import launch
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/<name>.py file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
@@ -27,7 +27,7 @@ def main(argv):
   launch.initialize()
   import jax
 
-  from roformer_jax import evaluate
+  from roformer_jax.evaluation import evaluate
 
   results = evaluate.evaluate(_CONFIG.value, _WORKDIR.value)
   if jax.process_index() == 0:
@@ -35,7 +35,7 @@ def main(argv):
     for row in results.get("length_curve", []):
       print(f"length {row['length']:>6}: loss {row.get('loss', float('nan')):.4f}")
     if results.get("passkey", {}).get("lengths"):
-      from roformer_jax import passkey
+      from roformer_jax.evaluation import passkey
       print(passkey.format_table(results["passkey"]))
 
 

@@ -4,7 +4,7 @@
                      (--prompt TEXT ... | --input FILE|-)
 
 Use the config (and --config overrides) the run was trained with. What it does follows
-config.task (roformer_jax/generation.py):
+config.task (roformer_jax/evaluation/generation.py):
   lm        continues each prompt, printing each token as it is made; greedy by default, or
             sampled with --temperature, --top_k, --top_p (--seed, --num_samples); stops at EOS
             or after --max_new_tokens.
@@ -27,7 +27,7 @@ import sys
 from absl import flags, logging
 from ml_collections import config_flags
 
-from roformer_jax import launch
+from roformer_jax.training import launch
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/<name>.py file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
@@ -63,7 +63,7 @@ DEFAULT_MAX_NEW_TOKENS = 256
 def flag_uses() -> dict[str, tuple[str, ...]]:
   """The flags that only some kinds of generation read (`tasks.Task.generates`): giving one to
   a task that does another is a mistake worth a word."""
-  from roformer_jax.tasks import CONTINUE, FILL_MASKS, TRANSLATE
+  from roformer_jax.training.tasks import CONTINUE, FILL_MASKS, TRANSLATE
 
   return {
       "max_new_tokens": (CONTINUE, TRANSLATE), "top_k": (CONTINUE, FILL_MASKS),
@@ -74,7 +74,7 @@ def flag_uses() -> dict[str, tuple[str, ...]]:
 
 
 def _check_task_flags(task) -> None:
-  from roformer_jax import tasks
+  from roformer_jax.training import tasks
   from roformer_jax.errors import UserError
 
   for name, used_by in flag_uses().items():
@@ -84,7 +84,7 @@ def _check_task_flags(task) -> None:
 
 
 def _lm(loaded, prompts: list[str], out) -> None:
-  from roformer_jax import generation
+  from roformer_jax.evaluation import generation
   from roformer_jax.errors import UserError
 
   sampling_flags = _TOP_K.value is not None or _TOP_P.value is not None
@@ -123,7 +123,7 @@ def _lm(loaded, prompts: list[str], out) -> None:
 
 
 def _seq2seq(loaded, sentences: list[str], out) -> None:
-  from roformer_jax import generation
+  from roformer_jax.evaluation import generation
 
   for translation in generation.translate(loaded, sentences, beam_size=_BEAM_SIZE.value,
                                           alpha=_LENGTH_PENALTY.value, greedy=_GREEDY.value,
@@ -134,7 +134,7 @@ def _seq2seq(loaded, sentences: list[str], out) -> None:
 
 
 def _mlm(loaded, texts: list[str], out) -> None:
-  from roformer_jax import generation
+  from roformer_jax.evaluation import generation
 
   top_k = 5 if _TOP_K.value is None else _TOP_K.value
   for i, text in enumerate(texts):
@@ -153,7 +153,8 @@ def main(argv):
     # Orbax warns at every read-only restore that it ignores its save options; the warnings
     # that matter here (a damaged checkpoint) are printed by checkpoints.warn, not logged.
     logging.set_verbosity(logging.ERROR)
-  from roformer_jax import generation, tasks
+  from roformer_jax.training import tasks
+  from roformer_jax.evaluation import generation
 
   config = _CONFIG.value
   generation.check_config(config)

@@ -11,7 +11,7 @@ finds them itself (--distributed). --cpu_devices N fakes N CPU devices per proce
 from absl import flags
 from ml_collections import config_flags
 
-from roformer_jax import launch
+from roformer_jax.training import launch
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/<name>.py file.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, metrics and plots.")
@@ -23,7 +23,7 @@ def main(argv):
   launch.initialize()
   import jax
 
-  from roformer_jax import trainer
+  from roformer_jax.training import trainer
 
   result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   if jax.process_index() == 0:

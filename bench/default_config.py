@@ -40,7 +40,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from bench import _record  # noqa: E402
 from bench.harness import load_config, matmul_flops  # noqa: E402
-from roformer_jax import metrics as metrics_lib, tasks, trainer  # noqa: E402
+from roformer_jax.training import metrics as metrics_lib, tasks, trainer  # noqa: E402
 
 
 def matmul_gflops(n: int = 2048) -> float:

@@ -70,8 +70,9 @@ from flax import nnx  # noqa: E402
 
 from bench import _record as record, harness  # noqa: E402
 from bench.harness import matmul_flops  # noqa: E402
-from roformer_jax import mesh as mesh_lib, metrics, positional, trainer  # noqa: E402
-from roformer_jax.data import pipeline  # noqa: E402
+from roformer_jax import mesh as mesh_lib, positional  # noqa: E402
+from roformer_jax.training import metrics, trainer
+from roformer_jax.training.data import pipeline  # noqa: E402
 
 GOAL_MFU = 0.45
 GOAL_ROPE_SHARE = 0.02

@@ -199,7 +199,7 @@ class TrainStep:
   def __init__(self, config_spec: str, impl: str, batch: int):
     from flax import nnx
 
-    from roformer_jax import tasks, trainer
+    from roformer_jax.training import tasks, trainer
 
     self.config = load_config(config_spec)
     self.config.model.attention_implementation = impl
@@ -307,7 +307,8 @@ def _cp_worker(args) -> None:
   from flax import nnx
   from jax.sharding import NamedSharding, PartitionSpec as P
 
-  from roformer_jax import mesh as mesh_lib, tasks
+  from roformer_jax import mesh as mesh_lib
+  from roformer_jax.training import tasks
 
   config = load_config(args.config)
   config.model.attention_implementation = "chunked"

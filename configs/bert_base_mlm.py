@@ -17,14 +17,14 @@ redistribution was withdrawn), so this config uses `wikipedia` (TFDS wikipedia/2
 alone, with 1% held out for validation (the paper holds out 20%). BERT's 30,522-entry WordPiece
 vocabulary is stood in for by a SentencePiece BPE vocabulary of the same size trained on the
 pre-training text. Prepare both once, up front (network; Wikipedia needs Apache Beam):
-  python -m roformer_jax.data.prepare dataset wikipedia  # needs: network
-  python -m roformer_jax.data.prepare tokenizer wikipedia --vocab_size 30522  # needs: network
+  python -m roformer_jax.training.data.prepare dataset wikipedia  # needs: network
+  python -m roformer_jax.training.data.prepare tokenizer wikipedia --vocab_size 30522  # needs: network
 """
 
 import ml_collections
 
 from configs import common
-from roformer_jax import optim
+from roformer_jax.training import optim
 
 VARIANTS = ("bert", common.SMOKE)
 
@@ -32,7 +32,7 @@ VARIANTS = ("bert", common.SMOKE)
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
   variants = common.parse_variants(arg, VARIANTS, config_name="bert_base_mlm")
   config = common.base_config()
-  config.task = "mlm"  # RoFormerForMaskedLM: CE at the masked positions (roformer_jax.tasks).
+  config.task = "mlm"  # RoFormerForMaskedLM: CE at the masked positions (roformer_jax.training.tasks).
   config.seed = 0  # PRNG seed for init, data order, masks and dropout.
   config.total_steps = 100_000  # Sec. 4.2: 100k steps.
   config.batch_size = 64  # Sec. 4.2: batch size 64 (sequences of max_length tokens, packed).

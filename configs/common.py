@@ -15,7 +15,9 @@ from collections.abc import Mapping
 
 import ml_collections
 
-from roformer_jax import data, evaluate, mesh, models
+from roformer_jax import mesh, models
+from roformer_jax.training import data
+from roformer_jax.evaluation import evaluate
 
 SMOKE = "smoke"
 
@@ -98,7 +100,7 @@ def base_config() -> ml_collections.ConfigDict:
   step counts, batch_size, data, model and optim as its run needs.
   """
   config = ml_collections.ConfigDict()
-  config.task = "lm"  # lm | mlm | seq2seq | classification (roformer_jax.tasks)
+  config.task = "lm"  # lm | mlm | seq2seq | classification (roformer_jax.training.tasks)
   config.seed = 0  # PRNG seed for init, data order, MLM masks and dropout.
   config.total_steps = 100_000  # loop steps = batches (optimiser updates unless grad_accum_steps > 1).
   config.batch_size = 64  # global batch, split over the mesh's (data, fsdp) axes.
@@ -113,6 +115,8 @@ def base_config() -> ml_collections.ConfigDict:
   config.num_devices = 0  # use the first N devices (0 = all).
   config.label_smoothing = 0.0  # Sec. 4.1 uses 0.1 for translation; 0 elsewhere.
   config.feature_redraw_every = 0  # FAVOR+ projection redraw interval in steps; 0 = never.
+  config.profile_first_step = 0  # a profiler trace (<workdir>/profile, TensorBoard / Perfetto) from this step; 0 = off.
+  config.profile_steps = 3  # steps in the trace.
   config.init_from = ""  # a trained run (workdir) or transformers dir to start from (checkpoints.init_from); "" = scratch.
   # Multi-stage pre-training (configs/multistage.py): a list of {steps, max_length, batch_size}
   # that replaces batch_size and data.max_length stage by stage; None = one stage.
@@ -120,9 +124,9 @@ def base_config() -> ml_collections.ConfigDict:
   config.mesh = ml_collections.ConfigDict(  # -1 = fill; context > 1 splits sequences (docs/training.md).
       {"data": -1, "fsdp": 1, "context": 1, "tensor": 1})
   config.logical_axis_rules = [list(rule) for rule in mesh.DEFAULT_RULES]  # logical -> mesh axes.
-  config.data = data.default_data_config()  # every key documented in roformer_jax/data/config.py.
+  config.data = data.default_data_config()  # every key documented in roformer_jax/training/data/config.py.
   config.model = model_config()  # every roformer_jax.models.ModelConfig field, at its default.
-  config.optim = ml_collections.ConfigDict()  # roformer_jax.optim.default_optim_config keys.
+  config.optim = ml_collections.ConfigDict()  # roformer_jax.training.optim.default_optim_config keys.
   config.eval = evaluate.default_eval_config()  # eval.py's settings, each documented there.
   return config
 

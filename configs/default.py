@@ -15,7 +15,7 @@ dataset on first use (under ~/.cache/roformer_jax/tfds, about 0.5 s).
 import ml_collections
 
 from configs import common
-from roformer_jax import optim
+from roformer_jax.training import optim
 
 
 VARIANTS = ("extend", common.SMOKE)
@@ -26,7 +26,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   """The default run; `extend` fine-tunes it at 4x the length; `smoke` shrinks either (`extend,smoke`)."""
   variants = common.parse_variants(variant, VARIANTS, config_name="default")
   config = common.base_config()  # every key; what follows is what this run changes
-  config.task = "lm"  # next-byte prediction (roformer_jax.tasks)
+  config.task = "lm"  # next-byte prediction (roformer_jax.training.tasks)
   config.total_steps = 1500  # optimiser steps (batches); about 3 minutes on 2 CPU cores.
   config.batch_size = 16  # global batch, split over the mesh's (data, fsdp) axes.
   config.checkpoint_every_steps = 500  # also at the end, and on SIGTERM / Ctrl-C

@@ -13,7 +13,7 @@ Variants (comma-separated, e.g. `:norope,smoke`):
 
 enwik8 is not in the TFDS catalogue. Download http://mattmahoney.net/dc/enwik8.zip, put it in
 a directory and build the standard 90M/5M/5M byte split once (offline):
-  python -m roformer_jax.data.prepare dataset enwik8 --manual_dir <directory with enwik8.zip>
+  python -m roformer_jax.training.data.prepare dataset enwik8 --manual_dir <directory with enwik8.zip>
 
 Sec. 4.4 fixes the model (12 layers, 768 wide, 12 heads, char-level Performer), lr 1e-4,
 batch 128 and max length 1024, and uses lucidrains/performer-pytorch; the rest (step count,
@@ -30,8 +30,8 @@ import ml_collections
 import tensorflow_datasets as tfds
 
 from configs import common
-from roformer_jax import optim
-from roformer_jax.data import corpus, enwik8
+from roformer_jax.training import optim
+from roformer_jax.training.data import corpus, enwik8
 
 VARIANTS = ("norope", common.SMOKE)
 SMOKE_DATA_DIR = Path(tempfile.gettempdir()) / "roformer_jax_smoke" / "tfds"
@@ -40,7 +40,7 @@ SMOKE_DATA_DIR = Path(tempfile.gettempdir()) / "roformer_jax_smoke" / "tfds"
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
   variants = common.parse_variants(arg, VARIANTS, config_name="enwik8_performer")
   config = common.base_config()
-  config.task = "lm"  # CausalLM, next-byte CE (roformer_jax.tasks).
+  config.task = "lm"  # CausalLM, next-byte CE (roformer_jax.training.tasks).
   config.seed = 0  # PRNG seed for init, data order and FAVOR+ redraws.
   config.total_steps = 100_000  # ours (performer-pytorch's enwik8 example: 1e5 batches).
   config.batch_size = 128  # Sec. 4.4: batch size 128.

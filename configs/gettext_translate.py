@@ -6,7 +6,7 @@
   python train.py --config configs/gettext_translate.py --config.data.dataset=gettext_translate/fr ...
 
 The corpus is built offline on first use from /usr/share/locale/<lang>/LC_MESSAGES/*.mo
-(roformer_jax/data/gettext_catalogs.py): for German about 52k training pairs of software
+(roformer_jax/training/data/gettext_catalogs.py): for German about 52k training pairs of software
 messages, with ~1.1k validation and ~1.1k test pairs split by a hash of the English string.
 A joint BPE vocabulary of 8000 pieces is trained on the train split on first use (about
 10 s). Any language with catalogues works through data.dataset=gettext_translate/<lang>;

@@ -24,8 +24,8 @@ head starts fresh) and checks that the architectures agree; a transformers RoFor
 works too. With init_from="" the encoder starts from a random initialisation: the Sec. 4.3
 recipe runs end to end but will not reproduce Table 2.
 Without a pre-trained encoder, prepare the data and a vocabulary of the task's own text once (network):
-  python -m roformer_jax.data.prepare dataset glue/mrpc  # needs: network
-  python -m roformer_jax.data.prepare tokenizer glue/mrpc --vocab_size 30522  # needs: network
+  python -m roformer_jax.training.data.prepare dataset glue/mrpc  # needs: network
+  python -m roformer_jax.training.data.prepare tokenizer glue/mrpc --vocab_size 30522  # needs: network
 """
 
 import math
@@ -33,7 +33,7 @@ import math
 import ml_collections
 
 from configs import common
-from roformer_jax import data, optim
+from roformer_jax.training import data, optim
 
 # Training / validation examples per task (TFDS glue 2.0.0; mnli validation = validation_matched).
 SPLIT_SIZES = {
@@ -61,7 +61,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   steps_per_epoch = math.ceil(train_size / BATCH_SIZE)
 
   config = common.base_config()
-  config.task = "classification"  # RoFormerForSequenceClassification (roformer_jax.tasks).
+  config.task = "classification"  # RoFormerForSequenceClassification (roformer_jax.training.tasks).
   config.num_labels = data.get_spec(f"glue/{task}").num_classes  # 2; 3 for mnli; 1 = regression (stsb).
   config.seed = 0  # PRNG seed for init, data order and dropout.
   config.total_steps = EPOCHS * steps_per_epoch  # Sec. 4.3: 3 epochs at batch 32.

@@ -24,7 +24,7 @@ run restarts inside its stage with that stage's data iterator.
 import ml_collections
 
 from configs import common, default
-from roformer_jax import optim
+from roformer_jax.training import optim
 
 # (max_length, global batch, steps), Table 4.
 TABLE_4 = ((512, 256, 200_000), (1536, 256, 12_500), (256, 256, 120_000), (128, 512, 80_000),

@@ -12,8 +12,8 @@ Variants (comma-separated, e.g. `:sinusoidal,smoke`):
               runs it offline on `tfds.testing.mock_data`.
 
 Before the first real run, prepare the data and the joint vocabulary once (needs network):
-  python -m roformer_jax.data.prepare dataset wmt14_translate/de-en  # needs: network
-  python -m roformer_jax.data.prepare tokenizer wmt14_translate/de-en --vocab_size 37000  # needs: network
+  python -m roformer_jax.training.data.prepare dataset wmt14_translate/de-en  # needs: network
+  python -m roformer_jax.training.data.prepare tokenizer wmt14_translate/de-en --vocab_size 37000  # needs: network
 
 What is the paper's and what is ours: Sec. 4.1 fixes the architecture (Transformer-base), Adam
 (0.9, 0.98), the linear warmup from 1e-7 to 5e-4 followed by inverse-square-root decay, label
@@ -26,7 +26,7 @@ ours.
 import ml_collections
 
 from configs import common
-from roformer_jax import optim
+from roformer_jax.training import optim
 
 VARIANTS = ("sinusoidal", common.SMOKE)
 
@@ -34,7 +34,7 @@ VARIANTS = ("sinusoidal", common.SMOKE)
 def get_config(arg: str = "") -> ml_collections.ConfigDict:
   variants = common.parse_variants(arg, VARIANTS, config_name="wmt14_ende_base")
   config = common.base_config()
-  config.task = "seq2seq"  # TransformerSeq2Seq, label-smoothed CE on tgt_out (roformer_jax.tasks).
+  config.task = "seq2seq"  # TransformerSeq2Seq, label-smoothed CE on tgt_out (roformer_jax.training.tasks).
   config.seed = 0  # PRNG seed for init, data order and dropout.
   config.total_steps = 100_000  # ours: Vaswani et al.'s base run length (Sec. 4.1 gives none).
   # Ours: 512 sentence pairs per batch, roughly 15k target tokens at WMT14's roughly 30

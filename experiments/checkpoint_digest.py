@@ -30,7 +30,7 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from bench import _record  # noqa: E402
-from roformer_jax import checkpoints  # noqa: E402
+from roformer_jax.training import checkpoints  # noqa: E402
 
 
 def state(params_m: float, tensors: int = 12):

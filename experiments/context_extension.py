@@ -21,7 +21,7 @@ Per seed:
      same total steps and tokens), with the same passkey mix.
 3. Every model is evaluated the same way: loss at L, 2L, 4L, 8L, 16L on the same validation
    rows (batch 16, `length_batches` batches per length); passkey retrieval at L..16L x 5
-   depths (`roformer_jax.passkey`, greedy decoding, exact match of 5 digits; and the
+   depths (`roformer_jax.evaluation.passkey`, greedy decoding, exact match of 5 digits; and the
    answer's nats per digit, teacher-forced).
 4. Steps to a target loss at 4L: the 4L fine-tunes (and the 4L scratch run) evaluate at 4L
    every `ft_steps / 8` steps; the target is the base model's own loss at L (the same
@@ -42,7 +42,8 @@ import time
 import numpy as np
 
 from configs import common, default
-from roformer_jax import evaluate, trainer
+from roformer_jax.training import trainer
+from roformer_jax.evaluation import evaluate
 
 TITLE = "E6: context extension of a RoPE byte LM trained at L={length}"
 PASSKEY_FRACTION = 0.1  # of the fine-tuning rows

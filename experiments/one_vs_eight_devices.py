@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import absl.logging  # noqa: E402
 
 from configs import default  # noqa: E402
-from roformer_jax import trainer  # noqa: E402
+from roformer_jax.training import trainer  # noqa: E402
 
 
 def main():

@@ -32,7 +32,9 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from configs import default  # noqa: E402
-from roformer_jax import data, evaluate, mesh as mesh_lib, rope, trainer  # noqa: E402
+from roformer_jax import mesh as mesh_lib, rope  # noqa: E402
+from roformer_jax.training import data, trainer
+from roformer_jax.evaluation import evaluate
 
 
 def mean_abs_qk_by_distance(model, batch) -> np.ndarray:

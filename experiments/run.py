@@ -47,7 +47,8 @@ import numpy as np  # noqa: E402
 
 from configs import common, default, gettext_translate  # noqa: E402
 from experiments import context_extension  # noqa: E402
-from roformer_jax import evaluate, trainer  # noqa: E402
+from roformer_jax.training import trainer  # noqa: E402
+from roformer_jax.evaluation import evaluate
 
 COMMON = {"total_steps": 1000, "eval_every_steps": 250, "checkpoint_every_steps": 500, "log_every_steps": 25}
 

@@ -273,7 +273,7 @@ def record_default_run(workdir: str, results_dir: str = RESULTS) -> str:
   import platform
   import subprocess
   sys.path.insert(0, ROOT)
-  from roformer_jax.data import corpus  # the corpus this interpreter would build
+  from roformer_jax.training.data import corpus  # the corpus this interpreter would build
 
   if not os.path.isfile(os.path.join(workdir, "metrics.jsonl")):
     raise ValueError(f"{workdir}: no metrics.jsonl; pass the workdir of a finished configs/default.py run "

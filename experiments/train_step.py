@@ -83,7 +83,8 @@ import numpy as np  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from bench import _record, harness  # noqa: E402
-from roformer_jax import hf, losses, metrics, models, optim, trainer  # noqa: E402
+from roformer_jax import hf, losses, models  # noqa: E402
+from roformer_jax.training import metrics, optim, trainer
 
 VOCAB = 30522  # BERT's WordPiece vocabulary, on both sides
 MASK_ID, FIRST_ID = 4, 5  # ids below FIRST_ID (pad 0 among them) never appear in the batch

@@ -1,19 +1,20 @@
 """roformer-jax: RoFormer / Rotary Position Embedding in JAX and Flax NNX.
 
-Public modules:
+The model library (needs jax, numpy, flax; `hf` adds safetensors):
   rope        pure RoPE functions (eq. 34 and the dense eq. 15), scalings, layouts
+  positional  the position-encoding enum (rope | sinusoidal | learned | none) and the RoPE spec
   attention   softmax attention with RoPE (dense or chunked), linear attention (eq. 19), MultiHeadAttention
               (a package: masks, softmax, chunked, linear, sharded, layer)
-  positional  the position-encoding enum (rope | sinusoidal | learned | none)
   models      ModelConfig; RoFormer encoder and heads, Transformer-base seq2seq, causal LM
   decoding    greedy / sampling / beam search over the models' decode caches
   hf          HuggingFace RoFormer checkpoints in and out (safetensors, no torch)
-  optim, losses       optax schedules/optimisers of the paper, and the losses (pure)
-  data                Grain/TFDS input pipelines, tokenizers, the offline corpus
-  trainer             train_and_evaluate(config, workdir): the sharded training loop
-  mesh, checkpoints, metrics, tasks   the trainer's parts
-  passkey             the synthetic pass-key retrieval test (prompts, training rows, scoring)
-  context_parallel    sequences split over the mesh's context axis
+  losses, mesh, partitioning, context_parallel, errors   the losses, the device mesh and its
+              logical axis rules, sequences split over the mesh's context axis, error types
+
+Sub-packages that match the extras:
+  training    (`[train]`) train(config, workdir), train_step / eval_step, tasks, data, optim,
+              checkpoints, metrics, and the reliability parts (stopping, workdir_lock, launch, peers)
+  evaluation  (`[train]` + `[eval]`) evaluate, eval_metrics, generation, passkey
 """
 
 import importlib
@@ -26,8 +27,7 @@ __version__ = "0.1.0"
 # optax and absl) for every user of the pure RoPE functions. tests/test_packaging.py checks
 # each module's import set.
 _SUBMODULES = frozenset(__all__) | {
-    "checkpoints", "context_parallel", "data", "errors", "eval_metrics", "evaluate", "launch", "losses", "mesh", "metrics",
-    "optim", "partitioning", "passkey", "peers", "stopping", "tasks", "trainer", "workdir_lock"}
+    "context_parallel", "errors", "evaluation", "losses", "mesh", "partitioning", "training"}
 
 
 def __getattr__(name):

@@ -19,6 +19,8 @@ Layers:
 - model entry points, validated in Python and jitted whole (the model goes in as
   `nnx.split` graphdef (static) + state (traced)): `generate` for `CausalLM`,
   `greedy_translate` and `beam_search` for `TransformerSeq2Seq`.
+- text: `translate` decodes seq2seq batches into detokenized hypotheses and references
+  (eval.py's BLEU, generate.py, the training samples); `strip_ids` cuts a row at its EOS.
 
 Conventions: generated tokens never include the prompt / BOS; after a row emits `eos_id`
 it emits `pad_id` only. A hypothesis length |Y| counts its tokens including the EOS.
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import jax
@@ -527,8 +529,87 @@ def beam_search(model: TransformerSeq2Seq, src, *, src_mask=None, beam_size: int
                       bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
 
 
+def strip_ids(ids, *, bos_id: int, eos_id: int, pad_id: int) -> np.ndarray:
+  """The tokens of one decoded or target row int[T]: everything from the first `eos_id` on is
+  cut, and `bos_id` / `pad_id` are dropped. Returns int32[<= T]."""
+  ids = np.asarray(ids).reshape(-1)
+  eos = np.flatnonzero(ids == eos_id)
+  if eos.size:
+    ids = ids[:eos[0]]
+  return ids[(ids != bos_id) & (ids != pad_id)].astype(np.int32)
+
+
+def translate(model, batches: Iterable[Mapping[str, Any]], tokenizer, *, beam_size: int = 4,
+              alpha: float = 0.6, max_len: int,
+              progress: Callable[[int], Any] | None = None) -> tuple[list[str], list[str]]:
+  """Decodes seq2seq evaluation batches into (hypotheses, references), detokenized strings.
+
+  Beam search with the GNMT length penalty (`beam_search`; Sec. 4.1 uses beam 4,
+  alpha 0.6) keeps each sentence's best hypothesis; beam_size == 1 is greedy decoding
+  (`greedy_translate`; beam search with one beam and alpha > 0 is not greedy, as the
+  length penalty can prefer a later, longer hypothesis, so alpha is ignored then). Every row
+  is cut at its first EOS, BOS and padding are dropped, and `tokenizer.decode` turns it into
+  text (SentencePiece detokenizes; the byte tokenizer decodes UTF-8). Feed the result to
+  `evaluation.eval_metrics.bleu(hypotheses, references)`.
+
+  Args:
+    model: a `TransformerSeq2Seq` (dropout is off: it decodes deterministically).
+    batches: the "seq2seq" pipeline's batches (NumPy dicts): `src` int[B, S], `tgt_out`
+      int[B, U] (target + EOS), `weights` float[B, U], and optionally `src_segment_ids`
+      (the source mask; else src != pad_id). Rows whose weights are all 0 pad the last
+      evaluation batch: they are decoded with a dummy one-token source (so every batch has
+      the same shape and compiles once) and left out of the result.
+    tokenizer: the data's tokenizer (`pad_id`, `bos_id`, `eos_id`, `decode`).
+    beam_size: K >= 1; alpha: length-penalty exponent >= 0.
+    max_len: most generated tokens per sentence (EOS included).
+    progress: called with the number of sentences of each decoded batch, e.g. a tqdm bar's
+      `update`.
+
+  Returns:
+    (hypotheses, references): lists of str in batch order, one per real row. The references
+    are the decoded `tgt_out` rows, so they carry the pipeline's target truncation
+    (data.max_target_length); score against the raw target text if that matters.
+  """
+  if isinstance(beam_size, bool) or not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
+    raise ValueError(f"beam_size={beam_size!r} must be an int >= 1.")
+  ids = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
+  hypotheses, references = [], []
+  for batch in batches:
+    missing = {"src", "tgt_out", "weights"} - set(batch)
+    if missing:
+      raise KeyError(f"a seq2seq batch needs {sorted(missing)}; it has {sorted(batch)}.")
+    src = np.array(batch["src"], np.int32)
+    tgt = np.asarray(batch["tgt_out"])
+    w = np.asarray(batch["weights"])
+    if src.ndim != 2 or tgt.ndim != 2 or len(tgt) != len(src) or len(w) != len(src):
+      raise ValueError(f"src {src.shape}, tgt_out {tgt.shape} and weights {w.shape} must be [B, ...] "
+                       "with the same B.")
+    keep = (w.reshape(len(w), -1) != 0).any(axis=1)
+    if not keep.any():
+      continue
+    if "src_segment_ids" in batch:
+      mask = np.array(batch["src_segment_ids"]) != 0
+    else:
+      mask = src != tokenizer.pad_id
+    src[~keep], mask[~keep] = tokenizer.pad_id, False
+    src[~keep, 0], mask[~keep, 0] = tokenizer.eos_id, True  # dummy source of padding rows
+    if beam_size == 1:
+      out = greedy_translate(model, src, src_mask=mask, max_len=max_len, **ids)
+    else:
+      out, _ = beam_search(model, src, src_mask=mask, beam_size=int(beam_size), alpha=alpha,
+                                    max_len=max_len, **ids)
+      out = out[:, 0]  # the best hypothesis
+    out = np.asarray(out)
+    for row in np.flatnonzero(keep):
+      hypotheses.append(tokenizer.decode(strip_ids(out[row], **ids)))
+      references.append(tokenizer.decode(strip_ids(tgt[row], **ids)))
+    if progress is not None:
+      progress(int(keep.sum()))
+  return hypotheses, references
+
+
 __all__ = [
     "NEG_INF", "beam_search", "beam_search_loop", "check_top_p", "choose_tokens", "generate", "greedy_translate",
     "length_penalty", "lm_step_fn", "make_step_fn", "nucleus_logits", "reorder_cache", "sample_loop",
-    "seq2seq_step_fn",
+    "seq2seq_step_fn", "strip_ids", "translate",
 ]

@@ -60,7 +60,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from roformer_jax.metrics import read_rows  # noqa: E402  (torn lines skipped, as the trainer does)
+from roformer_jax.training.metrics import read_rows  # noqa: E402  (torn lines skipped, as the trainer does)
 
 DOC = ROOT / "docs" / "reliability.md"
 BEGIN, END = "<!-- fault-campaign:begin -->", "<!-- fault-campaign:end -->"

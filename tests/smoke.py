@@ -55,7 +55,7 @@ class SmokeRuns:
 
   def _train(self, kind: str) -> pathlib.Path:
     if kind not in self._trained:
-      from roformer_jax import trainer
+      from roformer_jax.training import trainer
       path = self.root / kind
       if kind == "lm":
         trainer.train_and_evaluate(smoke(total_steps=LM_STEPS, keep_checkpoints=5), str(path))

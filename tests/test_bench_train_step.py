@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from roformer_jax import models, tasks
+from roformer_jax import models
+from roformer_jax.training import tasks
 
 _PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "train_step.py")
 

@@ -25,8 +25,10 @@ import tensorflow_datasets as tfds
 from flax import nnx
 
 from configs import common, default
-from roformer_jax import evaluate, data, errors, models, optim, tasks, trainer
-from roformer_jax.data import ByteTokenizer
+from roformer_jax import errors, models
+from roformer_jax.training import data, optim, tasks, trainer
+from roformer_jax.evaluation import evaluate
+from roformer_jax.training.data import ByteTokenizer
 
 CONFIGS_DIR = Path(__file__).parents[1] / "configs"
 GLUE_TASKS = ("mrpc", "sst2", "qnli", "stsb", "qqp", "mnli")
@@ -260,8 +262,8 @@ def test_smoke_variant_trains_two_steps(name, arg, tmp_path, no_network, monkeyp
   assert all(0 < r["mfu"] < 1 for r in train), train
   if config.task == "mlm":  # MFU = tokens/s x FLOPs per token / (peak x devices), head at the scored slots
     import jax
-    from roformer_jax import metrics
-    from roformer_jax.data import pipeline
+    from roformer_jax.training import metrics
+    from roformer_jax.training.data import pipeline
     model = tasks.build_model(config, nnx.Rngs(0))
     t = config.data.max_length
     per_token = metrics.mlm_train_flops_per_token(

@@ -185,7 +185,8 @@ def test_evaluation_splits_bidirectional_rows_at_a_multiple_of_c(mesh, monkeypat
   old rule asked 2C = 8 of every row and ran it unsplit), with one device's loss; a causal LM
   row of 36 cannot be split into 2 x 4 chunks and runs unsplit on the same mesh."""
   import ml_collections
-  from roformer_jax import evaluate, trainer
+  from roformer_jax.training import trainer
+  from roformer_jax.evaluation import evaluate
 
   length, rng = 36, np.random.default_rng(0)
   ids = rng.integers(3, 50, (B, length + 1)).astype(np.int32)

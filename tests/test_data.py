@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from roformer_jax import data, rope
-from roformer_jax.data import corpus, datasets, enwik8, packing
+from roformer_jax import rope
+from roformer_jax.training import data
+from roformer_jax.training.data import corpus, datasets, enwik8, packing
 
 T = 64  # row length in these tests.
 DOCS, BYTES = 60, 400_000  # the capped stdlib corpus of these tests.
@@ -157,7 +158,7 @@ def test_a_vocabulary_smaller_than_the_alphabet_says_what_size_it_needs(tmp_path
 def test_missing_sentencepiece_model_names_the_command(tmp_path):
   cfg = data.default_data_config()
   cfg.update(dataset="wmt14_translate/de-en", tokenizer="sentencepiece", data_dir=str(tmp_path))
-  with pytest.raises(data.TokenizerNotFoundError, match="roformer_jax.data.prepare tokenizer"):
+  with pytest.raises(data.TokenizerNotFoundError, match="roformer_jax.training.data.prepare tokenizer"):
     data.make_tokenizer(cfg)
   assert data.tokenizer_path(cfg).name == "wmt14_translate_de-en_bpe37000.model"
 
@@ -279,7 +280,7 @@ def test_mlm_batches_mask_real_tokens_only(data_dir):
 
 
 def test_mlm_rows_with_more_selections_than_m_keep_their_first_m():
-  from roformer_jax.data import pipeline
+  from roformer_jax.training.data import pipeline
   weights = np.array([[1, 0, 1, 1, 0, 1], [0, 0, 0, 0, 0, 1]], np.float32)
   rows = {"segment_ids": np.ones((2, 6), np.int32), "weights": weights,
           "inputs": np.zeros((2, 6), np.int32), "targets": np.arange(12, dtype=np.int32).reshape(2, 6)}
@@ -455,7 +456,7 @@ def test_missing_dataset_error_names_the_prepare_command(tmp_path, name):
   task = {"glue/mrpc": "classification", "wmt14_translate/de-en": "seq2seq", "wikipedia": "mlm"}[name]
   with pytest.raises(data.DatasetNotPreparedError) as e:
     data.make_iterator(cfg, task=task, split="train", batch_size=2, seed=0)
-  assert f"python -m roformer_jax.data.prepare dataset {name} --data_dir {tmp_path}" in str(e.value)
+  assert f"python -m roformer_jax.training.data.prepare dataset {name} --data_dir {tmp_path}" in str(e.value)
 
 
 def test_bad_configs_get_clear_errors(data_dir):
@@ -474,7 +475,7 @@ def test_bad_configs_get_clear_errors(data_dir):
 
 @pytest.mark.slow
 def test_prepare_command_builds_the_stdlib_corpus(tmp_path):
-  out = subprocess.run([sys.executable, "-m", "roformer_jax.data.prepare", "dataset", corpus.NAME,
+  out = subprocess.run([sys.executable, "-m", "roformer_jax.training.data.prepare", "dataset", corpus.NAME,
                         "--data_dir", str(tmp_path)], capture_output=True, text=True, check=True,
                        timeout=120)
   assert "prepared python_stdlib_bytes" in out.stdout

@@ -1,4 +1,4 @@
-"""roformer_jax.eval_metrics against hand-computed cases, sacreBLEU's documented example and
+"""roformer_jax.evaluation.eval_metrics against hand-computed cases, sacreBLEU's documented example and
 scipy; `translate` on a tiny untrained TransformerSeq2Seq with the byte tokenizer."""
 
 import functools
@@ -10,8 +10,8 @@ import scipy.stats
 from flax import nnx
 
 from roformer_jax import decoding, losses
-from roformer_jax import eval_metrics as em
-from roformer_jax.data.tokenizers import ByteTokenizer
+from roformer_jax.evaluation import eval_metrics as em
+from roformer_jax.training.data.tokenizers import ByteTokenizer
 from roformer_jax.models import ModelConfig, TransformerSeq2Seq
 
 # ---- BLEU --------------------------------------------------------------------------------
@@ -252,36 +252,36 @@ def seq2seq_batches(batch_size=3):
 
 def test_strip_ids():
   ids = dict(bos_id=1, eos_id=2, pad_id=0)
-  assert em.strip_ids([1, 7, 8, 2, 9, 0], **ids).tolist() == [7, 8]
-  assert em.strip_ids([7, 0, 8, 0], **ids).tolist() == [7, 8]
-  assert em.strip_ids([2, 7], **ids).tolist() == []
+  assert decoding.strip_ids([1, 7, 8, 2, 9, 0], **ids).tolist() == [7, 8]
+  assert decoding.strip_ids([7, 0, 8, 0], **ids).tolist() == [7, 8]
+  assert decoding.strip_ids([2, 7], **ids).tolist() == []
 
 
 def test_translate_greedy_and_beam_on_tiny_model():
   model, batches = tiny_s2s(), seq2seq_batches()
   seen = []
-  hyps, refs = em.translate(model, batches, TOK, beam_size=1, max_len=MAX_LEN, progress=seen.append)
+  hyps, refs = decoding.translate(model, batches, TOK, beam_size=1, max_len=MAX_LEN, progress=seen.append)
   assert refs == [t for _, t in PAIRS]  # EOS and padding stripped, UTF-8 decoded
   assert seen == [3, 1] and len(hyps) == len(PAIRS)  # the two padding rows are skipped
   # beam 1 is greedy decoding, row by row.
   expect = []
   for b in batches:
     out = np.asarray(decoding.greedy_translate(model, b["src"][:1], max_len=MAX_LEN, bos_id=1, eos_id=2, pad_id=0))
-    expect.append(TOK.decode(em.strip_ids(out[0], bos_id=1, eos_id=2, pad_id=0)))
+    expect.append(TOK.decode(decoding.strip_ids(out[0], bos_id=1, eos_id=2, pad_id=0)))
   assert [hyps[0], hyps[3]] == expect
   # ... and beam search with one beam and alpha 0 finds the same text.
   for b, start in zip(batches, (0, 3)):
     out, _ = decoding.beam_search(model, b["src"], beam_size=1, alpha=0.0, max_len=MAX_LEN, bos_id=1,
                                   eos_id=2, pad_id=0)
-    assert TOK.decode(em.strip_ids(np.asarray(out)[0, 0], bos_id=1, eos_id=2, pad_id=0)) == hyps[start]
+    assert TOK.decode(decoding.strip_ids(np.asarray(out)[0, 0], bos_id=1, eos_id=2, pad_id=0)) == hyps[start]
   assert len(set(hyps)) > 1 and all(hyps)  # the untrained model's outputs are not all alike / empty
   # Beam 4: the best of the K hypotheses of decoding.beam_search, one string per real row.
-  hyps4, refs4 = em.translate(model, batches, TOK, beam_size=4, alpha=0.6, max_len=MAX_LEN)
+  hyps4, refs4 = decoding.translate(model, batches, TOK, beam_size=4, alpha=0.6, max_len=MAX_LEN)
   assert refs4 == refs and len(hyps4) == len(PAIRS) and all(isinstance(h, str) for h in hyps4)
   out, scores = decoding.beam_search(model, batches[0]["src"], beam_size=4, alpha=0.6, max_len=MAX_LEN,
                                      bos_id=1, eos_id=2, pad_id=0)
   assert np.all(np.diff(np.asarray(scores), axis=1) <= 0)  # best first
-  assert hyps4[:3] == [TOK.decode(em.strip_ids(r, bos_id=1, eos_id=2, pad_id=0)) for r in np.asarray(out)[:, 0]]
+  assert hyps4[:3] == [TOK.decode(decoding.strip_ids(r, bos_id=1, eos_id=2, pad_id=0)) for r in np.asarray(out)[:, 0]]
 
 
 def test_translate_strips_bos_eos_pad(monkeypatch):
@@ -301,9 +301,9 @@ def test_translate_strips_bos_eos_pad(monkeypatch):
   monkeypatch.setattr(decoding, "greedy_translate", fake_greedy)
   monkeypatch.setattr(decoding, "beam_search", fake_beam)
   batches = seq2seq_batches(batch_size=3)
-  hyps, _ = em.translate(None, batches, TOK, beam_size=1, max_len=6)
+  hyps, _ = decoding.translate(None, batches, TOK, beam_size=1, max_len=6)
   assert hyps == ["hi", "hi", "xxxxxx", "hi"]
-  hyps4, _ = em.translate(None, batches, TOK, beam_size=4, max_len=6)
+  hyps4, _ = decoding.translate(None, batches, TOK, beam_size=4, max_len=6)
   assert hyps4 == hyps
   # The padding rows of the last batch get a one-token (EOS) source; the batch keeps its shape.
   src, mask = calls[1]
@@ -313,7 +313,7 @@ def test_translate_strips_bos_eos_pad(monkeypatch):
 
 def test_translate_errors():
   with pytest.raises(ValueError, match="beam_size"):
-    em.translate(None, [], TOK, beam_size=0, max_len=4)
+    decoding.translate(None, [], TOK, beam_size=0, max_len=4)
   with pytest.raises(KeyError, match="tgt_out"):
-    em.translate(None, [{"src": np.ones((1, 3)), "weights": np.ones((1, 3))}], TOK, max_len=4)
-  assert em.translate(None, [], TOK, max_len=4) == ([], [])
+    decoding.translate(None, [{"src": np.ones((1, 3)), "weights": np.ones((1, 3))}], TOK, max_len=4)
+  assert decoding.translate(None, [], TOK, max_len=4) == ([], [])

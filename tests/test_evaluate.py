@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from roformer_jax import evaluate, trainer
+from roformer_jax.training import trainer
+from roformer_jax.evaluation import evaluate
 from roformer_jax.errors import UserError
 from tests import smoke as smoke_lib
 

@@ -1,4 +1,4 @@
-"""generate.py and roformer_jax.generation on smoke workdirs trained here (lm, mlm, seq2seq).
+"""generate.py and roformer_jax.evaluation.generation on smoke workdirs trained here (lm, mlm, seq2seq).
 
 The token loop is checked against a plain full forward pass (no cache) that takes the argmax
 of the growing sequence, on the trained model and on random large-weight models whose greedy
@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from roformer_jax import decoding, generation
+from roformer_jax import decoding
+from roformer_jax.evaluation import generation
 from roformer_jax.errors import UserError
 from tests.smoke import DATA_DIR, s2s_config, smoke
 

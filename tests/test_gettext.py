@@ -1,4 +1,4 @@
-"""The gettext parallel corpus (roformer_jax/data/gettext_catalogs.py), packed translation pairs,
+"""The gettext parallel corpus (roformer_jax/training/data/gettext_catalogs.py), packed translation pairs,
 and evaluation with raw references, on a locale directory of .mo files written by the test
 (tests/gettext_fixture.py) -- and, where the machine has them, the system's own catalogues."""
 
@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from roformer_jax import data, evaluate, models, tasks
-from roformer_jax.data import datasets, gettext_catalogs as gc
+from roformer_jax import models
+from roformer_jax.training import data, tasks
+from roformer_jax.evaluation import evaluate
+from roformer_jax.training.data import datasets, gettext_catalogs as gc
 from tests import gettext_fixture
 from tests.smoke import s2s_config
 

@@ -13,7 +13,8 @@ import tensorflow_datasets as tfds
 from flax import nnx
 
 from configs import default
-from roformer_jax import checkpoints, hf, models, tasks, trainer
+from roformer_jax import hf, models
+from roformer_jax.training import checkpoints, tasks, trainer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hf_roformer_tiny" / "factorized"
 
@@ -172,7 +173,8 @@ def test_init_from_a_transformers_directory():
 
 
 def test_attention_implementation_is_not_architecture():
-  from roformer_jax import checkpoints, models
+  from roformer_jax import models
+  from roformer_jax.training import checkpoints
   cfg = models.ModelConfig(vocab_size=32, d_model=16, num_layers=1, num_heads=2, d_ff=32)
   checkpoints._check_same_architecture(cfg, cfg.replace(attention_implementation="xla", remat="full"), "src")
   with pytest.raises(checkpoints.InitFromError, match="d_ff"):

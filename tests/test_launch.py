@@ -18,7 +18,8 @@ import time
 
 import pytest
 
-from roformer_jax import errors, launch
+from roformer_jax import errors
+from roformer_jax.training import launch
 
 ROOT = pathlib.Path(__file__).parents[1]
 
@@ -27,9 +28,9 @@ ROOT = pathlib.Path(__file__).parents[1]
 # whether a TLS handshake with the coordinator succeeds) or "loop" (note steps until killed).
 PROGRAM = r'''
 import json, os, ssl, socket, sys, time
-from roformer_jax import launch
+from roformer_jax.training import launch
 try:
-  from roformer_jax import peers
+  from roformer_jax.training import peers
 except ImportError:  # before peers.py existed
   peers = None
 

@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from roformer_jax import checkpoints, errors, mesh as mesh_lib
+from roformer_jax import errors, mesh as mesh_lib
+from roformer_jax.training import checkpoints
 
 
 @pytest.mark.parametrize("cfg, n, shape", [
@@ -125,7 +126,7 @@ def test_average_of_no_steps_is_refused(tmp_path):
 def _performer_state():
   """(graphdef, state) of a tiny FAVOR+ Performer and its Adam optimiser, as train/eval build it."""
   from configs import default
-  from roformer_jax import trainer
+  from roformer_jax.training import trainer
   config = default.get_config("smoke")
   config.model.update(dict(attention="linear", feature_map="favor", num_features=8))
   tx, _, _ = trainer.make_optimizer(config)

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from roformer_jax import metrics, models
+from roformer_jax import models
+from roformer_jax.training import metrics
 
 
 def _xla_flops(fn, *args) -> float:

@@ -448,7 +448,7 @@ def test_linear_attention_module_rejects_a_dense_mask():
 
 def test_mlm_loss_from_masked_positions_equals_the_full_logits_loss():
   """The trainer's MLM path (pipeline's masked_positions) gives the full path's loss and grads."""
-  from roformer_jax import tasks
+  from roformer_jax.training import tasks
   cfg = M.ModelConfig(vocab_size=260, d_model=32, num_layers=2, num_heads=2, d_ff=64, dropout=0.0)
   model = M.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0))
   rng = np.random.default_rng(0)

@@ -9,7 +9,8 @@ import optax
 import pytest
 from flax import nnx
 
-from roformer_jax import models, optim
+from roformer_jax import models
+from roformer_jax.training import optim
 
 # --------------------------------------------------------------------------------------
 # Schedules.

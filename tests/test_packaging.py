@@ -131,7 +131,7 @@ def test_wheel_holds_the_package_only(wheel):
   names = set(wheel.namelist())
   dist_info = f"roformer_jax-{roformer_jax.__version__}.dist-info/"
   sources = {p.relative_to(ROOT).as_posix() for p in (ROOT / "roformer_jax").rglob("*.py") if "__pycache__" not in p.parts}
-  assert "roformer_jax/data/pipeline.py" in sources
+  assert "roformer_jax/training/data/pipeline.py" in sources
   assert sources <= names, sorted(sources - names)
   assert "roformer_jax/py.typed" in names  # PEP 561: type checkers use the package's hints
   strays = {n for n in names if not n.startswith(("roformer_jax/", dist_info))}

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from roformer_jax import data, evaluate, passkey
-from roformer_jax.data import corpus
+from roformer_jax.training import data
+from roformer_jax.evaluation import evaluate, passkey
+from roformer_jax.training.data import corpus, passkey as passkey_rows
 from roformer_jax.errors import UserError
 from roformer_jax.models import CausalLM, ModelConfig
 
@@ -36,39 +37,39 @@ class WordTokenizer:
 
 @pytest.mark.parametrize("tok", [BYTES, WordTokenizer()], ids=["bytes", "words"])
 def test_prompts_have_the_exact_length_and_the_key_at_its_depth(tok):
-  longest_sentence = max(len(tok.encode(s)) for s in passkey.FILLER)
-  shortest = passkey.min_prompt_length(tok)
+  longest_sentence = max(len(tok.encode(s)) for s in passkey_rows.FILLER)
+  shortest = passkey_rows.min_prompt_length(tok)
   for length in (shortest, shortest + 1, shortest + 37, 300, 1000):
     for depth in (0.0, 0.25, 0.5, 0.75, 1.0):
-      ids = passkey.make_prompt(length, depth, "48213", tok)
+      ids = passkey_rows.make_prompt(length, depth, "48213", tok)
       assert ids.dtype == np.int32 and ids.shape == (length,) and ids[0] == tok.bos_id
       assert tok.bos_id not in ids[1:] and tok.eos_id not in ids
-      at = passkey.key_position(length, depth, "48213", tok)
+      at = passkey_rows.key_position(length, depth, "48213", tok)
       filler = length - shortest
       assert abs((at - 1) - depth * filler) <= longest_sentence, (length, depth, at)
       text = tok.decode(ids)
-      assert text.rstrip().endswith(passkey.QUESTION.strip()) and text.count("48213") == 2
+      assert text.rstrip().endswith(passkey_rows.QUESTION.strip()) and text.count("48213") == 2
       if tok is BYTES:  # the key sentence starts at `at`, and no digit follows it
         assert BYTES.decode(ids[at:]).startswith("The pass key is 48213.")
         assert not re.search(r"\d", text[text.index("48213 is the pass key") + 5:])
-  assert passkey.make_prompt(200, 1.0, "48213", BYTES, add_bos=False)[0] != BYTES.bos_id
+  assert passkey_rows.make_prompt(200, 1.0, "48213", BYTES, add_bos=False)[0] != BYTES.bos_id
   with pytest.raises(ValueError, match=f"length={shortest - 1} is too short .* {shortest} tokens"):
-    passkey.make_prompt(shortest - 1, 0.5, "48213", tok)
+    passkey_rows.make_prompt(shortest - 1, 0.5, "48213", tok)
   with pytest.raises(ValueError, match="depth=1.5"):
-    passkey.make_prompt(300, 1.5, "48213", tok)
+    passkey_rows.make_prompt(300, 1.5, "48213", tok)
   with pytest.raises(ValueError, match="key='4x'"):
-    passkey.make_prompt(300, 0.5, "4x", tok)
+    passkey_rows.make_prompt(300, 0.5, "4x", tok)
 
 
 def test_training_rows_are_one_document_ending_with_the_answer():
   rng = np.random.default_rng(0)
   for length in (129, 257):
-    row = passkey.training_row(rng, length, BYTES)
+    row = passkey_rows.training_row(rng, length, BYTES)
     assert row.shape == (length,) and row[0] == BYTES.bos_id and row[-1] == BYTES.eos_id
     first, second = KEY_RE.search(BYTES.decode(row)).groups()
-    assert first == second and BYTES.decode(row).endswith(passkey.QUESTION + first)
+    assert first == second and BYTES.decode(row).endswith(passkey_rows.QUESTION + first)
   with pytest.raises(ValueError, match="at least 104 tokens"):
-    passkey.training_row(rng, 64, BYTES)
+    passkey_rows.training_row(rng, 64, BYTES)
 
 
 def copy_the_key(prompts):
@@ -139,7 +140,7 @@ def tiny_lm():
 def test_answer_nll_fn_equals_float64_log_softmax_of_the_full_forward(tiny_lm):
   """The reference: the model's logits for prompt + answer in one call, without the function's
   slicing, chunking or padding; log-softmax in float64 NumPy; logits[t] scores token t + 1."""
-  prompts = np.stack([passkey.make_prompt(110, d, k, BYTES) for d, k in ((0.0, "12345"), (0.4, "90210"),
+  prompts = np.stack([passkey_rows.make_prompt(110, d, k, BYTES) for d, k in ((0.0, "12345"), (0.4, "90210"),
                                                                         (0.8, "55555"), (1.0, "00017"))])
   answers = np.stack([np.asarray(BYTES.encode(k), np.int32) for k in ("12345", "90210", "55555", "00017")])
   mask = np.ones(answers.shape, bool)
@@ -158,7 +159,7 @@ def test_answer_nll_fn_equals_float64_log_softmax_of_the_full_forward(tiny_lm):
 
 def test_greedy_generate_fn_of_a_random_tiny_model_has_the_right_shapes(tiny_lm):
   model = tiny_lm
-  prompts = np.stack([passkey.make_prompt(120, d, "12345", BYTES) for d in (0.0, 0.3, 0.6, 1.0)])
+  prompts = np.stack([passkey_rows.make_prompt(120, d, "12345", BYTES) for d in (0.0, 0.3, 0.6, 1.0)])
   generate = passkey.greedy_generate_fn(model, 5, max_rows=3)  # every call is [3, 120]: one compile
   chunked = generate(prompts)  # rows 0-2, then row 3 padded to 3 rows
   assert chunked.shape == (4, 5) and np.array_equal(chunked[[3, 2, 1]], generate(prompts[[3, 2, 1]]))
@@ -174,7 +175,7 @@ def test_greedy_generate_fn_under_longrope_equals_a_full_forward_greedy_loop(tin
   scaling = {"rope_type": "longrope", "original_max_position_embeddings": 122, "max_position_embeddings": 488,
              "short_factor": [1.0] * 8, "long_factor": list(np.geomspace(1.0, 64.0, 8))}
   model = CausalLM(tiny_lm.config.replace(init_std=0.5, rope_scaling=scaling), rngs=nnx.Rngs(1))
-  prompts = np.stack([passkey.make_prompt(120, d, "12345", BYTES) for d in (0.0, 1.0)])
+  prompts = np.stack([passkey_rows.make_prompt(120, d, "12345", BYTES) for d in (0.0, 1.0)])
   got = passkey.greedy_generate_fn(model, 5)(prompts)
   seq = prompts
   for _ in range(5):

@@ -21,8 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from roformer_jax import checkpoints, errors, evaluate, metrics, trainer, workdir_lock
-from roformer_jax.checkpoints import Checkpointer
+from roformer_jax import errors
+from roformer_jax.training import checkpoints, metrics, trainer, workdir_lock
+from roformer_jax.evaluation import evaluate
+from roformer_jax.training.checkpoints import Checkpointer
 
 ROOT = pathlib.Path(__file__).parents[1]
 SMOKE = f"{ROOT / 'configs/default.py'}:smoke"
@@ -158,7 +160,7 @@ def test_the_newest_checkpoint_is_digested_when_it_commits_so_a_kill_then_a_flip
   # Async saves of steps 10 and 20, then the process dies once step 20 has committed: no next
   # save and no close() (the issue's SIGKILL). Then one bit of step 20 flips on disk.
   code = ("import os, sys, jax, jax.numpy as jnp\n"
-          "from roformer_jax.checkpoints import Checkpointer\n"
+          "from roformer_jax.training.checkpoints import Checkpointer\n"
           "ck = Checkpointer(sys.argv[1], save_every=10, async_save=True)\n"
           "for step in (10, 20):\n"
           "  ck.save(step, {'w': jax.random.normal(jax.random.key(step), (64, 32)), 'count': jnp.array(step, jnp.int32)})\n"
@@ -248,7 +250,7 @@ def test_a_second_lock_names_the_holder_and_a_released_lock_is_free(tmp_path):
 
 
 def test_a_lock_left_by_a_killed_process_does_not_block(tmp_path):
-  code = ("import sys, time; from roformer_jax import workdir_lock; workdir_lock.WorkdirLock(sys.argv[1]).acquire(); "
+  code = ("import sys, time; from roformer_jax.training import workdir_lock; workdir_lock.WorkdirLock(sys.argv[1]).acquire(); "
           "print('held', flush=True); time.sleep(600)")
   proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -369,7 +371,7 @@ def test_a_workdir_that_is_a_file_and_tracebacks_on_request(tmp_path):
 
 @pytest.mark.slow
 def test_bugs_keep_their_traceback():
-  code = ("import sys; from roformer_jax import launch\n"
+  code = ("import sys; from roformer_jax.training import launch\n"
           "def main(argv):\n  raise RuntimeError('a bug')\n"
           "launch.run(main)")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -413,7 +415,7 @@ def test_two_processes_stop_at_the_same_step_when_only_one_is_signalled(tmp_path
 
 def test_a_coordinator_port_in_use_is_a_clear_error_not_a_crash():
   """jax.distributed segfaults (exit 139) when process 0's port is taken; launch says so first."""
-  from roformer_jax import launch
+  from roformer_jax.training import launch
   with socket.socket() as busy:
     busy.bind(("", 0))
     busy.listen()

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from roformer_jax import attention, checkpoints, positional
+from roformer_jax import attention, positional
+from roformer_jax.training import checkpoints
 from roformer_jax.models import CausalLM, ModelConfig
 from roformer_jax.positional import RotaryConfig
 

@@ -19,7 +19,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import common, default
-from roformer_jax import evaluate, trainer
+from roformer_jax.training import trainer
+from roformer_jax.evaluation import evaluate
 
 pytestmark = pytest.mark.slow  # trains or runs processes: make test, not make test-fast
 
@@ -178,7 +179,7 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
 
 def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path, monkeypatch, capsys):
   from configs import multistage
-  from roformer_jax import tasks
+  from roformer_jax.training import tasks
 
   def config():
     c = multistage.get_config("smoke")

@@ -1,6 +1,6 @@
 """The training tasks as objects, and the one registry of their names (`get`).
 
-A task ties a model class to the batch format of `roformer_jax.data` and a loss:
+A task ties a model class to the batch format of `roformer_jax.training.data` and a loss:
 
 | task | model | batch keys | loss |
 |---|---|---|---|
@@ -35,15 +35,16 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from roformer_jax import losses, metrics as metrics_lib, models, samples as samples_lib
-from roformer_jax.data import pipeline
+from roformer_jax import losses, models
+from roformer_jax.training import metrics as metrics_lib, samples as samples_lib
+from roformer_jax.training.data import pipeline
 
 # What generate.py does with a task's model (`Task.generates`).
 CONTINUE = "continue"  # continue a prompt (generation.stream_lm / lm_tokens)
 TRANSLATE = "translate"  # translate sentences (generation.translate)
 FILL_MASKS = "fill_masks"  # fill [MASK] slots (generation.fill_masks)
 
-# What eval.py scores (`Task.eval_metrics`), each computed in roformer_jax/evaluate.py.
+# What eval.py scores (`Task.eval_metrics`), each computed in roformer_jax/evaluation/evaluate.py.
 TOKEN_METRICS = "tokens"  # loss, accuracy, perplexity, bits per token over a full pass
 GLUE_METRICS = "glue"  # the GLUE metric set of the data set's task, from predictions
 BLEU = "bleu"  # beam-search translations scored by sacreBLEU (+ translations.tsv)

@@ -22,6 +22,7 @@ import functools
 import math
 import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -31,12 +32,12 @@ import numpy as np
 import optax
 from flax import nnx
 
-from roformer_jax import data, errors, mesh as mesh_lib, metrics as metrics_lib, optim
-from roformer_jax import context_parallel, peers, stopping, tasks
-from roformer_jax import checkpoints as checkpoints_lib
-from roformer_jax.checkpoints import Checkpointer
-from roformer_jax.data import pipeline
-from roformer_jax.workdir_lock import lock_workdir
+from roformer_jax import context_parallel, errors, mesh as mesh_lib
+from roformer_jax.training import checkpoints as checkpoints_lib, data, hooks as hooks_lib, metrics as metrics_lib
+from roformer_jax.training import optim, peers, stopping, tasks
+from roformer_jax.training.checkpoints import Checkpointer
+from roformer_jax.training.data import pipeline
+from roformer_jax.training.workdir_lock import lock_workdir
 
 REQUIRED_KEYS = ("seed", "total_steps", "batch_size", "checkpoint_every_steps", "eval_every_steps", "mesh")
 
@@ -50,6 +51,10 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     value = config[key]
     if not isinstance(value, int) or value < 1:
       raise ValueError(f"config.{key}={value!r} must be a positive integer.")
+  for key, low in (("profile_first_step", 0), ("profile_steps", 1), ("feature_redraw_every", 0)):
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+      raise ValueError(f"config.{key}={value!r} must be an integer >= {low}.")
   task = tasks.get(config.task)
   tasks.model_config(config)  # validates every model field now
   if config.model.attention_implementation == "cudnn" and jax.default_backend() != "gpu":
@@ -264,16 +269,6 @@ def eval_sums(step_fn, state, batches, mesh) -> dict[str, float]:
       k: float(v) for k, v in jax.device_get(sums).items()}
 
 
-def _redraw_features(graphdef, state, key):
-  """FAVOR+ projections redrawn (Performer's feature_redraw_interval)."""
-  model, optimizer = nnx.merge(graphdef, state)
-  for path, module in nnx.iter_graph(model):
-    if hasattr(module, "redraw_features"):
-      key, sub = jax.random.split(key)
-      module.redraw_features(sub)
-  return nnx.state((model, optimizer))
-
-
 # ======================================================================================
 # train_and_evaluate
 # ======================================================================================
@@ -295,8 +290,12 @@ def _check_finite(losses: list, param_norm, step: int, ckpt: Checkpointer) -> No
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS, errno.EACCES, errno.EPERM, errno.EFBIG}
 
 
-def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
+                       hooks: Sequence[hooks_lib.Hook] = ()) -> dict[str, Any]:
   """Trains `config` in `workdir`, resuming if it holds checkpoints. Returns final metrics.
+
+  `hooks`: your own `hooks.Hook`s, run after the built-in ones (log, eval, samples, checkpoint)
+  and before the stop (roformer_jax/training/hooks.py says when each method is called).
 
   Raises `errors.UserError` for a wrong config, data, workdir or checkpoint (before any
   training work, and before the workdir is created), and `errors.RunFault` when the
@@ -323,7 +322,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
     os.makedirs(workdir, exist_ok=True)
   with lock_workdir(workdir), stopping.StopRequests(mesh) as stops:
     try:
-      return _train(config, workdir, mesh, rules, stages, stops, tokenizer)
+      return _train(config, workdir, mesh, rules, stages, stops, tokenizer, list(hooks))
     except OSError as e:
       if e.errno not in _WRITE_ERRNOS:
         raise
@@ -333,7 +332,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[
 
 
 def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stopping.StopRequests,
-           tokenizer) -> dict[str, Any]:
+           tokenizer, extra_hooks: list[hooks_lib.Hook]) -> dict[str, Any]:
   """The run itself, with the workdir locked: data, model, restore, the loop."""
   if jax.process_index() == 0:  # the run's config, for people and for init_from's architecture check
     with open(os.path.join(workdir, "config.json"), "w") as f:
@@ -382,7 +381,6 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
       rope = "".join(f"; {k}: {a!r} -> {b!r}" for k, (a, b) in loaded["rope"].items())
       print(f"init_from: {loaded['loaded']} tensors from {loaded['source']}; fresh: "
             f"{', '.join(loaded['fresh']) or 'nothing'}{rope}", flush=True)
-  writer = metrics_lib.MetricsWriter(workdir)
   state_sharding = jax.tree.map(lambda x: x.sharding, state)
   batch_sharding = mesh_lib.batch_sharding(mesh)
 
@@ -392,89 +390,63 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
       in_shardings=(state_sharding, batch_sharding), out_shardings=(state_sharding, None), donate_argnums=(0,))
   evaluate_batch = jax.jit(functools.partial(eval_step, graphdef, task=task, mesh=mesh, rules=rules),
                            in_shardings=(state_sharding, batch_sharding))
-  redraw_every = int(config.feature_redraw_every)
-  redraw = jax.jit(functools.partial(_redraw_features, graphdef), in_shardings=(state_sharding, None),
-                   out_shardings=state_sharding, donate_argnums=(0,))
-
-  num_samples = int(config.samples_per_eval)
-
-  def evaluate(step: int) -> dict[str, float]:
-    # The same first eval_batches batches every time, repeating a small split, so that every
-    # process runs the same number of collective eval steps (eval.py does full passes).
-    it = iterator("validation", stage, repeat=True, shuffle=False)
-    local = [next(it) for _ in range(config.eval_batches)]
-    first = local[0]
-    sums = eval_sums(evaluate_batch, state, local, mesh)
-    w = max(sums["weight"], 1.0)
-    result = {"eval_loss": sums["loss"] / w, "eval_accuracy": sums["correct"] / w}
-    writer.write(step, result)
-    # Samples decode on one process's copy of the model; a multi-process run skips them.
-    if num_samples and processes == 1:
-      samples = task.samples(nnx.merge(graphdef, state)[0], first, tokenizer=tokenizer, num=num_samples,
-                             max_new_tokens=config.sample_max_new_tokens)
-      writer.write_samples(step, samples)
-      if samples:
-        progress.write(f"sample at step {step}: {samples[0]['prompt']!r} -> {samples[0]['output']!r}")
-    return result
 
   # ------------------------------------------------------------------ main train loop
-  peak = metrics_lib.device_peak_flops()
-  flops_per_token = lambda st: flops_at_length(st.max_length)
   progress = metrics_lib.Progress(config.total_steps, start)
   progress.write(f"{config.task}: {num_params / 1e6:.2f}M parameters, mesh {dict(mesh.shape)}, "
                  f"global batch {stage.batch_size}, {stage}, steps {start}..{config.total_steps}, workdir {workdir}")
-  log_every = config.log_every_steps
-  window_tokens, window_start, window_losses = 0, time.perf_counter(), []
-  last = {}
-  step = start
+  loop = hooks_lib.Loop(config=config, workdir=workdir, task=task, mesh=mesh, graphdef=graphdef, state=state,
+                        start=start, stage=stage, iterator=iterator, train_iter=train_iter,
+                        writer=metrics_lib.MetricsWriter(workdir), progress=progress, step=start)
+  hooks = hooks_lib.default_hooks(
+      loop, ckpt=ckpt, stops=stops, schedule=schedule, accum=accum,
+      flops_per_token=lambda st: flops_at_length(st.max_length), peak_flops=metrics_lib.device_peak_flops(),
+      eval_fn=lambda state, batches: eval_sums(evaluate_batch, state, batches, mesh), tokenizer=tokenizer,
+      extra=extra_hooks)
+  unchecked = []  # losses since the last finite check (device arrays)
   try:
     for step in range(start + 1, config.total_steps + 1):
-      if step > stage.last:  # next stage: new lengths and batch; the step recompiles once
-        stage = stage_at(stages, step)
-        train_iter = iterator("train", stage)
-        progress.write(f"{stage}: steps {stage.first}..{stage.last}, max_length "
-                       f"{stage.max_length}, batch {stage.batch_size}")
+      loop.step = step
+      if step > loop.stage.last:  # next stage: new lengths and batch; the step recompiles once
+        loop.stage = stage_at(stages, step)
+        loop.train_iter = iterator("train", loop.stage)
+        progress.write(f"{loop.stage}: steps {loop.stage.first}..{loop.stage.last}, max_length "
+                       f"{loop.stage.max_length}, batch {loop.stage.batch_size}")
+      for hook in hooks:
+        hook.before_step(loop)
       peers.note_step(step)
-      local = next(train_iter)
-      window_tokens += tasks.tokens_in(local, task) * processes
-      state, out = jitted_train_step(state, mesh_lib.global_batch(local, mesh))
+      with jax.profiler.StepTraceAnnotation("train", step_num=step):
+        local = next(loop.train_iter)
+        loop.tokens = tasks.tokens_in(local, task) * processes
+        loop.state, loop.out = jitted_train_step(loop.state, mesh_lib.global_batch(local, mesh))
       # The host does not wait for each step: the next batch is prepared while the device
       # computes, and the losses are read back in bulk. They are checked at the first step and
-      # before anything that uses the state (a log line, an evaluation, a checkpoint), so a
-      # non-finite state is never saved.
-      window_losses.append(out["loss"])
-      at_log = step % log_every == 0 or step == config.total_steps
-      at_eval = step % config.eval_every_steps == 0 or step == config.total_steps
-      stop = stops.poll()  # SIGTERM / Ctrl-C: every process stops after the same step
-      if step == start + 1 or at_log or at_eval or stop or ckpt.due(step):
-        _check_finite(window_losses, out["param_norm"], step, ckpt)
-      if redraw_every and step % redraw_every == 0:
-        state = redraw(state, jax.random.fold_in(jax.random.key(config.seed), step))
-      if at_log:
-        elapsed = time.perf_counter() - window_start
-        tps = window_tokens / max(elapsed, 1e-9)
-        last = {"loss": float(np.mean(jax.device_get(window_losses))), "accuracy": float(out["accuracy"]),
-                "learning_rate": float(schedule((step - 1) // accum)), "grad_norm": float(out["grad_norm"]),
-                "tokens_per_sec": tps, "step_time": elapsed / len(window_losses)}
-        if peak:
-          last["mfu"] = tps * flops_per_token(stage) / (peak * jax.device_count())
-        writer.write(step, last)
-        progress.update(step, loss=last["loss"], tok_s=f"{tps:,.0f}", lr=last["learning_rate"])
-        window_tokens, window_start, window_losses = 0, time.perf_counter(), []
-      if at_eval:
-        result = evaluate(step)
-        progress.write(f"step {step}: eval loss {result['eval_loss']:.4f}, accuracy {result['eval_accuracy']:.4f}")
-        window_start = time.perf_counter()  # eval time is not training throughput
-      ckpt.save(step, state, train_iter, force=stop or step == config.total_steps)
-      if stop:
-        ckpt.wait()  # the save is committed (and its digest written) before we say so
-        progress.write(f"{stops.signal_name}: saved step {step}; re-run the same command to resume.")
+      # before any hook that reads the state (a log line, an evaluation, a checkpoint) or a
+      # stop, so a non-finite state is never saved.
+      unchecked.append(loop.out["loss"])
+      for hook in hooks:
+        hook.on_step(loop)  # the stop hook polls here: every process stops after the same step
+      due = [hook for hook in hooks if hook.due(loop)]
+      if step == start + 1 or loop.stop or any(hook.reads_state for hook in due):
+        _check_finite(unchecked, loop.out["param_norm"], step, ckpt)
+        unchecked = []
+      for hook in due:
+        began = time.perf_counter()
+        hook.run(loop)
+        if hook.off_clock:
+          loop.off_clock += time.perf_counter() - began
+      if loop.finished:
         break
   finally:
     try:
-      ckpt.close()
+      for hook in hooks:
+        hook.close(loop)
     finally:
-      progress.close()
-      writer.close()
+      try:
+        ckpt.close()
+      finally:
+        progress.close()
+        loop.writer.close()
   metrics_lib.plot_loss(workdir)
-  return {"step": step, **last}
+  log = next(hook for hook in hooks if isinstance(hook, hooks_lib.Log))
+  return {"step": loop.step, **log.last}

@@ -1,9 +1,9 @@
 """Prepare a dataset (ArrayRecord, readable without TensorFlow) or train a SentencePiece model.
 
-  python -m roformer_jax.data.prepare dataset glue/mrpc [--data_dir DIR]
-  python -m roformer_jax.data.prepare dataset enwik8 --manual_dir DIR_WITH_ENWIK8_ZIP
-  python -m roformer_jax.data.prepare dataset gettext_translate/de [--locale_dir /usr/share/locale]
-  python -m roformer_jax.data.prepare tokenizer wmt14_translate/de-en --vocab_size 37000 \
+  python -m roformer_jax.training.data.prepare dataset glue/mrpc [--data_dir DIR]
+  python -m roformer_jax.training.data.prepare dataset enwik8 --manual_dir DIR_WITH_ENWIK8_ZIP
+  python -m roformer_jax.training.data.prepare dataset gettext_translate/de [--locale_dir /usr/share/locale]
+  python -m roformer_jax.training.data.prepare tokenizer wmt14_translate/de-en --vocab_size 37000 \
       [--model_type bpe] [--character_coverage 1.0] [--output PATH] [--data_dir DIR]
 
 ``dataset`` downloads and prepares a TFDS catalogue dataset (network needed; ``wikipedia`` also
@@ -19,13 +19,13 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from roformer_jax.data import datasets, pipeline
-from roformer_jax.data.config import default_data_config
-from roformer_jax.data.tokenizers import SentencePieceTokenizer, train_sentencepiece
+from roformer_jax.training.data import datasets, pipeline
+from roformer_jax.training.data.config import default_data_config
+from roformer_jax.training.data.tokenizers import SentencePieceTokenizer, train_sentencepiece
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(prog="python -m roformer_jax.data.prepare", description=__doc__,
+  parser = argparse.ArgumentParser(prog="python -m roformer_jax.training.data.prepare", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   sub = parser.add_subparsers(dest="command", required=True)
   ds = sub.add_parser("dataset", help="prepare a dataset as ArrayRecord")

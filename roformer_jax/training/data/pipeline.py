@@ -61,10 +61,10 @@ import grain.experimental  # noqa: F401  (FirstFitPackIterDataset)
 import ml_collections
 import numpy as np
 
-from roformer_jax.data import corpus, datasets, packing
-from roformer_jax.data.config import TOKENIZERS
-from roformer_jax.data.masking import mask_tokens
-from roformer_jax.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, train_sentencepiece
+from roformer_jax.training.data import corpus, datasets, packing, passkey
+from roformer_jax.training.data.config import TOKENIZERS
+from roformer_jax.training.data.masking import mask_tokens
+from roformer_jax.training.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, train_sentencepiece
 
 Tokenizer = ByteTokenizer | SentencePieceTokenizer
 Batch = dict[str, np.ndarray]
@@ -388,7 +388,7 @@ MLM = BatchFormat("mlm", "text", _mlm_rows)
 SEQ2SEQ = BatchFormat("seq2seq", "translation", _seq2seq_rows)
 CLASSIFICATION = BatchFormat("classification", "classification", _classification_rows)
 # The built-in formats by name, so that data-only code (and the tests) can ask for "lm" rows
-# without the model library; a task (roformer_jax.tasks) holds its format as an object.
+# without the model library; a task (roformer_jax.training.tasks) holds its format as an object.
 FORMATS = {f.name: f for f in (LM, MLM, SEQ2SEQ, CLASSIFICATION)}
 
 
@@ -458,7 +458,6 @@ def passkey_fraction(data_cfg: ml_collections.ConfigDict, task: str | BatchForma
 
 
 def _check_passkey_row(tok: Tokenizer, row: int, add_bos: bool, max_length: int) -> None:
-  from roformer_jax import passkey
   from roformer_jax.errors import UserError
   need = passkey.min_prompt_length(tok, add_bos=add_bos) + len(tok.encode("0" * 5)) + int(add_bos)
   if row < need:
@@ -490,7 +489,6 @@ class _PasskeyMixIterator(grain.DatasetIterator):
     row = next(self._parent)
     if not self._fraction:
       return row
-    from roformer_jax import passkey
     rng = np.random.default_rng([self._seed, self._rows])
     self._rows += 1
     if rng.random() >= self._fraction:

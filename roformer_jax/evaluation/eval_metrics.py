@@ -1,8 +1,8 @@
 """Task metrics of the paper's evaluations, as plain NumPy / Python functions.
 
 - Machine translation (Sec. 4.1, WMT14 En-De): `bleu`, corpus BLEU by sacreBLEU on detokenized
-  text, and `translate`, which decodes seq2seq evaluation batches (beam search, or greedy for
-  beam 1) into the detokenized hypothesis and reference strings that `bleu` takes.
+  text (`decoding.translate` decodes seq2seq evaluation batches into the detokenized hypothesis
+  and reference strings that `bleu` takes).
 - GLUE (Sec. 4.3): `accuracy`, `f1`, `pearson`, `spearman` and `glue_metrics`, which gives the
   official metric set of a task.
 - Language modelling (Sec. 4.4, enwik8): `bits_per_byte`, `bits_per_token`, `perplexity` from a
@@ -10,14 +10,13 @@
 
 Conventions: accuracy and F1 are fractions in [0, 1] and correlations lie in [-1, 1] (the
 papers print them x100); BLEU is on sacreBLEU's 0-100 scale. Inputs may be Python lists, NumPy
-or JAX arrays; every function returns Python floats. Only `translate` needs JAX (it runs the
-model); `bleu` imports sacreBLEU when called.
+or JAX arrays; every function returns Python floats. `bleu` imports sacreBLEU when called.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -345,88 +344,7 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequenc
           "ref_len": int(result.ref_len), "nrefs": len(ref_sets)}
 
 
-def strip_ids(ids, *, bos_id: int, eos_id: int, pad_id: int) -> np.ndarray:
-  """The tokens of one decoded or target row int[T]: everything from the first `eos_id` on is
-  cut, and `bos_id` / `pad_id` are dropped. Returns int32[<= T]."""
-  ids = np.asarray(ids).reshape(-1)
-  eos = np.flatnonzero(ids == eos_id)
-  if eos.size:
-    ids = ids[:eos[0]]
-  return ids[(ids != bos_id) & (ids != pad_id)].astype(np.int32)
-
-
-def translate(model, batches: Iterable[Mapping[str, Any]], tokenizer, *, beam_size: int = 4,
-              alpha: float = 0.6, max_len: int,
-              progress: Callable[[int], Any] | None = None) -> tuple[list[str], list[str]]:
-  """Decodes seq2seq evaluation batches into (hypotheses, references), detokenized strings.
-
-  Beam search with the GNMT length penalty (`decoding.beam_search`; Sec. 4.1 uses beam 4,
-  alpha 0.6) keeps each sentence's best hypothesis; beam_size == 1 is greedy decoding
-  (`decoding.greedy_translate`; beam search with one beam and alpha > 0 is not greedy, as the
-  length penalty can prefer a later, longer hypothesis, so alpha is ignored then). Every row
-  is cut at its first EOS, BOS and padding are dropped, and `tokenizer.decode` turns it into
-  text (SentencePiece detokenizes; the byte tokenizer decodes UTF-8). Feed the result to
-  `bleu(hypotheses, references)`.
-
-  Args:
-    model: a `TransformerSeq2Seq` (dropout is off: it decodes deterministically).
-    batches: the "seq2seq" pipeline's batches (NumPy dicts): `src` int[B, S], `tgt_out`
-      int[B, U] (target + EOS), `weights` float[B, U], and optionally `src_segment_ids`
-      (the source mask; else src != pad_id). Rows whose weights are all 0 pad the last
-      evaluation batch: they are decoded with a dummy one-token source (so every batch has
-      the same shape and compiles once) and left out of the result.
-    tokenizer: the data's tokenizer (`pad_id`, `bos_id`, `eos_id`, `decode`).
-    beam_size: K >= 1; alpha: length-penalty exponent >= 0.
-    max_len: most generated tokens per sentence (EOS included).
-    progress: called with the number of sentences of each decoded batch, e.g. a tqdm bar's
-      `update`.
-
-  Returns:
-    (hypotheses, references): lists of str in batch order, one per real row. The references
-    are the decoded `tgt_out` rows, so they carry the pipeline's target truncation
-    (data.max_target_length); score against the raw target text if that matters.
-  """
-  from roformer_jax import decoding  # pylint: disable=g-import-not-at-top  (JAX only here)
-
-  if isinstance(beam_size, bool) or not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
-    raise ValueError(f"beam_size={beam_size!r} must be an int >= 1.")
-  ids = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
-  hypotheses, references = [], []
-  for batch in batches:
-    missing = {"src", "tgt_out", "weights"} - set(batch)
-    if missing:
-      raise KeyError(f"a seq2seq batch needs {sorted(missing)}; it has {sorted(batch)}.")
-    src = np.array(batch["src"], np.int32)
-    tgt = np.asarray(batch["tgt_out"])
-    w = np.asarray(batch["weights"])
-    if src.ndim != 2 or tgt.ndim != 2 or len(tgt) != len(src) or len(w) != len(src):
-      raise ValueError(f"src {src.shape}, tgt_out {tgt.shape} and weights {w.shape} must be [B, ...] "
-                       "with the same B.")
-    keep = (w.reshape(len(w), -1) != 0).any(axis=1)
-    if not keep.any():
-      continue
-    if "src_segment_ids" in batch:
-      mask = np.array(batch["src_segment_ids"]) != 0
-    else:
-      mask = src != tokenizer.pad_id
-    src[~keep], mask[~keep] = tokenizer.pad_id, False
-    src[~keep, 0], mask[~keep, 0] = tokenizer.eos_id, True  # dummy source of padding rows
-    if beam_size == 1:
-      out = decoding.greedy_translate(model, src, src_mask=mask, max_len=max_len, **ids)
-    else:
-      out, _ = decoding.beam_search(model, src, src_mask=mask, beam_size=int(beam_size), alpha=alpha,
-                                    max_len=max_len, **ids)
-      out = out[:, 0]  # the best hypothesis
-    out = np.asarray(out)
-    for row in np.flatnonzero(keep):
-      hypotheses.append(tokenizer.decode(strip_ids(out[row], **ids)))
-      references.append(tokenizer.decode(strip_ids(tgt[row], **ids)))
-    if progress is not None:
-      progress(int(keep.sum()))
-  return hypotheses, references
-
-
 __all__ = [
     "GLUE_TASK_METRICS", "accuracy", "bits_per_byte", "bits_per_token", "bleu", "f1", "glue_metrics",
-    "pearson", "perplexity", "rankdata", "spearman", "strip_ids", "translate",
+    "pearson", "perplexity", "rankdata", "spearman",
 ]

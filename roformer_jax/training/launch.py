@@ -30,7 +30,8 @@ import sys
 
 from absl import app, flags, logging
 
-from roformer_jax import errors, peers
+from roformer_jax import errors
+from roformer_jax.training import peers
 
 _DISTRIBUTED = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() with auto-detection "
                                  "(SLURM, TPU pods, Open MPI).")

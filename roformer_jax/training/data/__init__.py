@@ -1,6 +1,6 @@
 """Input data: datasets, tokenizers and Grain pipelines (no TensorFlow needed).
 
-  from roformer_jax import data
+  from roformer_jax.training import data
   cfg = data.default_data_config()                  # the offline Python-stdlib byte corpus
   it = data.make_iterator(cfg, task="lm", split="train", batch_size=8, seed=0)
   batch = next(it)                                  # dict of NumPy arrays, see pipeline.py
@@ -11,14 +11,14 @@ Modules: ``config`` (the config keys), ``datasets`` (registry, prepared-or-error
 ``prepare`` (command line: prepare a dataset or train a tokenizer).
 """
 
-from roformer_jax.data.config import default_data_config
-from roformer_jax.data.corpus import build_stdlib_corpus
-from roformer_jax.data.datasets import REGISTRY, DatasetNotPreparedError, get_spec
-from roformer_jax.data.masking import mask_tokens
-from roformer_jax.data.packing import positions_from_segments
-from roformer_jax.data.pipeline import (FORMATS, BatchFormat, check_data, make_dataset, make_iterator,
+from roformer_jax.training.data.config import default_data_config
+from roformer_jax.training.data.corpus import build_stdlib_corpus
+from roformer_jax.training.data.datasets import REGISTRY, DatasetNotPreparedError, get_spec
+from roformer_jax.training.data.masking import mask_tokens
+from roformer_jax.training.data.packing import positions_from_segments
+from roformer_jax.training.data.pipeline import (FORMATS, BatchFormat, check_data, make_dataset, make_iterator,
                                         make_tokenizer, raw_targets, tokenizer_path)
-from roformer_jax.data.tokenizers import (ByteTokenizer, SentencePieceTokenizer,
+from roformer_jax.training.data.tokenizers import (ByteTokenizer, SentencePieceTokenizer,
                                           TokenizerNotFoundError, train_sentencepiece)
 
 __all__ = [

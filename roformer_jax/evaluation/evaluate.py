@@ -15,7 +15,7 @@
   (`config.eval.rope_scaling`), so extrapolation methods compare without retraining.
 - Pass-key retrieval (lm, `config.eval.passkey_lengths` non-empty): greedy exact-match
   accuracy of a 5-digit key hidden at several depths of prompts of the given lengths, and the
-  answer's negative log-likelihood in nats per digit (`roformer_jax.passkey`), on the
+  answer's negative log-likelihood in nats per digit (`roformer_jax.evaluation.passkey`), on the
   RoPE-scaled model when `eval.rope_scaling` is set; `results["passkey"]` and
   `<workdir>/passkey.png`.
 
@@ -40,9 +40,12 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer_jax import context_parallel, data, errors, mesh as mesh_lib, metrics as metrics_lib, tasks, trainer
-from roformer_jax.checkpoints import Checkpointer, NoCheckpoint, average_checkpoints
+from roformer_jax import context_parallel, decoding, errors, mesh as mesh_lib
 from roformer_jax.errors import UserError
+from roformer_jax.evaluation import eval_metrics, passkey
+from roformer_jax.training import data, metrics as metrics_lib, tasks, trainer
+from roformer_jax.training.checkpoints import Checkpointer, NoCheckpoint, average_checkpoints
+from roformer_jax.training.data import passkey as passkey_rows
 
 
 def default_eval_config() -> ml_collections.ConfigDict:
@@ -259,7 +262,6 @@ def _token_metrics(sums: dict[str, float]) -> dict[str, float]:
 
 def _glue(config, task: tasks.Task, graphdef, state, mesh, batches) -> dict[str, float]:
   """The GLUE metric set of the data set's task, from `task.predict` over the batches."""
-  from roformer_jax import eval_metrics
 
   @jax.jit
   def predict(state, batch):
@@ -294,7 +296,7 @@ def _length_curve(config, graphdef, state, mesh, settings, local_batch) -> list[
 
 
 def _passkey(config, graphdef, state, settings, tokenizer) -> dict[str, Any]:
-  """Pass-key retrieval accuracy of the restored model (`roformer_jax.passkey`), greedy, and
+  """Pass-key retrieval accuracy of the restored model (`roformer_jax.evaluation.passkey`), greedy, and
   the answer's nats per digit (teacher-forced), which grades models that all score 0.
 
   Runs on the model `graphdef` describes (the RoPE-scaled one when `eval.rope_scaling` is
@@ -302,8 +304,7 @@ def _passkey(config, graphdef, state, settings, tokenizer) -> dict[str, Any]:
   is small); only process 0 writes. Learned absolute positions have no rows past
   `max_position`: those lengths are left out and named in `skipped`.
   """
-  from roformer_jax import passkey
-  from roformer_jax.data import datasets
+  from roformer_jax.training.data import datasets
 
   if jax.process_count() > 1:
     state = jax.tree.map(_fetch, state)
@@ -339,10 +340,9 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   with errors.user_errors("data"):
     data.check_data(config.data, splits=(settings["split"],), task=task.batches)
   if settings["passkey_lengths"]:
-    from roformer_jax import passkey
-    from roformer_jax.data import datasets
+    from roformer_jax.training.data import datasets
     tokenizer = data.make_tokenizer(config.data)
-    shortest = passkey.min_prompt_length(tokenizer, settings["passkey_digits"],
+    shortest = passkey_rows.min_prompt_length(tokenizer, settings["passkey_digits"],
                                          add_bos=datasets.get_spec(config.data.dataset).add_bos_eos)
     if min(settings["passkey_lengths"]) < shortest:
       raise UserError(f"config.eval.passkey_lengths={list(settings['passkey_lengths'])}: a pass-key prompt needs at "
@@ -364,7 +364,6 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   if tasks.GLUE_METRICS in task.eval_metrics:
     results["metrics"].update(_glue(config, task, graphdef, state, mesh, batches()))
   if tasks.BLEU in task.eval_metrics:
-    from roformer_jax import eval_metrics
     # Each process decodes its own shard on its own devices, with a full copy of the
     # parameters: decoding makes no cross-process calls, so shards may take different times.
     model = nnx.merge(graphdef, jax.tree.map(_fetch, state) if jax.process_count() > 1 else state)
@@ -372,7 +371,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     from tqdm import tqdm
     with tqdm(desc=f"translate (beam {settings['beam_size']})", unit="sentence",
               disable=jax.process_index() != 0, leave=False) as bar:
-      hyps, _ = eval_metrics.translate(
+      hyps, _ = decoding.translate(
           model, batches(), tokenizer, beam_size=settings["beam_size"], alpha=settings["length_penalty"],
           max_len=settings["max_decode_length"] or config.data.max_target_length or config.data.max_length,
           progress=bar.update)
@@ -419,7 +418,6 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         writer.write(step, {f"loss_at_{row['length']}": row["loss"]}, prefix="eval_")
     pk = results.get("passkey")
     if pk and pk["lengths"]:
-      from roformer_jax import passkey
       for i, (length, mean) in enumerate(zip(pk["lengths"], pk["mean_accuracy"])):
         row = {f"passkey_accuracy_at_{length}": mean}
         if pk.get("mean_answer_nll"):

@@ -11,7 +11,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   """Defaults for ``config.data``: the offline Python-stdlib byte LM corpus.
 
   Keys:
-    dataset: a registry name (``roformer_jax.data.datasets.REGISTRY``): python_stdlib_bytes,
+    dataset: a registry name (``roformer_jax.training.data.datasets.REGISTRY``): python_stdlib_bytes,
       enwik8, wikipedia, wmt14_translate/de-en, gettext_translate/<lang>, glue/{mrpc,sst2,qnli,stsb,qqp,mnli}.
     data_dir: TFDS data directory; "" = $ROFORMER_JAX_DATA_DIR or ~/.cache/roformer_jax/tfds.
     max_documents, max_bytes: cap on the stdlib corpus (0 = whole library); smoke tests use it.
@@ -42,7 +42,7 @@ def default_data_config() -> ml_collections.ConfigDict:
     drop_long_pairs: seq2seq training drops pairs longer than the lengths (evaluation always
       truncates instead, so that no test sentence is lost).
     passkey_fraction: lm training only: each packed row is replaced, with this probability,
-      by a synthetic pass-key row (``roformer_jax.passkey.training_row``: filler text with a
+      by a synthetic pass-key row (``roformer_jax.training.data.passkey.training_row``: filler text with a
       5-digit key at a random depth, the question, the answer), deterministically from the
       seed and the row number, so resume is exact. In [0, 1); 0 = off. A fine-tuning mix for
       context extension (eval.py's ``eval.passkey_lengths`` measures the retrieval).

@@ -33,8 +33,10 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer_jax import data, decoding, errors, evaluate, mesh as mesh_lib, tasks, trainer
-from roformer_jax.data import datasets
+from roformer_jax import decoding, errors, mesh as mesh_lib
+from roformer_jax.training import data, tasks, trainer
+from roformer_jax.evaluation import evaluate
+from roformer_jax.training.data import datasets
 from roformer_jax.errors import UserError
 
 # How an MLM input marks the slots to fill: each `[MASK]` becomes one mask token (one byte slot
@@ -388,7 +390,7 @@ def translate(loaded: Loaded, sentences: Iterable[str], *, beam_size: int = 4, a
   """Translations of `sentences`, in order, yielded batch by batch.
 
   Beam search with the GNMT length penalty (beam 4, alpha 0.6, Sec. 4.1), or greedy decoding
-  (`greedy`, or beam_size 1); `eval_metrics.translate` decodes, as eval.py does for BLEU.
+  (`greedy`, or beam_size 1); `decoding.translate` decodes, as eval.py does for BLEU.
 
   Args:
     loaded: a seq2seq model (`load`).
@@ -401,8 +403,6 @@ def translate(loaded: Loaded, sentences: Iterable[str], *, beam_size: int = 4, a
     truncate: cut a source longer than the model's limit to its first tokens instead of
       raising.
   """
-  from roformer_jax import eval_metrics
-
   if loaded.task.generates != tasks.TRANSLATE:
     raise UserError(f"translate needs a seq2seq model; this config's task is {loaded.task.name!r}.")
   if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
@@ -439,7 +439,7 @@ def translate(loaded: Loaded, sentences: Iterable[str], *, beam_size: int = 4, a
     weights = np.zeros((batch_size, 1), np.float32)
     weights[:len(chunk)] = 1.0  # rows beyond the chunk pad the batch; translate skips them
     batch = {"src": src, "tgt_out": np.zeros((batch_size, 1), np.int32), "weights": weights}
-    hyps, _ = eval_metrics.translate(loaded.model, [batch], tok, beam_size=1 if greedy else beam_size,
+    hyps, _ = decoding.translate(loaded.model, [batch], tok, beam_size=1 if greedy else beam_size,
                                      alpha=alpha, max_len=max_len)
     yield from hyps
 

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow_datasets as tfds
 
-from roformer_jax.data.corpus import LocalBuilder, default_data_dir, file_lock
+from roformer_jax.training.data.corpus import LocalBuilder, default_data_dir, file_lock
 
 NAME = "gettext_translate"
 DEFAULT_LOCALE_DIR = "/usr/share/locale"

@@ -4,7 +4,7 @@ enwik8 (the first 10^8 bytes of an English Wikipedia XML dump, from the Hutter P
 the TFDS catalogue. Download ``http://mattmahoney.net/dc/enwik8.zip`` yourself, put it in a
 directory and run
 
-  python -m roformer_jax.data.prepare dataset enwik8 --manual_dir <that directory>
+  python -m roformer_jax.training.data.prepare dataset enwik8 --manual_dir <that directory>
 
 which needs no network. The standard split is used: the first 90M bytes train, the next 5M
 validate, the last 5M test. Each split is stored as consecutive fixed-size chunks of raw bytes
@@ -19,13 +19,13 @@ import zipfile
 import numpy as np
 import tensorflow_datasets as tfds
 
-from roformer_jax.data.corpus import LocalBuilder
+from roformer_jax.training.data.corpus import LocalBuilder
 
 NAME = "enwik8"
 ZIP_NAME = "enwik8.zip"
 MANUAL_INSTRUCTIONS = (
     f"Download http://mattmahoney.net/dc/enwik8.zip and place {ZIP_NAME} (unextracted) in the "
-    "manual directory, e.g. `python -m roformer_jax.data.prepare dataset enwik8 --manual_dir DIR`.")
+    "manual directory, e.g. `python -m roformer_jax.training.data.prepare dataset enwik8 --manual_dir DIR`.")
 
 
 class Enwik8Config(tfds.core.BuilderConfig):

@@ -6,7 +6,7 @@ rows every time, so samples from different steps compare) and decodes them with 
 it is, through its task (`tasks.get(config.task).samples`, which calls one function here):
 - lm: the first quarter of the row's first document as the prompt, then a greedy continuation
   (`decoding.generate`) of `config.sample_max_new_tokens` tokens;
-- seq2seq: the row's first source sentence, greedily translated (`eval_metrics.translate`),
+- seq2seq: the row's first source sentence, greedily translated (`decoding.translate`),
   beside its reference;
 - mlm: the row's first segment with the model's top-1 fill at every masked slot, beside the
   original text, and how many fills are right;
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from roformer_jax import decoding, eval_metrics
+from roformer_jax import decoding
 
 
 def _first_segment(row_segments: np.ndarray | None, row_ids: np.ndarray, pad_id: int) -> np.ndarray:
@@ -64,7 +64,7 @@ def seq2seq_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> lis
   for i, (s, t) in enumerate(zip(sources, targets)):
     src[i, :len(s)], tgt[i, :len(t)] = s, t
   unpacked = {"src": src, "tgt_out": tgt, "weights": (tgt != tokenizer.pad_id).astype(np.float32)}
-  outputs, references = eval_metrics.translate(model, [unpacked], tokenizer, beam_size=1, max_len=max_new_tokens)
+  outputs, references = decoding.translate(model, [unpacked], tokenizer, beam_size=1, max_len=max_new_tokens)
   return [{"prompt": tokenizer.decode(_until_eos(s, tokenizer.eos_id)), "output": o, "reference": r}
           for s, o, r in zip(sources, outputs, references)]
 

@@ -74,9 +74,9 @@ class SentencePieceTokenizer:
     if not path.is_file():
       raise TokenizerNotFoundError(
           f"SentencePiece model {str(path)!r} does not exist. Train one on the task data with\n"
-          f"  python -m roformer_jax.data.prepare tokenizer <dataset> --output {path}\n"
+          f"  python -m roformer_jax.training.data.prepare tokenizer <dataset> --output {path}\n"
           "(e.g. <dataset> = wmt14_translate/de-en with --vocab_size 37000, Sec. 4.1), or call "
-          "roformer_jax.data.train_sentencepiece(sentences, path, vocab_size=...).")
+          "roformer_jax.training.data.train_sentencepiece(sentences, path, vocab_size=...).")
     self.path = path
     self._sp = spm.SentencePieceProcessor(model_file=str(path))
     self.pad_id, self.bos_id, self.eos_id = self._sp.pad_id(), self._sp.bos_id(), self._sp.eos_id()

@@ -18,7 +18,7 @@ redistribution was withdrawn), so only Wikipedia is offered for MLM.
 
 Catalogue datasets are never downloaded at run time: ``open_source`` reads a copy prepared in
 ArrayRecord format and otherwise raises ``DatasetNotPreparedError`` naming the command that
-prepares it (``python -m roformer_jax.data.prepare dataset NAME``, which needs network, and for
+prepares it (``python -m roformer_jax.training.data.prepare dataset NAME``, which needs network, and for
 ``wikipedia`` Apache Beam). Splits: ``train``, ``validation``, ``test`` map to each dataset's
 own names; any other TFDS split string (``validation_mismatched``, ``train[:1%]``) is passed
 through.
@@ -35,7 +35,7 @@ from typing import Any
 
 import tensorflow_datasets as tfds
 
-from roformer_jax.data import corpus, enwik8, gettext_catalogs
+from roformer_jax.training.data import corpus, enwik8, gettext_catalogs
 
 KINDS = ("text", "translation", "classification")
 NOT_IN_TFDS = {
@@ -96,7 +96,7 @@ REGISTRY: dict[str, DatasetSpec] = {s.name: s for s in [
     DatasetSpec(name=corpus.NAME, tfds_name=corpus.NAME, kind="text", fields=("text",),
                 splits={"train": "train", "validation": "validation", "test": "validation"}),
     DatasetSpec(name=enwik8.NAME, tfds_name=f"{enwik8.NAME}/{enwik8.STANDARD.name}", kind="text",
-                fields=("text",), builder_module="roformer_jax.data.enwik8", add_bos_eos=False,
+                fields=("text",), builder_module="roformer_jax.training.data.enwik8", add_bos_eos=False,
                 manual=True),
     DatasetSpec(name="wikipedia", tfds_name=_WIKIPEDIA, kind="text", fields=("text",),
                 splits={"train": "train[:99%]", "validation": "train[99%:]", "test": "train[99%:]"},
@@ -139,7 +139,7 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
 
 
 def prepare_command(spec: DatasetSpec, data_dir: str | os.PathLike | None) -> str:
-  cmd = f"python -m roformer_jax.data.prepare dataset {spec.name} --data_dir {resolve_data_dir(data_dir)}"
+  cmd = f"python -m roformer_jax.training.data.prepare dataset {spec.name} --data_dir {resolve_data_dir(data_dir)}"
   if spec.manual:
     return cmd + f" --manual_dir <directory with {enwik8.ZIP_NAME}>  (offline; {enwik8.MANUAL_INSTRUCTIONS})"
   extra = " plus `pip install apache-beam mwparserfromhell mwxml` (a Beam build; hours)" if (
