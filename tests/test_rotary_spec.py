@@ -37,7 +37,8 @@ def test_model_config_builds_its_spec_from_its_keys():
   cfg = ModelConfig(rope_theta=500.0, rope_layout="half", rotary_dim=16, rope_exact=False,
                     rope_scaling={"rope_type": "linear", "factor": 2.0})
   assert cfg.rotary == RotaryConfig(500.0, "half", 16, {"rope_type": "linear", "factor": 2.0}, False)
-  assert set(positional.MODEL_CONFIG_KEYS) == {f.name for f in dataclasses.fields(RotaryConfig)}
+  # the fields with a ModelConfig key of their own; every other field goes through ModelConfig.rope
+  assert set(positional.MODEL_CONFIG_KEYS) < {f.name for f in dataclasses.fields(RotaryConfig)}
   assert checkpoints._ROPE_FIELDS == ("rope_theta", "rope_scaling")
 
 
@@ -55,25 +56,6 @@ def test_linear_attention_takes_the_spec_or_its_keywords(causal):
     attention.linear_attention(q, k, v, rotary=spec, theta=100.0, **kw)
 
 
-@dataclasses.dataclass(frozen=True)
-class TwoAxes(RotaryConfig):
-  """A stand-in multi-axis spec: positions [..., T, 2], rotated by their first axis."""
-
-  @property
-  def position_shape(self):
-    return (2,)
-
-  def cos_sin(self, positions, head_dim, *, seq_len=None):
-    positions = jnp.asarray(positions)
-    assert positions.shape[-1] == 2, positions.shape
-    return super().cos_sin(positions[..., 0], head_dim, seq_len=seq_len)
-
-  def apply(self, x, positions, *, seq_len=None):
-    positions = jnp.asarray(positions)
-    assert positions.shape[-1] == 2, positions.shape
-    return super().apply(x, positions[..., 0], seq_len=seq_len)
-
-
 @pytest.mark.parametrize("kind", ["softmax", "linear"])
 def test_layers_and_caches_carry_a_trailing_position_axis(kind, monkeypatch):
   cfg = ModelConfig(vocab_size=23, d_model=16, num_layers=2, num_heads=2, d_ff=32, dropout=0.0,
@@ -87,9 +69,8 @@ def test_layers_and_caches_carry_a_trailing_position_axis(kind, monkeypatch):
   rest, cache = model.decode_step(tokens[:, 4:5], cache)
   assert cache["position"].shape == (2,)
 
-  monkeypatch.setattr(ModelConfig, "rotary", property(lambda self: TwoAxes(*[getattr(self, k) for k in (
-      "rope_theta", "rope_layout", "rotary_dim", "rope_scaling", "rope_exact")])))
-  model2 = CausalLM(cfg, rngs=nnx.Rngs(0))
+  # Two position axes, every pair on the first: the same rotation, positions [..., T, 2].
+  model2 = CausalLM(cfg.replace(rope={"sections": (cfg.head_size // 2, 0)}), rngs=nnx.Rngs(0))
   np.testing.assert_array_equal(model2(tokens, attention_mask=mask), plain)
   cache2 = model2.init_cache(2, 10)
   assert cache2["position"].shape == (2, 2)
@@ -100,19 +81,16 @@ def test_layers_and_caches_carry_a_trailing_position_axis(kind, monkeypatch):
   np.testing.assert_array_equal(cache2["position"], np.stack([cache["position"]] * 2, axis=-1))
 
 
-@dataclasses.dataclass(frozen=True)
-class WithSections(RotaryConfig):
-  """A stand-in for a spec field added later (the next issue's multi-axis sections)."""
-  sections: tuple | None = None
-
-
-def test_a_new_spec_field_travels_from_the_config_with_no_model_config_edit(monkeypatch):
-  """ModelConfig.rope carries every spec field without a key of its own, so a new field is a
-  field of the spec (positional.py) and its math (rope.py), nothing else."""
-  monkeypatch.setattr(positional, "RotaryConfig", WithSections)
-  cfg = ModelConfig(rope={"sections": [2, 2]}, rope_theta=500.0)
-  assert cfg.rotary == WithSections(theta=500.0, sections=(2, 2))
-  assert hash(cfg) == hash(ModelConfig(rope={"sections": (2, 2)}, rope_theta=500.0))
+def test_a_new_spec_field_travels_from_the_config_with_no_model_config_edit():
+  """ModelConfig.rope carries every spec field without a key of its own, so a new field (here
+  the multi-axis sections, added after ModelConfig) is a field of the spec (rope/spec.py) and
+  its math (the rope package), nothing else."""
+  cfg = ModelConfig(rope={"sections": [16, 16]}, rope_theta=500.0)  # head size 64: 32 pairs
+  assert cfg.rotary == RotaryConfig(theta=500.0, sections=(16, 16))
+  assert cfg.rotary.position_shape == (2,)
+  assert hash(cfg) == hash(ModelConfig(rope={"sections": (16, 16)}, rope_theta=500.0))
+  with pytest.raises(ValueError, match=r"sections=\(2, 2\) give 4 rotated pairs, but the rotary dim has R / 2 = 32"):
+    ModelConfig(rope={"sections": (2, 2)})
   assert positional.config_key("sections") == "rope.sections"
   assert positional.config_key("theta") == "rope_theta"
   with pytest.raises(ValueError, match=r"set them by their own keys \['rope_theta'\]"):
@@ -121,12 +99,11 @@ def test_a_new_spec_field_travels_from_the_config_with_no_model_config_edit(monk
     ModelConfig(rope={"axes": 3})
 
 
-def test_init_from_compares_the_spec_whole(monkeypatch):
+def test_init_from_compares_the_spec_whole():
   """A fine-tuning run may change the RETUNABLE spec fields; any other spec field, a new one
   set through ModelConfig.rope included, must match the pre-trained model's."""
-  monkeypatch.setattr(positional, "RotaryConfig", WithSections)
-  a, b = ModelConfig(rope={"sections": (2, 2)}), ModelConfig(rope={"sections": (1, 3)}, rope_theta=5e5)
-  with pytest.raises(checkpoints.InitFromError, match=r"rope\.sections: pre-trained \(2, 2\) vs config \(1, 3\)"):
+  a, b = ModelConfig(rope={"sections": (16, 16)}), ModelConfig(rope={"sections": (8, 24)}, rope_theta=5e5)
+  with pytest.raises(checkpoints.InitFromError, match=r"rope\.sections: pre-trained \(16, 16\) vs config \(8, 24\)"):
     checkpoints._check_same_architecture(a, b, "src")
   assert checkpoints._rope_changes(a, b, RotaryConfig.RETUNABLE) == {"rope_theta": (10000.0, 500000.0)}
   checkpoints._check_same_architecture(a, a.replace(rope_theta=5e5), "src")  # retunable: allowed

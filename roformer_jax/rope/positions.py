@@ -1,0 +1,230 @@
+"""Position builders: packed segments, padding masks (1-D), and the multi-axis positions of the
+multimodal and vision variants."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# --------------------------------------------------------------------------------------
+# Position helpers.
+# --------------------------------------------------------------------------------------
+
+
+def positions_from_segments(segment_ids) -> jax.Array:
+  """Positions that restart at 0 at every packed segment.
+
+  A new segment starts wherever the id changes from the previous token, so padding
+  (conventionally id 0) at the end forms its own segment; mask it out of attention.
+
+  Args:
+    segment_ids: int[..., T].
+
+  Returns:
+    int32[..., T]. Example: [1, 1, 1, 2, 2, 0] -> [0, 1, 2, 0, 1, 0].
+  """
+  seg = jnp.asarray(segment_ids)
+  if seg.ndim < 1 or not jnp.issubdtype(seg.dtype, jnp.integer):
+    raise TypeError(f"segment_ids must be an integer array [..., T], got dtype {seg.dtype}, shape {seg.shape}.")
+  t = seg.shape[-1]
+  index = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), seg.shape)
+  starts = jnp.concatenate([jnp.ones(seg.shape[:-1] + (1,), bool), seg[..., 1:] != seg[..., :-1]], axis=-1)
+  last_start = jax.lax.cummax(jnp.where(starts, index, 0), axis=seg.ndim - 1)
+  return index - last_start
+
+
+def positions_from_mask(mask) -> jax.Array:
+  """Positions 0, 1, ... over the real tokens of a left- or right-padded batch.
+
+  Args:
+    mask: bool or int[..., T], nonzero for real tokens.
+
+  Returns:
+    int32[..., T]; padding gets position 0. Example: [0, 0, 1, 1, 1] -> [0, 0, 0, 1, 2].
+  """
+  mask = jnp.asarray(mask)
+  if mask.ndim < 1 or not (jnp.issubdtype(mask.dtype, jnp.integer) or mask.dtype == jnp.bool_):
+    raise TypeError(f"mask must be a bool or integer array [..., T], got dtype {mask.dtype}, shape {mask.shape}.")
+  real = mask.astype(bool)
+  pos = jnp.cumsum(real.astype(jnp.int32), axis=-1) - 1
+  return jnp.where(real, pos, 0)
+
+
+
+
+# --------------------------------------------------------------------------------------
+# Multi-axis positions: multimodal sequences (M-RoPE) and image grids (2-D RoPE).
+# --------------------------------------------------------------------------------------
+
+_RUN_KINDS = ("text", "image", "video")
+
+
+def _merged_grid(grid, spatial_merge_size: int, what: str) -> tuple[int, int, int]:
+  try:
+    t, h, w = (int(v) for v in grid)
+  except (TypeError, ValueError):
+    raise ValueError(f"{what} grid must be (t, h, w) in patches, got {grid!r}.") from None
+  m = spatial_merge_size
+  if min(t, h, w) < 1 or h % m or w % m:
+    raise ValueError(f"{what} grid (t, h, w) = {(t, h, w)} must be positive, with h and w divisible by "
+                     f"spatial_merge_size={m} (grids are in patches before merging).")
+  return t, h // m, w // m
+
+
+def multimodal_positions(runs, *, spatial_merge_size: int = 2, tokens_per_second: float | None = None,
+                         split_videos: bool = False) -> np.ndarray:
+  """M-RoPE position ids (t, h, w) of one sequence of text, image and video runs.
+
+  The semantics the Qwen2-VL / Qwen2.5-VL checkpoints were trained with (transformers v4's
+  `get_rope_index`, vLLM's `get_mrope_input_positions`, the Qwen team's PR #35569):
+  - a text run of n tokens gets t = h = w = s, s + 1, ..., s + n - 1;
+  - a vision run of grid (t, h, w) patches covers t * (h / m) * (w / m) tokens (m =
+    spatial_merge_size), t-major, then h, then w, with ids (s + tau(i_t), s + i_h, s + i_w);
+  - each run starts at s = max(every id so far) + 1 (0 for the first).
+  tau(i) = i (Qwen2-VL, tokens_per_second None). With tokens_per_second (Qwen2.5-VL: 2),
+  tau(i) = floor(i * seconds_per_grid * tokens_per_second), computed in floating point, for a
+  video, and 0 for an image. transformers 5.3 to 5.17 differ: text after a video starts at
+  s + max(h, w) / m (#45381), and fractional seconds_per_grid were truncated until PR #48669;
+  docs/rope.md lists these.
+
+  Args:
+    runs: a sequence of ("text", n), ("image", (t, h, w)) or ("video", (t, h, w),
+      seconds_per_grid); grids in patches before merging.
+    spatial_merge_size: m (2 in every Qwen-VL).
+    tokens_per_second: None (Qwen2-VL) or the config's vision_config.tokens_per_second.
+    split_videos: Qwen3-VL / Qwen3.5: each video frame is its own run of grid (1, h, w), so every
+      frame has one temporal id and the next frame starts after the previous one's largest id.
+      (Qwen3-VL's processor puts timestamp text between frames: pass those as text runs and the
+      frames as images instead.)
+
+  Returns:
+    int32[T, 3]: (t, h, w) per token. The continuation for decoding: the j-th new token
+    (j = 0, 1, ...) after these T gets max(ids) + 1 + j on every axis, i.e. position T + j +
+    rope_delta with rope_delta = max(ids) + 1 - T (transformers' `rope_deltas`).
+  """
+  if isinstance(spatial_merge_size, bool) or not isinstance(spatial_merge_size, int) or spatial_merge_size < 1:
+    raise ValueError(f"spatial_merge_size must be a positive int, got {spatial_merge_size!r}.")
+  if tokens_per_second is not None and not float(tokens_per_second) >= 0:
+    raise ValueError(f"tokens_per_second must be None or a number >= 0, got {tokens_per_second!r}.")
+  pieces, start = [], 0
+  for i, run in enumerate(runs):
+    if not isinstance(run, (tuple, list)) or not run or run[0] not in _RUN_KINDS:
+      raise ValueError(f"run {i} = {run!r}: expected ('text', n), ('image', (t, h, w)) or "
+                       "('video', (t, h, w), seconds_per_grid).")
+    kind = run[0]
+    if kind == "text":
+      if len(run) != 2 or isinstance(run[1], bool) or not isinstance(run[1], (int, np.integer)) or run[1] < 0:
+        raise ValueError(f"run {i} = {run!r}: a text run is ('text', n) with n >= 0 tokens.")
+      ids = np.repeat((start + np.arange(int(run[1])))[:, None], 3, axis=1)
+      frames = [ids]
+    else:
+      if kind == "image" and len(run) != 2 or kind == "video" and len(run) != 3:
+        raise ValueError(f"run {i} = {run!r}: expected ('image', (t, h, w)) or ('video', (t, h, w), "
+                         "seconds_per_grid).")
+      t, h, w = _merged_grid(run[1], spatial_merge_size, f"run {i} ({kind})")
+      seconds = float(run[2]) if kind == "video" else 0.0
+      if seconds < 0 or not np.isfinite(seconds):
+        raise ValueError(f"run {i}: seconds_per_grid must be a finite number >= 0, got {run[2]!r}.")
+      grids = [1] * t if kind == "video" and split_videos else [t]
+      frames = []
+      for frame_t in grids:  # each frame of a split video starts after the previous one
+        it = np.arange(frame_t)
+        if tokens_per_second is None:
+          tau = it
+        else:
+          tau = np.floor(it * seconds * float(tokens_per_second)).astype(np.int64)
+        ids = np.stack(np.broadcast_arrays(tau[:, None, None], np.arange(h)[None, :, None],
+                                           np.arange(w)[None, None, :]), axis=-1).reshape(-1, 3)
+        frames.append(ids + start)
+        start = int(frames[-1].max()) + 1
+    pieces.extend(frames)
+    if kind == "text" and len(frames[0]):
+      start = int(frames[0].max()) + 1
+  out = np.concatenate(pieces, axis=0) if pieces else np.zeros((0, 3), np.int64)
+  if out.size and out.max() >= 2**31:
+    raise ValueError(f"position ids reach {int(out.max())}, past int32.")
+  return out.astype(np.int32)
+
+
+def pad_positions(rows, *, length: int | None = None, left: bool = True) -> tuple[np.ndarray, np.ndarray]:
+  """Batches per-row positions ([T_b] or [T_b, A] each) with padding, as a left-padded batch
+  for generation (left=True) or right-padded for training.
+
+  Returns:
+    (positions int32[B, L, ...], mask bool[B, L]): padded slots hold position 0 and mask False
+    (transformers v4 writes 1 there, 5.x writes 0: either is masked out of attention).
+  """
+  rows = [np.asarray(r) for r in rows]
+  if not rows:
+    raise ValueError("pad_positions needs at least one row.")
+  trailing = {r.shape[1:] for r in rows}
+  if len(trailing) != 1:
+    raise ValueError(f"rows must share their trailing shape, got {sorted(trailing)}.")
+  longest = max(len(r) for r in rows)
+  length = longest if length is None else int(length)
+  if length < longest:
+    raise ValueError(f"length={length} is shorter than the longest row ({longest}).")
+  out = np.zeros((len(rows), length) + rows[0].shape[1:], np.int32)
+  mask = np.zeros((len(rows), length), bool)
+  for b, r in enumerate(rows):
+    sl = slice(length - len(r), length) if left else slice(0, len(r))
+    out[b, sl], mask[b, sl] = r, True
+  return out, mask
+
+
+def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw", start: int = 0,
+                   merge_size: int = 1, cls: str | None = None, normalize: str | None = None) -> np.ndarray:
+  """Per-token 2-D positions of an image's patch grid, for the 2-D vision layouts.
+
+  Args:
+    height, width: the patch grid (rows, columns).
+    frames: repeat the grid this many times (Qwen-VL vision encoders: one grid per temporal
+      patch; the positions carry no time).
+    axes: "hw" -> (row, col) per token (Qwen-VL, Pixtral, Gemma 4, DINOv3); "wh" -> (col, row)
+      (Llama 4 and RoPE-Axial/Mixed: x first).
+    start: 0, or 1 for Llama 4's 1-based grid (which leaves (0, 0) to the CLS token).
+    merge_size: tokens in merge-block order (Qwen-VL): m x m windows in raster order, raster
+      order inside each window; 1 = plain raster order (row-major, columns fastest).
+    cls: None, "first" or "last": add a class token with position (0, 0), i.e. zero angle, so it
+      is not rotated (Llama 4 appends it last; RoPE-ViT leaves its first token unrotated).
+    normalize: None (integer positions); "center": ((i + 0.5) / N) * 2 - 1 per axis (DINOv3;
+      float32); "linspace": linspace(-1, 1, N) per axis (rotary-embedding-torch's pixel
+      frequencies; float32). With normalize, start must be 0.
+
+  Returns:
+    int32[frames * height * width (+ 1), 2], or float32 with normalize.
+  """
+  for name, v in (("height", height), ("width", width), ("frames", frames), ("merge_size", merge_size)):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+      raise ValueError(f"{name} must be a positive int, got {v!r}.")
+  if axes not in ("hw", "wh"):
+    raise ValueError(f"axes={axes!r}: expected 'hw' (row, col) or 'wh' (col, row).")
+  if cls not in (None, "first", "last"):
+    raise ValueError(f"cls={cls!r}: expected None, 'first' or 'last'.")
+  if normalize not in (None, "center", "linspace"):
+    raise ValueError(f"normalize={normalize!r}: expected None, 'center' (DINOv3) or 'linspace' (pixel).")
+  if height % merge_size or width % merge_size:
+    raise ValueError(f"the grid {height}x{width} must be divisible by merge_size={merge_size}.")
+  if normalize is not None and start != 0:
+    raise ValueError("normalized positions take start=0.")
+  rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+  m = merge_size
+  if m > 1:  # [H/m, m, W/m, m] -> blocks in raster order, raster inside each block
+    rows = rows.reshape(height // m, m, width // m, m).transpose(0, 2, 1, 3)
+    cols = cols.reshape(height // m, m, width // m, m).transpose(0, 2, 1, 3)
+  rows, cols = rows.reshape(-1), cols.reshape(-1)
+  if normalize == "center":
+    r, c = ((rows + 0.5) / height) * 2 - 1, ((cols + 0.5) / width) * 2 - 1
+  elif normalize == "linspace":
+    r, c = np.linspace(-1, 1, height)[rows], np.linspace(-1, 1, width)[cols]
+  else:
+    r, c = rows + start, cols + start
+  pos = np.stack([r, c] if axes == "hw" else [c, r], axis=-1)
+  pos = np.tile(pos, (frames, 1))
+  dtype = np.float32 if normalize else np.int32
+  pos = pos.astype(dtype)
+  if cls is not None:
+    zero = np.zeros((1, 2), dtype)
+    pos = np.concatenate([zero, pos] if cls == "first" else [pos, zero], axis=0)
+  return pos

@@ -1,0 +1,251 @@
+"""The RoPE spec: one frozen, hashable object that says how a model rotates q and k.
+
+Every variant in `roformer_jax.rope` is one formula: pair p of the rotated features turns by
+phi_p = sum_a pos_a * F[a, p] over A position axes, in a layout that maps pairs to channels,
+optionally with amplitudes on q and k. The spec's fields pick F (frequencies, sections), the
+positions' shape (position_shape), the layout and the amplitudes; `apply` / `cos_sin` +
+`rotate` do the rest. Layers, caches, exports and checks take the spec whole and name none of
+its fields, so a new field is an edit here (and its math in the rope package), nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import jax
+import numpy as np
+
+from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, SECTION_LAYOUTS, check_scaling,
+                                           frequencies_change, is_length_dependent, pair_axes,
+                                           pair_frequencies, row_lengths)
+from roformer_jax.rope.rotation import apply_rotary, rotary_cos_sin, rotate, xpos_amplitude
+
+
+def freeze_scaling(scaling: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
+  """An HF-style rope_parameters dict as a sorted tuple of items (hashable, for static config)."""
+  if scaling is None:
+    return None
+  if isinstance(scaling, tuple):
+    return scaling
+  if not isinstance(scaling, Mapping):
+    raise TypeError(f"rope scaling must be None or a dict like {{'rope_type': 'yarn', 'factor': 4.0}}, "
+                    f"got {type(scaling).__name__}.")
+  return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling.items()))
+
+
+def _tuple_or_none(value, what: str):
+  if value is None:
+    return None
+  if isinstance(value, str) or not hasattr(value, "__iter__"):
+    raise TypeError(f"{what} must be a sequence, got {value!r}.")
+  return tuple(np.asarray(value).reshape(-1).tolist())
+
+
+@dataclasses.dataclass(frozen=True)
+class RotaryConfig:
+  """The RoPE spec: static settings shared by every rotated attention of a model (or of one
+  layer type, `rope.from_hf_config(config, layer=i)`).
+
+  This frozen, hashable object is the one way RoPE settings travel: `ModelConfig.rotary`
+  builds it, and every attention (softmax and linear, full-sequence and cached), the
+  context-parallel path, the decode caches (`position_shape`), the HF export (`hf`'s
+  allow-list) and the checks (`check`) take it whole; none of them names a field. A new
+  RoPE setting is a field here (its default must leave the rotation as it was, so every
+  model and checkpoint without it is unchanged) and its math in the rope package.
+
+  Positions are int[..., T] for one position axis; with `sections` (A axes) they are
+  [..., T, A] (`position_shape` (A,)). Layers and caches carry either without looking inside.
+
+  Attributes:
+    theta: base of theta_i = theta ** (-2i / R) (Sec. 3.2.2: 10000).
+    layout: "interleaved" (eq. 34, HF RoFormer, GPT-J, Llama 4) or "half" (GPT-NeoX / LLaMA).
+    rotary_dim: rotate only the first R features of each head; None = all.
+    scaling: None or an HF rope_parameters dict (stored frozen so the config stays hashable),
+      including "proportional" (p-RoPE).
+    exact: exact phase reduction (rope package docstring); False = plain float32 product.
+    sections: None, or rotated pairs per position axis (M-RoPE (16, 24, 24); a 2-D vision
+      layout (R/4, R/4)); positions are then [..., T, len(sections)].
+    section_layout: "chunked", "interleaved" (Qwen3-VL) or "videorope" (how sections lie over
+      the pairs; `rope.SECTION_LAYOUTS`).
+    frequencies: "shared", "per_axis", "split" (`rope.FREQUENCY_KINDS`) or a tuple of R / 2
+      frequencies in radians per position.
+    blocks: the half layout inside `blocks` equal blocks of the rotated features (Gemma 4
+      vision: 2); 1 = over all of them.
+    xpos_scale_base: None, or xPos's gamma (512): q and k get amplitudes zeta ** (+-(n - c) /
+      gamma) (`rope.xpos_amplitude`), which make attention decay with distance.
+    xpos_center: c, the one centre shared by q and k (so cached decoding equals the full call).
+  """
+
+  theta: float = 10000.0
+  layout: str = "interleaved"
+  rotary_dim: int | None = None
+  scaling: Any = None
+  exact: bool = True
+  sections: tuple[int, ...] | None = None
+  section_layout: str = "chunked"
+  frequencies: Any = "shared"
+  blocks: int = 1
+  xpos_scale_base: float | None = None
+  xpos_center: int = 0
+
+  # The fields that change no parameter and that a fine-tuning run may therefore set anew
+  # (context extension: PI, YaRN, NTK, ABF); `checkpoints.init_from` reports their changes.
+  RETUNABLE: ClassVar[tuple[str, ...]] = ("theta", "scaling")
+
+  def __post_init__(self):
+    object.__setattr__(self, "scaling", freeze_scaling(self.scaling))
+    object.__setattr__(self, "sections", _tuple_or_none(self.sections, "sections"))
+    if not isinstance(self.frequencies, str):
+      object.__setattr__(self, "frequencies", _tuple_or_none(self.frequencies, "frequencies"))
+    elif self.frequencies not in FREQUENCY_KINDS:
+      raise ValueError(f"rope frequencies={self.frequencies!r}; expected one of {FREQUENCY_KINDS} or a tuple of "
+                       "R / 2 numbers.")
+    if self.layout not in LAYOUTS:
+      raise ValueError(f"rope layout={self.layout!r}; expected one of {LAYOUTS}.")
+    if self.section_layout not in SECTION_LAYOUTS:
+      raise ValueError(f"rope section_layout={self.section_layout!r}; expected one of {SECTION_LAYOUTS}.")
+    if self.frequencies in ("per_axis", "split") and self.sections is None:
+      raise ValueError(f"rope frequencies={self.frequencies!r} gives each position axis its own spectrum and "
+                       "needs sections (pairs per axis), e.g. sections=(8, 8) for a 2-D grid of head dim 32.")
+    if self.frequencies != "shared" and self.scaling is not None:
+      raise ValueError(f"rope frequencies={self.frequencies!r} takes no scaling (got {dict(self.scaling)}); "
+                       "the scalings rescale the one shared spectrum.")
+    if isinstance(self.blocks, bool) or not isinstance(self.blocks, int) or self.blocks < 1:
+      raise ValueError(f"rope blocks={self.blocks!r} must be a positive int.")
+    if self.xpos_scale_base is not None and not float(self.xpos_scale_base) > 0:
+      raise ValueError(f"rope xpos_scale_base={self.xpos_scale_base!r} must be a positive number (xPos: 512).")
+    # Theta and every scaling key now; what depends on the rotary dim too when it is set (the
+    # head dim, if rotary_dim is None, is only known to `check`).
+    check_scaling(self.scaling_dict, dim=self.rotary_dim, theta=self.theta,
+                  dim_name=None if self.rotary_dim is None else f"rotary_dim={self.rotary_dim}")
+    if self.rotary_dim is not None:
+      self._check_pairs(self.rotary_dim)
+
+  def _check_pairs(self, rd: int) -> None:
+    """The sections, frequencies and blocks against R = rd (ValueErrors name the mismatch)."""
+    if self.sections is not None:
+      pair_axes(self.sections, rd // 2, layout=self.section_layout)
+    if not isinstance(self.frequencies, str) or self.frequencies != "shared":
+      pair_frequencies(rd, self.theta, sections=self.sections, kind=self.frequencies)
+    if (rd // 2) % self.blocks:
+      raise ValueError(f"rope blocks={self.blocks} must divide the {rd // 2} rotated pairs of R = {rd}.")
+
+  def check(self, width: int, what: str = "head dim") -> int:
+    """Validates these settings for vectors of `width` features; returns the rotary dim R.
+
+    width is the head dim for softmax attention (linear attention rotates its F features).
+    Raises a ValueError naming that width when R is odd or wider than it, or when a scaling
+    or the sections do not fit R (e.g. longrope's factor lists need R // 2 entries each).
+    """
+    if self.rotary_dim is None:
+      if width % 2:
+        raise ValueError(f"RoPE rotates feature pairs, so the {what} must be even; got {width}. Use an even "
+                         f"{what}, or set rotary_dim to an even width < the {what}.")
+      rd, name = width, f"the {what} {width} (rotary_dim is None)"
+    else:
+      rd, name = self.rotary_dim, f"rotary_dim={self.rotary_dim}"
+      if rd > width:
+        raise ValueError(f"rotary_dim={rd} exceeds the {what} {width}; use rotary_dim <= {width} or None to "
+                         f"rotate all of it.")
+    check_scaling(self.scaling_dict, dim=rd, theta=self.theta, dim_name=name)
+    self._check_pairs(rd)
+    return rd
+
+  @classmethod
+  def of(cls, rotary: "RotaryConfig | None" = None, **settings) -> "RotaryConfig":
+    """The spec `rotary`, or one built from loose keywords (`theta=`, `layout=`, `rotary_dim=`,
+    `scaling=`, `exact=`, ...; None = the field's default), for functions that take either.
+
+    Raises a TypeError when both are given (one source of truth) or a keyword is unknown.
+    """
+    given = {k: v for k, v in settings.items() if v is not None}
+    unknown = sorted(set(given) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+      raise TypeError(f"unknown RoPE settings {unknown}; RotaryConfig fields: "
+                      f"{[f.name for f in dataclasses.fields(cls)]}.")
+    if rotary is not None:
+      if given:
+        raise TypeError(f"pass rotary=RotaryConfig(...) or the loose settings {sorted(given)}, not both.")
+      if not isinstance(rotary, cls):
+        raise TypeError(f"rotary must be a RotaryConfig, got {type(rotary).__name__}.")
+      return rotary
+    return cls(**given)
+
+  def changed(self) -> dict[str, Any]:
+    """{field: value} for every field not at its default (what an exporter must be able to write)."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+            if getattr(self, f.name) != f.default}
+
+  @property
+  def position_shape(self) -> tuple[int, ...]:
+    """Trailing shape of one token's position: () for positions [..., T] (one axis); (A,) for a
+    rotation over A position axes, positions [..., T, A]. The decode caches keep each row's next
+    position in this shape."""
+    return () if self.sections is None else (len(self.sections),)
+
+  @property
+  def scaling_dict(self) -> dict[str, Any] | None:
+    return None if self.scaling is None else {k: (list(v) if isinstance(v, tuple) else v)
+                                              for k, v in self.scaling}
+
+  @property
+  def length_dependent(self) -> bool:
+    """True for 'dynamic' and 'longrope': rotations depend on the sequence length too."""
+    return is_length_dependent(self.scaling_dict)
+
+  def seq_len(self, k_positions: jax.Array):
+    """What attention passes as `seq_len` to rotate q and k of one sequence: None unless the
+    scaling is length-dependent, then each row's length read from its key positions [..., S]
+    (or [..., S, A]: its largest key position on any axis + 1)."""
+    if not self.length_dependent:
+      return None
+    return row_lengths(k_positions if self.sections is None else k_positions.max(axis=-1))
+
+  def frequencies_change(self, old_len, new_len) -> jax.Array:
+    """bool[...]: whether growing a row from old_len to new_len tokens changes its rotation
+    frequencies (only a length-dependent scaling does; `rope.frequencies_change`)."""
+    return frequencies_change(self.scaling_dict, old_len, new_len)
+
+  def _frequencies(self):
+    return self.frequencies if isinstance(self.frequencies, str) else np.asarray(self.frequencies, np.float64)
+
+  def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len=None, key: bool = False):
+    """cos/sin float32[..., T, R/2] for `rotate`: compute once per layer.
+
+    seq_len: for the length-dependent scalings, a static int or per-row lengths int[...];
+    None = each row's largest position + 1 (`rope.rotary_cos_sin`).
+    key: with xPos, the keys' (inverse) amplitudes; q and k then need a table each
+    (`needs_key_table`). Without xPos the table is the same for both.
+    """
+    rd = head_dim if self.rotary_dim is None else self.rotary_dim
+    if rd > head_dim:
+      raise ValueError(f"rotary_dim={rd} exceeds the head dim {head_dim}.")
+    cos, sin = rotary_cos_sin(positions, rd, self.theta, scaling=self.scaling_dict, seq_len=seq_len,
+                              exact=self.exact, sections=self.sections, section_layout=self.section_layout,
+                              frequencies=self._frequencies())
+    if self.xpos_scale_base is not None:
+      token_pos = positions if self.sections is None else positions[..., 0]
+      amp = xpos_amplitude(token_pos, rd, scale_base=self.xpos_scale_base, center=self.xpos_center, key=key)
+      cos, sin = cos * amp, sin * amp
+    return cos, sin
+
+  @property
+  def needs_key_table(self) -> bool:
+    """True when keys need their own cos/sin table (xPos's inverse amplitudes)."""
+    return self.xpos_scale_base is not None
+
+  def rotate(self, x: jax.Array, cos_sin) -> jax.Array:
+    cos, sin = cos_sin
+    return rotate(x, cos, sin, layout=self.layout, blocks=self.blocks)
+
+  def apply(self, x: jax.Array, positions: jax.Array, *, seq_len=None, key: bool = False) -> jax.Array:
+    """Rotates x [..., T, N, H] at positions [..., T] (or [..., T, A] with sections) with these
+    settings; key=True for keys under xPos (their inverse amplitudes)."""
+    xpos = None if self.xpos_scale_base is None else {"scale_base": self.xpos_scale_base,
+                                                      "center": self.xpos_center, "key": key}
+    return apply_rotary(x, positions, self.theta, layout=self.layout, rotary_dim=self.rotary_dim,
+                        scaling=self.scaling_dict, seq_len=seq_len, exact=self.exact, sections=self.sections,
+                        section_layout=self.section_layout, frequencies=self._frequencies(), blocks=self.blocks,
+                        xpos=xpos)
