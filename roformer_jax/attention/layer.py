@@ -185,9 +185,10 @@ class MultiHeadAttention(nnx.Module):
       return self.out(y), state._asdict()
     if self.use_rope:
       cs = rc.cos_sin(positions, self.head_dim)
-      q, k = rc.rotate(q, cs), rc.rotate(k, cs)
+      k_cs = rc.cos_sin(positions, self.head_dim, key=True) if rc.needs_key_table else cs
+      q, k = rc.rotate(q, cs), rc.rotate(k, k_cs)
       if self.rotary_value:
-        v = rc.rotate(v, cs)
+        v = rc.rotate(v, k_cs)
     ck = jax.lax.dynamic_update_slice_in_dim(cache["k"], k.astype(cache["k"].dtype), index, axis=1)
     cv = jax.lax.dynamic_update_slice_in_dim(cache["v"], v.astype(cache["v"].dtype), index, axis=1)
     s = ck.shape[1]

@@ -156,7 +156,7 @@ def linear_attention(q, k, v, *, q_positions=None, k_positions=None, feature_map
   if q_positions is not None:
     lengths = rotary.seq_len(k_positions)  # as `softmax.rotate_qkv`
     fq_r = rotary.apply(fq, q_positions, seq_len=lengths)
-    fk_r = rotary.apply(fk, k_positions, seq_len=lengths)
+    fk_r = rotary.apply(fk, k_positions, seq_len=lengths, key=True)
   else:
     fq_r, fk_r = fq, fk
   if not causal:

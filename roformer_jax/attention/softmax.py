@@ -144,7 +144,7 @@ def rotate_qkv(q, k, v, q_positions, k_positions, rotary: RotaryConfig | None, r
     # positions pick a different length).
     lengths = rotary.seq_len(k_positions)
     q = rotary.apply(q, q_positions, seq_len=lengths)
-    k_cs = rotary.cos_sin(jnp.asarray(k_positions), k.shape[-1], seq_len=lengths)
+    k_cs = rotary.cos_sin(jnp.asarray(k_positions), k.shape[-1], seq_len=lengths, key=True)
     k = rotary.rotate(k, k_cs)
     if rotary_value:
       if v.shape[-1] != k.shape[-1]:
