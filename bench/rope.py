@@ -148,6 +148,15 @@ def main() -> None:
     cases[f"exact half {tag}"] = (exact_half, (x, positions), tag, f"plain {tag}")
   cases["plain pos[B,T] fp32"] = (plain, (x32, per_example), "fp32", "plain pos[B,T] fp32")
   cases["exact pos[B,T] fp32"] = (exact, (x32, per_example), "fp32", "plain pos[B,T] fp32")
+  # Multi-axis (M-RoPE) rows: positions [T, 3] (t, h, w), Qwen2-VL's chunked sections (16, 24, 24)
+  # at H = 128 (scaled to other H), and Qwen3-VL's interleaved layout; baseline: the 1-D half op.
+  k = h // 2
+  sections = (k - 2 * (3 * k // 8), 3 * k // 8, 3 * k // 8)
+  mpos = jnp.asarray(np.stack([np.arange(t), rng.integers(0, 64, t), rng.integers(0, 64, t)], -1), jnp.int32)
+  for name, sl in (("exact M-RoPE fp32", "chunked"), ("exact M-RoPE intl fp32", "interleaved")):
+    fn = jax.jit(functools.partial(lambda x, p, sl: rope.apply_rotary(x, p, layout="half", sections=sections,
+                                                                       section_layout=sl), sl=sl))
+    cases[name] = (fn, (x32, mpos), "fp32", "exact half fp32")
   if not args.no_dense:
     cases["dense eq.16 fp32"] = (jax.jit(_dense_rotation_fn(h)), (x32, positions), "fp32", "plain fp32")
 
@@ -242,6 +251,11 @@ def _figures(rows: dict, hf_ratio: float | None) -> list[dict]:
     ratio = rows[name]["time_vs_baseline"]
     key = "B1.exact_over_plain_fp32_time" if name == "exact fp32" else "B1.exact_over_plain_pos_bt_fp32_time"
     out.append(fig(key, f"exact / plain fp32 time, {label}", ratio, "x", goal="<= 1.15", met=ratio <= 1.15))
+  for name, key in (("exact M-RoPE fp32", "B1.mrope_over_1d_fp32_time"),
+                    ("exact M-RoPE intl fp32", "B1.mrope_interleaved_over_1d_fp32_time")):
+    ratio = rows[name]["time_vs_baseline"]
+    out.append(fig(key, f"{name[6:]} (positions [T, 3]) / 1-D half-layout time, exact", ratio, "x",
+                   goal="<= 1.15", met=ratio <= 1.15))
   if hf_ratio is not None:
     out.append(fig("B1.exact_fp32_vs_hf", "HF torch fp32 time / exact fp32 time", hf_ratio, "x", goal=">= 8x",
                    met=hf_ratio >= 8))
