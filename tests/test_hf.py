@@ -5,7 +5,6 @@ a separate venv with torch and transformers; neither is needed here. The same sc
 --write-export / --check-export modes check our save_pretrained output with transformers.
 """
 
-import dataclasses
 import functools
 import importlib.util
 import json
@@ -19,6 +18,7 @@ from flax import nnx
 from safetensors.numpy import load_file, save_file
 
 from roformer_jax import hf, positional
+from roformer_jax.rope import RotaryConfig
 from roformer_jax.models import (CausalLM, ModelConfig, RoFormerForMaskedLM, RoFormerForSequenceClassification,
                                  RoFormerModel)
 
@@ -421,20 +421,18 @@ def test_write_export_script(tmp_path):
     assert np.isfinite(out["logits"]).all()
 
 
-def test_save_refuses_a_rope_spec_field_outside_the_allow_list(tmp_path, monkeypatch):
-  """hf.HF_ROTARY is an allow-list: a RoPE spec field it does not name (here a multi-axis
-  'sections', as the next RoPE variants add) is refused by name when off its default."""
-  from roformer_jax.positional import RotaryConfig
-
-  @dataclasses.dataclass(frozen=True)
-  class WithSections(RotaryConfig):
-    sections: tuple | None = None
-
-  assert hf.rotary_problems(WithSections(), 8) == []
-  assert hf.rotary_problems(WithSections(sections=(2, 2)), 8) == [
-      "rope.sections=(2, 2) (HF RoFormer has no such RoPE setting)"]
-  model = nnx.eval_shape(lambda: RoFormerForMaskedLM(ModelConfig(**TINY), rngs=nnx.Rngs(0)))
-  monkeypatch.setattr(ModelConfig, "rotary", property(lambda self: WithSections(sections=(2, 2))))
-  with pytest.raises(hf.CheckpointError, match=r"rope\.sections=\(2, 2\)"):
+@pytest.mark.parametrize("extra", [{"sections": (2, 2)}, {"section_layout": "interleaved"},
+                                   {"frequencies": (0.5, 0.25, 0.1, 0.01)}, {"blocks": 2},
+                                   {"xpos_scale_base": 512.0}])
+def test_save_refuses_a_rope_spec_field_outside_the_allow_list(tmp_path, extra):
+  """hf.HF_ROTARY is an allow-list: every RoPE spec field it does not name (the variants' fields
+  here) is refused by name when off its default, so nothing is exported silently wrong."""
+  (field, value), = extra.items()
+  assert hf.rotary_problems(RotaryConfig(), 8) == []
+  assert hf.rotary_problems(RotaryConfig(**extra), 8) == [
+      f"rope.{field}={value!r} (HF RoFormer has no such RoPE setting)"]
+  cfg = ModelConfig(**{**TINY, "rope": extra})
+  model = nnx.eval_shape(lambda: RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0)))
+  with pytest.raises(hf.CheckpointError, match=rf"rope\.{field}="):
     hf.save_pretrained(model, tmp_path / "out")
   assert not (tmp_path / "out").exists()
