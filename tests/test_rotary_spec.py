@@ -56,8 +56,15 @@ def test_linear_attention_takes_the_spec_or_its_keywords(causal):
     attention.linear_attention(q, k, v, rotary=spec, theta=100.0, **kw)
 
 
-@pytest.mark.parametrize("kind", ["softmax", "linear"])
-def test_layers_and_caches_carry_a_trailing_position_axis(kind, monkeypatch):
+@pytest.mark.parametrize("kind,rope", [
+    ("softmax", {"sections": (2, 1, 1)}),  # M-RoPE, Qwen2-VL's chunked sections, head size 8
+    ("softmax", {"sections": (2, 1, 1), "section_layout": "interleaved"}),  # Qwen3-VL's layout
+    ("linear", {"sections": (4, 0)}),
+])
+def test_layers_and_caches_carry_a_trailing_position_axis(kind, rope):
+  """Text-only tokens have the same position on every axis, where multi-axis RoPE is the 1-D
+  rotation: the model, full and cached, gives the 1-D model's outputs bit for bit, with
+  positions [..., T, A] in the layers and [B, A] in the cache."""
   cfg = ModelConfig(vocab_size=23, d_model=16, num_layers=2, num_heads=2, d_ff=32, dropout=0.0,
                     attention_dropout=0.0, type_vocab_size=0, attention=kind, init_std=0.5)
   model = CausalLM(cfg, rngs=nnx.Rngs(0))
@@ -69,16 +76,16 @@ def test_layers_and_caches_carry_a_trailing_position_axis(kind, monkeypatch):
   rest, cache = model.decode_step(tokens[:, 4:5], cache)
   assert cache["position"].shape == (2,)
 
-  # Two position axes, every pair on the first: the same rotation, positions [..., T, 2].
-  model2 = CausalLM(cfg.replace(rope={"sections": (cfg.head_size // 2, 0)}), rngs=nnx.Rngs(0))
+  model2 = CausalLM(cfg.replace(rope=rope), rngs=nnx.Rngs(0))
+  a = len(rope["sections"])
   np.testing.assert_array_equal(model2(tokens, attention_mask=mask), plain)
   cache2 = model2.init_cache(2, 10)
-  assert cache2["position"].shape == (2, 2)
+  assert cache2["position"].shape == (2, a)
   first2, cache2 = model2.decode_step(tokens[:, :4], cache2, token_mask=mask[:, :4])
   rest2, cache2 = model2.decode_step(tokens[:, 4:5], cache2)
   np.testing.assert_array_equal(first2, first)
   np.testing.assert_array_equal(rest2, rest)
-  np.testing.assert_array_equal(cache2["position"], np.stack([cache["position"]] * 2, axis=-1))
+  np.testing.assert_array_equal(cache2["position"], np.stack([cache["position"]] * a, axis=-1))
 
 
 def test_a_new_spec_field_travels_from_the_config_with_no_model_config_edit():
