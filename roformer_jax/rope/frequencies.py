@@ -508,3 +508,28 @@ def rescaled_theta(theta: float, factor: float, dim: int) -> float:
   if dim <= 2:
     raise ValueError("theta_rescale_factor needs a rotary dim > 2 (its exponent is dim / (dim - 2)).")
   return float(theta) * float(factor) ** (dim / (dim - 2))
+
+
+def mixed_frequencies(angles, head_dim: int, theta: float = 10.0) -> np.ndarray:
+  """RoPE-Mixed's initial 2-D frequencies (Heo et al. 2024, rope-vit `init_random_2d_freqs`).
+
+  Each head gets magnitudes m_j = theta ** (-4j / head_dim), j < head_dim / 4, pointed along
+  its angle a (the first head_dim / 4 pairs) and along a + pi / 2 (the rest):
+  F[0] = [m cos a, m cos(a + pi/2)] (x frequencies), F[1] = [m sin a, m sin(a + pi/2)] (y).
+
+  Args:
+    angles: float [...] (e.g. [depth, heads]), drawn uniformly in [0, 2 pi) at initialisation.
+    head_dim: H (a multiple of 4). theta: 10 for RoPE-Mixed.
+
+  Returns:
+    float64[2, ..., H / 2]: the dense frequencies `rotary_cos_sin(frequencies=...)` takes for
+    positions [..., T, 2] = (x, y); train them, and keep them out of weight decay.
+  """
+  head_dim = check_dim(head_dim, "head_dim")
+  if head_dim % 4:
+    raise ValueError(f"RoPE-Mixed needs a head dim divisible by 4 (two axes of pairs), got {head_dim}.")
+  a = np.asarray(angles, np.float64)[..., None]
+  m = float(theta) ** (-np.arange(0, head_dim, 4, dtype=np.float64) / head_dim)
+  fx = np.concatenate(np.broadcast_arrays(m * np.cos(a), m * np.cos(a + np.pi / 2)), axis=-1)
+  fy = np.concatenate(np.broadcast_arrays(m * np.sin(a), m * np.sin(a + np.pi / 2)), axis=-1)
+  return np.stack([fx, fy])

@@ -147,6 +147,43 @@ def multimodal_positions(runs, *, spatial_merge_size: int = 2, tokens_per_second
   return out.astype(np.int32)
 
 
+def videorope_positions(runs, *, spatial_merge_size: int = 2, temporal_scale: float = 2.0) -> np.ndarray:
+  """VideoRoPE's positions (Wei et al. 2025, `get_t_scale_rope_index`): the diagonal layout.
+
+  A text run continues 1-D from s; a vision run of grid (t, h, w) patches (merged grid
+  (t, h / m, w / m)) starting at s gets t_id = s + temporal_scale * i_t and spatial ids centred
+  on it: h_id = t_id + i_h - (h / m - 1) // 2, w_id = t_id + i_w - (w / m - 1) // 2. The next run
+  starts at max(t ids so far) + 1. Use with sections (t, h, w) and section_layout "videorope".
+
+  Args:
+    runs: as `multimodal_positions` (("text", n), ("image", (t, h, w)), ("video", (t, h, w),
+      seconds_per_grid); the seconds are not used).
+    spatial_merge_size: m. temporal_scale: delta (2.0 in the paper's code).
+
+  Returns:
+    float32[T, 3] (integers when temporal_scale is).
+  """
+  pieces, start = [], 0.0
+  for i, run in enumerate(runs):
+    if not isinstance(run, (tuple, list)) or not run or run[0] not in _RUN_KINDS:
+      raise ValueError(f"run {i} = {run!r}: expected ('text', n), ('image', (t, h, w)) or "
+                       "('video', (t, h, w), seconds_per_grid).")
+    if run[0] == "text":
+      n = int(run[1])
+      ids = np.repeat((start + np.arange(n, dtype=np.float64))[:, None], 3, axis=1)
+      if n:
+        start = float(ids[:, 0].max()) + 1
+    else:
+      t, h, w = _merged_grid(run[1], spatial_merge_size, f"run {i} ({run[0]})")
+      it, ih, iw = np.meshgrid(np.arange(t), np.arange(h), np.arange(w), indexing="ij")
+      tid = start + float(temporal_scale) * it
+      ids = np.stack([tid, tid + ih - (h - 1) // 2, tid + iw - (w - 1) // 2], axis=-1).reshape(-1, 3)
+      start = float(ids[:, 0].max()) + 1
+    pieces.append(ids)
+  out = np.concatenate(pieces, axis=0) if pieces else np.zeros((0, 3))
+  return out.astype(np.float32)
+
+
 def pad_positions(rows, *, length: int | None = None, left: bool = True) -> tuple[np.ndarray, np.ndarray]:
   """Batches per-row positions ([T_b] or [T_b, A] each) with padding, as a left-padded batch
   for generation (left=True) or right-padded for training.
