@@ -194,15 +194,19 @@ def _llama3(dim: int, theta: float, p: Mapping[str, Any]) -> np.ndarray:
   require(p, ("factor", "low_freq_factor", "high_freq_factor"), "llama3")
   factor = positive(p, "factor", "llama3")
   low_ff, high_ff = float(p["low_freq_factor"]), float(p["high_freq_factor"])
-  if high_ff == low_ff:
-    raise ValueError("scaling['high_freq_factor'] must differ from 'low_freq_factor' for rope_type 'llama3'.")
+  if high_ff < low_ff:
+    raise ValueError(f"scaling['high_freq_factor']={high_ff} must be >= 'low_freq_factor'={low_ff} for rope_type "
+                     "'llama3'.")
   old_len = float(p["original_max_position_embeddings"])
   inv_freq = default_inv_freq(dim, theta)
   wavelen = _TWO_PI / inv_freq
   low_freq_wavelen, high_freq_wavelen = old_len / low_ff, old_len / high_ff
   out = np.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
-  smooth = (old_len / wavelen - low_ff) / (high_ff - low_ff)
-  smoothed = (1 - smooth) * out / factor + smooth * out
+  # Equal factors (Llama 4 Scout: 1.0 and 1.0) leave no medium band: the smoothing, a 0/0,
+  # is never selected, as in transformers (which divides by zero and discards the result).
+  with np.errstate(divide="ignore", invalid="ignore"):
+    smooth = (old_len / wavelen - low_ff) / (high_ff - low_ff)
+    smoothed = (1 - smooth) * out / factor + smooth * out
   medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
   return np.where(medium, smoothed, out)
 

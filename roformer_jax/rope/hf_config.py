@@ -35,6 +35,9 @@ from roformer_jax.rope.spec import RotaryConfig
 #   no_rope_layers: the layer's RoPE flag comes from `no_rope_layers` (1 = RoPE: inverted name)
 #   legacy: {v4 key: layer type} keys that set that layer type's theta
 #   v4_scaling_to: the layer type a v4 `rope_scaling` applies to (Gemma 3: full_attention)
+#   type_defaults: a layer type's default rope parameters (Gemma 4: proportional on full layers)
+#   type_head_dim: {layer type: (key, default)} for a layer type with its own head dim (Gemma 4)
+#   last_layer_full: the class makes the last layer full attention (Gemma 4)
 _COMMON = dict(theta=10000.0, head_dim=None, layout="half", partial=None)
 _FAMILIES: dict[str, dict[str, Any]] = {
     "llama": dict(hidden_size=4096, num_attention_heads=32, num_hidden_layers=32),
@@ -58,6 +61,11 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                         layer_types=("every", "sliding_window_pattern", 6, "full_attention", "sliding_attention"),
                         legacy={"rope_theta": "full_attention", "rope_local_base_freq": "sliding_attention"},
                         v4_scaling_to="full_attention"),
+    "gemma4_text": dict(theta={"full_attention": 1e6, "sliding_attention": 1e4}, head_dim=256, hidden_size=2304,
+                        num_attention_heads=8, num_hidden_layers=30,
+                        layer_types=("every", None, 6, "full_attention", "sliding_attention"), last_layer_full=True,
+                        type_defaults={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25}},
+                        type_head_dim={"full_attention": ("global_head_dim", 512)}),
     "phi3": dict(hidden_size=3072, num_attention_heads=32, num_hidden_layers=32, partial=1.0),
     "deepseek_v2": dict(head_dim=64, hidden_size=4096, num_attention_heads=32, num_hidden_layers=32,
                         layout="interleaved", rope_head_dim_key="qk_rope_head_dim"),
@@ -100,8 +108,11 @@ def _layer_types(cfg: Mapping[str, Any], fam: Mapping[str, Any], num_layers: int
     return None
   kind, key, default, special, other = rule
   n = int(cfg.get(key, default) if key else default)
-  if kind == "every":  # layer i is `special` when (i + 1) % n == 0 (Gemma 2/3, Cohere2, Qwen3.5)
-    return [special if (i + 1) % n == 0 else other for i in range(num_layers)]
+  if kind == "every":  # layer i is `special` when (i + 1) % n == 0 (Gemma 2/3/4, Cohere2, Qwen3.5)
+    types = [special if (i + 1) % n == 0 else other for i in range(num_layers)]
+    if fam.get("last_layer_full"):
+      types[-1] = special
+    return types
   return [special if i % n == 0 else other for i in range(num_layers)]  # first_of: ModernBERT
 
 
@@ -127,6 +138,9 @@ def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type:
     p = {}
     if v4 and (not per_type or fam.get("v4_scaling_to") in (None, layer_type)):
       p.update(v4)
+  if not nested and not params:
+    for k, v in fam.get("type_defaults", {}).get(layer_type, {}).items():
+      p.setdefault(k, v)
   if per_type:  # the legacy keys that set one layer type's theta
     for key, ltype in fam.get("legacy", {}).items():
       if ltype == layer_type and key in cfg and not nested:
@@ -141,7 +155,10 @@ def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type:
   return p
 
 
-def _head_dim(cfg: Mapping[str, Any], fam: Mapping[str, Any]) -> int:
+def _head_dim(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type: str | None = None) -> int:
+  if layer_type in fam.get("type_head_dim", {}):
+    key, default = fam["type_head_dim"][layer_type]
+    return int(cfg.get(key) or default)
   hidden = cfg.get("hidden_size", fam.get("hidden_size"))
   heads = cfg.get("num_attention_heads", fam.get("num_attention_heads"))
   if fam.get("rope_head_dim_key"):
@@ -221,7 +238,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> Ro
   p = _rope_parameters(cfg, fam, layer_type if isinstance(fam["theta"], dict) or _nested(cfg) else None)
   if not p and _nested(cfg):
     return None  # a None entry of rope_parameters: "possibly a NoPE layer"
-  head_dim = _head_dim(cfg, fam)
+  head_dim = _head_dim(cfg, fam, layer_type)
   theta = float(p["rope_theta"])
   rope_type = p["rope_type"]
   layout = fam["layout"]
