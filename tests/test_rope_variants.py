@@ -400,3 +400,25 @@ def test_a_zero_position_cls_token_is_not_rotated():
   pos = rope.grid_positions(2, 3, axes="wh", start=1, cls="last")
   out = rope.apply_rotary(x, pos[None], 1e4, sections=(4, 4), frequencies="per_axis")
   np.testing.assert_array_equal(out[0, -1], x[0, -1])
+
+
+@pytest.mark.parametrize("prompt", [
+    [("text", 3), ("image", (1, 4, 4)), ("text", 2)],
+    [("text", 2), ("video", (3, 4, 6), 0.5)],
+])
+def test_decode_continuation_equals_the_full_recompute(prompt):
+  """Generated tokens continue at max(ids) + 1 + j on every axis (transformers' rope_deltas):
+  the positions, and so the rotations, of prompt + generated text equal a full recompute."""
+  pos = rope.multimodal_positions(prompt, tokens_per_second=2)
+  new = 4
+  cont = int(pos.max()) + 1 + np.arange(new)
+  full = rope.multimodal_positions(prompt + [("text", new)], tokens_per_second=2)
+  np.testing.assert_array_equal(full, np.concatenate([pos, np.stack([cont] * 3, -1)]))
+  delta = int(pos.max()) + 1 - len(pos)
+  np.testing.assert_array_equal(cont, len(pos) + np.arange(new) + delta)
+  spec = RotaryConfig(theta=1e6, layout="half", sections=(2, 3, 3))
+  k = RNG.normal(size=(1, len(full), 1, 16)).astype(np.float32)
+  cached = np.concatenate([spec.apply(k[:, :len(pos)], pos[None]),
+                           *[spec.apply(k[:, len(pos) + j:len(pos) + j + 1], full[None, len(pos) + j:len(pos) + j + 1])
+                             for j in range(new)]], axis=1)
+  np.testing.assert_array_equal(cached, spec.apply(k, full[None]))
