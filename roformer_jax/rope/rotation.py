@@ -384,7 +384,10 @@ def apply_rotary(x, positions, theta: float = 10000.0, *, layout: str = "interle
   """
   x = jnp.asarray(x)
   positions = jnp.asarray(positions)
-  _check_x_positions(x, positions, None if sections is None else len(tuple(sections)))
+  num_axes = None if sections is None else len(tuple(sections))
+  if isinstance(frequencies, jax.Array) and frequencies.ndim >= 2:  # dense [A, ...]: A position axes
+    num_axes = frequencies.shape[0]
+  _check_x_positions(x, positions, num_axes)
   head_dim = x.shape[-1]
   if rotary_dim is None:
     if head_dim % 2:
@@ -403,7 +406,7 @@ def apply_rotary(x, positions, theta: float = 10000.0, *, layout: str = "interle
     unknown = set(xpos) - {"scale_base", "center", "key"}
     if unknown:
       raise ValueError(f"xpos has unknown keys {sorted(unknown)}; expected scale_base, center, key.")
-    token_pos = positions if sections is None else positions[..., 0]
+    token_pos = positions if num_axes is None else positions[..., 0]
     amp = xpos_amplitude(token_pos, rd, scale_base=xpos.get("scale_base", 512.0), center=xpos.get("center", 0),
                          key=bool(xpos.get("key", False)), dtype=cdt)
     cos, sin = cos * amp, sin * amp
