@@ -149,13 +149,15 @@ def main() -> None:
   cases["plain pos[B,T] fp32"] = (plain, (x32, per_example), "fp32", "plain pos[B,T] fp32")
   cases["exact pos[B,T] fp32"] = (exact, (x32, per_example), "fp32", "plain pos[B,T] fp32")
   # Multi-axis (M-RoPE) rows: positions [T, 3] (t, h, w), Qwen2-VL's chunked sections (16, 24, 24)
-  # at H = 128 (scaled to other H), and Qwen3-VL's interleaved layout; baseline: the 1-D half op.
+  # and Qwen3-VL's interleaved (24, 20, 20) at H = 128 (scaled to other H); baseline: the 1-D
+  # half-layout op on the same x.
   k = h // 2
-  sections = (k - 2 * (3 * k // 8), 3 * k // 8, 3 * k // 8)
   mpos = jnp.asarray(np.stack([np.arange(t), rng.integers(0, 64, t), rng.integers(0, 64, t)], -1), jnp.int32)
-  for name, sl in (("exact M-RoPE fp32", "chunked"), ("exact M-RoPE intl fp32", "interleaved")):
-    fn = jax.jit(functools.partial(lambda x, p, sl: rope.apply_rotary(x, p, layout="half", sections=sections,
-                                                                       section_layout=sl), sl=sl))
+  for name, sl, hw in (("exact M-RoPE fp32", "chunked", 3 * k // 8), ("exact M-RoPE intl fp32", "interleaved",
+                                                                       5 * k // 16)):
+    sections = (k - 2 * hw, hw, hw)
+    fn = jax.jit(functools.partial(lambda x, p, sl, sections: rope.apply_rotary(
+        x, p, layout="half", sections=sections, section_layout=sl), sl=sl, sections=sections))
     cases[name] = (fn, (x32, mpos), "fp32", "exact half fp32")
   if not args.no_dense:
     cases["dense eq.16 fp32"] = (jax.jit(_dense_rotation_fn(h)), (x32, positions), "fp32", "plain fp32")

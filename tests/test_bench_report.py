@@ -302,7 +302,8 @@ def test_rope_bench_records_its_figures(tmp_path):
                             "--inner 1 --no-dense --torch-python '' --record")
   figs = {f["id"]: f for f in rec["figures"]}
   assert set(figs) == {"B1.exact_fp32_gb_s", "B1.exact_fp32_of_copy_bw", "B1.exact_bf16_of_copy_bw",
-                       "B1.exact_over_plain_fp32_time", "B1.exact_over_plain_pos_bt_fp32_time"}  # no HF row
+                       "B1.exact_over_plain_fp32_time", "B1.exact_over_plain_pos_bt_fp32_time",
+                       "B1.mrope_over_1d_fp32_time", "B1.mrope_interleaved_over_1d_fp32_time"}  # no HF row
   rows = rec["result"]["results"]
   assert figs["B1.exact_fp32_of_copy_bw"]["value"] == pytest.approx(100 * rows["exact fp32"]["frac_of_copy_bw"])
   assert figs["B1.exact_fp32_of_copy_bw"]["goal"] == ">= 50%"

@@ -216,7 +216,7 @@ FIGURES = [
      lambda: [sci(fig("rope_precision", "precision.exact.all_0_2p24_d4"), 0),
               g2(fig("rope_precision", "precision.plain_fp32.pos_5000_d128")),
               g2(fig("rope_precision", "precision.plain_fp32.pos_2p24_d128"))]),
-    ("docs/features.md", "On CPU the exact method costs no more than the plain one: {}× its time in the recorded run",
+    ("docs/features.md", "On CPU the exact method costs about as much as the plain one: {}× its time in the recorded run",
      lambda: [f(fig("rope", "B1.exact_over_plain_fp32_time"), 2)]),
     ("docs/features.md", "in the recorded run, the MLM train step is {}–{}× faster than transformers' PyTorch RoFormer with "
      "full logits, and {}–{}× with the masked-positions head",
@@ -229,9 +229,13 @@ FIGURES = [
               g2(fig("rope_precision", "precision.plain_fp32.all_0_2p24_d4")),
               g2(fig("rope_precision", "precision.plain_fp32.sampled_2p24_d128"))]),
     ("docs/measured.md", "exact / plain time {} (positions [T]) and {} (per-example positions [B, T]); {}% of the copy op's "
-     "bandwidth, the copy at {} GB/s",
+     "bandwidth, the copy at {} GB/s with huge pages; multi-axis (M-RoPE, positions [T, 3]) / 1-D time {} (chunked) and {} "
+     "(interleaved)",
      lambda: [f(fig("rope", "B1.exact_over_plain_fp32_time"), 3), f(fig("rope", "B1.exact_over_plain_pos_bt_fp32_time"), 3),
-              f(fig("rope", "B1.exact_fp32_of_copy_bw"), 0), f(rope_result("copy fp32", "gb_s"), 1)]),
+              f(fig("rope", "B1.exact_fp32_of_copy_bw"), 0), f(rope_result("copy fp32", "gb_s"), 1),
+              f(fig("rope", "B1.mrope_over_1d_fp32_time"), 3), f(fig("rope", "B1.mrope_interleaved_over_1d_fp32_time"), 3)]),
+    ("docs/benchmarks.md", "| {}× (chunked, Qwen2-VL sections) and {}× (interleaved, Qwen3-VL) with positions [T, 3]",
+     lambda: [f(fig("rope", "B1.mrope_over_1d_fp32_time"), 2), f(fig("rope", "B1.mrope_interleaved_over_1d_fp32_time"), 2)]),
     ("docs/measured.md", "linear faster from N={} (forward) / N={} (fwd+bwd) in the recorded run",
      lambda: [str(fig("attention", "B4.crossover_fwd")), str(fig("attention", "B4.crossover_fwd_bwd"))]),
     ("docs/measured.md", "memory within {}× of a linear fit up to 16K", lambda: [f(_attention_fit(), 2)]),
@@ -273,9 +277,9 @@ FIGURES = [
     # ---------------------------------------------------------------- docs/rope.md, docs/benchmarks.md
     ("docs/rope.md", precision_table("every integer 0..2^24, frequencies of d=4"), _precision_table),
     ("docs/benchmarks.md", precision_table("every integer 0..2^24, d=4"), _precision_table),
-    ("docs/benchmarks.md", "| {}× (positions [T]), {}× (per-example positions [B, T]), recorded run |",
+    ("docs/benchmarks.md", "| {}× (positions [T]), {}× (per-example positions [B, T]), recorded run of",
      lambda: [f(fig("rope", "B1.exact_over_plain_fp32_time"), 2), f(fig("rope", "B1.exact_over_plain_pos_bt_fp32_time"), 2)]),
-    ("docs/benchmarks.md", "fp32: {}% (recorded run), 74% in a rerun; bf16: {}%",
+    ("docs/benchmarks.md", "fp32: {}% (recorded run of 2026-11-26), 71% and 74% on 2026-11-22; bf16: {}%",
      lambda: [f(fig("rope", "B1.exact_fp32_of_copy_bw"), 0), f(fig("rope", "B1.exact_bf16_of_copy_bw"), 0)]),
     ("docs/benchmarks.md", "with huge pages: **{}×** recorded", lambda: [f(fig("rope", "B1.exact_fp32_vs_hf"), 2)]),
     ("docs/benchmarks.md", "full logits: **{}×, {}×, {}×**; masked positions: **{}×, {}×, {}×**",
