@@ -5,7 +5,8 @@ F feature-map dim (linear attention), D model dim.
 
 One file per part; every public name is also here (`attention.dot_product_attention`):
 
-  masks.py    `make_attention_mask` (dense), `MaskFactors` / `mask_factors` (factored)
+  masks.py    `make_attention_mask` (dense), `MaskFactors` / `mask_factors` (factored); the
+              sliding window's test and check (`window_allows`, `check_window`)
   softmax.py  `dot_product_attention` (RoPE on q and k, eq. 16) and its dispatch to XLA,
               cuDNN or the chunked kernel
   chunked.py  `chunked_attention`: exact softmax attention in O(T + S) memory
@@ -26,7 +27,7 @@ from roformer_jax.attention.chunked import chunked_attention
 from roformer_jax.attention.linear import (FEATURE_MAPS, LinearAttentionState, elu_feature_map, favor_feature_map,
                                            favor_projection, init_linear_state, linear_attention,
                                            linear_attention_step)
-from roformer_jax.attention.masks import MaskFactors, make_attention_mask, mask_factors
+from roformer_jax.attention.masks import MaskFactors, check_window, make_attention_mask, mask_factors, window_allows
 from roformer_jax.attention.softmax import (ATTENTION_IMPLEMENTATIONS, CHUNKED_MIN_LENGTH, attention_implementation,
                                             dot_product_attention)
 
@@ -37,7 +38,7 @@ __all__ = [
     "ATTENTION_IMPLEMENTATIONS", "CHUNKED_MIN_LENGTH", "MaskFactors", "MultiHeadAttention", "chunked_attention",
     "mask_factors", "attention_implementation", "cross_attend", "cross_kv", "dot_product_attention",
     "elu_feature_map", "favor_feature_map", "favor_projection", "init_linear_state",
-    "linear_attention", "linear_attention_step", "make_attention_mask",
+    "linear_attention", "linear_attention_step", "make_attention_mask", "check_window", "window_allows",
 ]
 
 

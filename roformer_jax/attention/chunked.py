@@ -13,11 +13,14 @@ point is memory and portability, and XLA fuses each tile's einsums. `jax.checkpo
 block was the alternative; it still keeps each block's [B, N, bq, S] logits row for the
 backward pass of the scan, which is O(T x S) again.
 
-Masks come factored (`masks.MaskFactors`): padding, packed segment ids, causal slot indices. A
-[block_q, block_k] tile is built from them when it is needed, and a tile that the factors
-prove empty (above the causal diagonal, all-padding keys, disjoint segment ranges) is
-skipped in both passes (`jax.lax.cond`), which is what makes causal attention about twice as
-fast as its dense equivalent at long lengths.
+Masks come factored (`masks.MaskFactors`): padding, packed segment ids, causal slot indices
+and a sliding window over them. A [block_q, block_k] tile is built from them when it is
+needed, and a tile that the factors prove empty (above the causal diagonal, outside the
+window, all-padding keys, disjoint segment ranges) is never visited: for each query tile the
+forward pass loops over the list of its live key tiles only (a `fori_loop` of dynamic length
+over the live tiles, in ascending order), and the backward pass over each key tile's live
+query tiles. This is what makes causal attention about twice as fast as its dense
+equivalent at long lengths, and a window of W keys cost O(T x W) instead of O(T^2 / 2).
 
 A query row with no key to attend to (e.g. a padding query in a packed row) gets 0, never
 NaN; the dense XLA path returns the mean of the values there. No loss weights such rows.
@@ -32,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.attention.masks import MaskFactors
+from roformer_jax.attention.masks import MaskFactors, window_allows
 
 DEFAULT_BLOCK_Q = 256  # 256 x 256 tiles: the fastest forward+backward on CPU (docs/benchmarks.md, B8)
 DEFAULT_BLOCK_K = 256
@@ -54,6 +57,9 @@ def chunked_attention(q, k, v, *, mask: MaskFactors | None = None, scale: float 
     dropout_rate, dropout_rng: attention-probability dropout. Tile (i, j) draws its keep mask
       from fold_in(fold_in(rng, i), j): reproducible for a seed and the same block sizes.
     block_q, block_k: tile sizes; T and S need not be multiples (they are padded).
+
+  A window (`mask.window`, see `masks.MaskFactors`) is exact like every other factor: tiles
+  wholly outside it are not visited, so its cost grows as T x (W + block sizes), not T x S.
 
   Returns:
     float[B, T, N, Hv] in q's dtype; 0 for a query row that may attend to no key.
@@ -84,11 +90,17 @@ def chunked_attention(q, k, v, *, mask: MaskFactors | None = None, scale: float 
 
 
 def _pad_factors(f: MaskFactors, pt: int, ps: int) -> MaskFactors:
+  """Factors padded to the tile multiples. Padding keys are invalid (kv_valid False, which the
+  caller sets) and padding queries are cut from the output, so their slot indices only decide
+  which tiles are visited: repeating the last slot keeps each tile's index range that of its
+  real tokens (a -1 or int32-max pad would stretch the last tiles' ranges over the whole row
+  and defeat the window's skipping)."""
   def p(x, n, value):
     return x if (x is None or not n) else jnp.pad(x, [(0, 0), (0, n)], constant_values=value)
-  big = jnp.iinfo(jnp.int32).max
+  def edge(x, n):
+    return x if (x is None or not n) else jnp.pad(x, [(0, 0), (0, n)], mode="edge")
   return MaskFactors(p(f.q_valid, pt, False), p(f.kv_valid, ps, False), p(f.q_segment_ids, pt, -1),
-                     p(f.kv_segment_ids, ps, -2), p(f.q_index, pt, -1), p(f.kv_index, ps, big), f.causal)
+                     p(f.kv_segment_ids, ps, -2), edge(f.q_index, pt), edge(f.kv_index, ps), f.causal, f.window)
 
 
 def _blocks(x, size):
@@ -101,7 +113,9 @@ def live_blocks(f: MaskFactors, t: int, s: int, bq: int, bk: int) -> jax.Array:
 
   Sound, not complete: a tile marked live may still be empty (then it is computed and
   contributes nothing). Checks, per batch row: causal (every query slot before every key
-  slot), all-padding keys or queries, and disjoint segment-id ranges.
+  slot), the window (every key slot too far from every query slot: min q - max k >= W for a
+  causal window, beyond W // 2 on either side for a bidirectional one), all-padding keys or
+  queries, and disjoint segment-id ranges.
   """
   nq, nk = t // bq, s // bk
   dead = jnp.zeros((nq, nk), bool)
@@ -109,10 +123,18 @@ def live_blocks(f: MaskFactors, t: int, s: int, bq: int, bk: int) -> jax.Array:
   def per_row(x, reduce):  # [n, B, size] -> [n, B]
     return reduce(x, axis=-1)
 
+  if f.causal or f.window is not None:
+    qmin, qmax = per_row(_blocks(f.q_index, bq), jnp.min), per_row(_blocks(f.q_index, bq), jnp.max)   # [nq, B]
+    kmin, kmax = per_row(_blocks(f.kv_index, bk), jnp.min), per_row(_blocks(f.kv_index, bk), jnp.max)  # [nk, B]
   if f.causal:
-    qmax = per_row(_blocks(f.q_index, bq), jnp.max)          # [nq, B]
-    kmin = per_row(_blocks(f.kv_index, bk), jnp.min)         # [nk, B]
     dead |= jnp.all(qmax[:, None, :] < kmin[None, :, :], axis=-1)
+  if f.window is not None:
+    w = f.window
+    if f.causal:  # allowed: q - k < W
+      far = qmin[:, None, :] - kmax[None, :, :] >= w
+    else:  # allowed: |q - k| <= W // 2
+      far = (qmin[:, None, :] - kmax[None, :, :] > w // 2) | (kmin[None, :, :] - qmax[:, None, :] > w // 2)
+    dead |= jnp.all(far, axis=-1)
   if f.kv_valid is not None:
     dead |= ~jnp.any(_blocks(f.kv_valid, bk), axis=(1, 2))[None, :]
   if f.q_valid is not None:
@@ -136,8 +158,12 @@ def _tile_mask(f: MaskFactors, i, j, bq: int, bk: int):
     m.append(qs(f.q_valid)[:, None, :, None])
   if f.q_segment_ids is not None:
     m.append(qs(f.q_segment_ids)[:, None, :, None] == ks(f.kv_segment_ids)[:, None, None, :])
-  if f.causal:
-    m.append(qs(f.q_index)[:, None, :, None] >= ks(f.kv_index)[:, None, None, :])
+  if f.causal or f.window is not None:
+    qi, ki = qs(f.q_index)[:, None, :, None], ks(f.kv_index)[:, None, None, :]
+    if f.causal:
+      m.append(qi >= ki)
+    if f.window is not None:
+      m.append(window_allows(qi, ki, f.window, causal=f.causal))
   return functools.reduce(jnp.logical_and, m) if m else None
 
 
@@ -162,6 +188,19 @@ def _slice(x, i, size, axis):
   return jax.lax.dynamic_slice_in_dim(x, i * size, size, axis=axis)
 
 
+def _over_live(live_row, body, init):
+  """body(j, carry) for each j with live_row[j], in ascending order; the dead tiles are never visited.
+
+  A `fori_loop` of dynamic length over the live indices (stably sorted to the front), so a
+  tile outside the window or above the diagonal costs nothing at all, not even a loop
+  iteration. Its length is traced, so it lowers to a while loop: fine here, as the custom VJP
+  differentiates by hand.
+  """
+  order = jnp.argsort(~live_row, stable=True).astype(jnp.int32)
+  count = jnp.sum(live_row, dtype=jnp.int32)
+  return jax.lax.fori_loop(0, count, lambda c, carry: body(order[c], carry), init)
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
 def _attention(q, k, v, f, key, scale, bq, bk, rate):
   return _forward(q, k, v, f, key, scale, bq, bk, rate)[0]
@@ -170,35 +209,32 @@ def _attention(q, k, v, f, key, scale, bq, bk, rate):
 def _forward(q, k, v, f, key, scale, bq, bk, rate):
   b, t, n, _ = q.shape
   s, hv = k.shape[1], v.shape[-1]
-  nq, nk = t // bq, s // bk
+  nq = t // bq
   live = live_blocks(f, t, s, bq, bk)
 
   def q_step(_, i):
     qi = _slice(q, i, bq, 1)
 
-    def kv_step(carry, j):
-      def compute(carry):
-        m, l, acc = carry
-        kj, vj = _slice(k, j, bk, 1), _slice(v, j, bk, 1)
-        logits = jnp.einsum("bqnh,bknh->bnqk", qi, kj, preferred_element_type=jnp.float32) * scale
-        tile = _tile_mask(f, i, j, bq, bk)
-        if tile is not None:
-          logits = jnp.where(tile, logits, -jnp.inf)
-        m_new = jnp.maximum(m, jnp.max(logits, axis=-1))
-        m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
-        p = jnp.exp(logits - m_safe[..., None])
-        corr = jnp.exp(m - m_safe)
-        l = l * corr + jnp.sum(p, axis=-1)
-        if rate:
-          p = p * _keep(key, i, j, rate, p.shape)
-        pv = jnp.einsum("bnqk,bknh->bnqh", p.astype(v.dtype), vj, preferred_element_type=jnp.float32)
-        return m_new, l, acc * corr[..., None] + pv
-
-      return jax.lax.cond(live[i, j], compute, lambda c: c, carry), None
+    def kv_step(j, carry):
+      m, l, acc = carry
+      kj, vj = _slice(k, j, bk, 1), _slice(v, j, bk, 1)
+      logits = jnp.einsum("bqnh,bknh->bnqk", qi, kj, preferred_element_type=jnp.float32) * scale
+      tile = _tile_mask(f, i, j, bq, bk)
+      if tile is not None:
+        logits = jnp.where(tile, logits, -jnp.inf)
+      m_new = jnp.maximum(m, jnp.max(logits, axis=-1))
+      m_safe = jnp.where(jnp.isfinite(m_new), m_new, 0.0)
+      p = jnp.exp(logits - m_safe[..., None])
+      corr = jnp.exp(m - m_safe)
+      l = l * corr + jnp.sum(p, axis=-1)
+      if rate:
+        p = p * _keep(key, i, j, rate, p.shape)
+      pv = jnp.einsum("bnqk,bknh->bnqh", p.astype(v.dtype), vj, preferred_element_type=jnp.float32)
+      return m_new, l, acc * corr[..., None] + pv
 
     init = (jnp.full((b, n, bq), -jnp.inf, jnp.float32), jnp.zeros((b, n, bq), jnp.float32),
             jnp.zeros((b, n, bq, hv), jnp.float32))
-    (m, l, acc), _ = jax.lax.scan(kv_step, init, jnp.arange(nk))
+    m, l, acc = _over_live(live[i], kv_step, init)
     ok = l > 0
     out = jnp.where(ok[..., None], acc / jnp.where(ok, l, 1.0)[..., None], 0.0)
     lse = jnp.where(ok, m + jnp.log(jnp.where(ok, l, 1.0)), jnp.inf)  # +inf: p = exp(s - lse) = 0
@@ -227,32 +263,29 @@ def _attention_bwd(scale, bq, bk, rate, res, dout):
   def kv_step(dq, j):
     kj, vj = _slice(k, j, bk, 1), _slice(v, j, bk, 1)
 
-    def q_step(carry, i):
-      def compute(carry):
-        dq, dk, dv = carry
-        qi, doi = _slice(q, i, bq, 1), _slice(dout, i, bq, 1)
-        logits = jnp.einsum("bqnh,bknh->bnqk", qi, kj, preferred_element_type=jnp.float32) * scale
-        p = jnp.exp(logits - lse[i][..., None])
-        tile = _tile_mask(f, i, j, bq, bk)
-        if tile is not None:
-          p = jnp.where(tile, p, 0.0)
-        dp = jnp.einsum("bqnh,bknh->bnqk", doi, vj, preferred_element_type=jnp.float32)
-        if rate:
-          keep = _keep(key, i, j, rate, p.shape)
-          pd, dp = p * keep, dp * keep
-        else:
-          pd = p
-        dv = dv + jnp.einsum("bnqk,bqnh->bknh", pd.astype(dout.dtype), doi, preferred_element_type=jnp.float32)
-        ds = p * (dp - d[i][..., None]) * scale
-        dqi = jnp.einsum("bnqk,bknh->bqnh", ds, kj.astype(jnp.float32))
-        dq = jax.lax.dynamic_update_slice_in_dim(dq, _slice(dq, i, bq, 1) + dqi, i * bq, axis=1)
-        dk = dk + jnp.einsum("bnqk,bqnh->bknh", ds, qi.astype(jnp.float32))
-        return dq, dk, dv
-
-      return jax.lax.cond(live[i, j], compute, lambda c: c, carry), None
+    def q_step(i, carry):
+      dq, dk, dv = carry
+      qi, doi = _slice(q, i, bq, 1), _slice(dout, i, bq, 1)
+      logits = jnp.einsum("bqnh,bknh->bnqk", qi, kj, preferred_element_type=jnp.float32) * scale
+      p = jnp.exp(logits - lse[i][..., None])
+      tile = _tile_mask(f, i, j, bq, bk)
+      if tile is not None:
+        p = jnp.where(tile, p, 0.0)
+      dp = jnp.einsum("bqnh,bknh->bnqk", doi, vj, preferred_element_type=jnp.float32)
+      if rate:
+        keep = _keep(key, i, j, rate, p.shape)
+        pd, dp = p * keep, dp * keep
+      else:
+        pd = p
+      dv = dv + jnp.einsum("bnqk,bqnh->bknh", pd.astype(dout.dtype), doi, preferred_element_type=jnp.float32)
+      ds = p * (dp - d[i][..., None]) * scale
+      dqi = jnp.einsum("bnqk,bknh->bqnh", ds, kj.astype(jnp.float32))
+      dq = jax.lax.dynamic_update_slice_in_dim(dq, _slice(dq, i, bq, 1) + dqi, i * bq, axis=1)
+      dk = dk + jnp.einsum("bnqk,bqnh->bknh", ds, qi.astype(jnp.float32))
+      return dq, dk, dv
 
     init = (dq, jnp.zeros(kj.shape, jnp.float32), jnp.zeros(vj.shape, jnp.float32))
-    (dq, dk, dv), _ = jax.lax.scan(q_step, init, jnp.arange(nq))
+    dq, dk, dv = _over_live(live[:, j], q_step, init)
     return dq, (dk, dv)
 
   dq, (dk, dv) = jax.lax.scan(kv_step, jnp.zeros(q.shape, jnp.float32), jnp.arange(nk))

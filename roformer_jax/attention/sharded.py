@@ -26,14 +26,15 @@ import math
 from collections.abc import Callable
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from roformer_jax import context_parallel
-from roformer_jax.attention.masks import MaskFactors
+from roformer_jax.attention.masks import MaskFactors, check_window
 
 
 def context_parallel_attention(kernel: Callable[..., jax.Array], q, k, v, *, mask: MaskFactors | None = None,
-                               dropout_rng: jax.Array | None = None) -> jax.Array:
+                               dropout_rng: jax.Array | None = None, window: int | None = None) -> jax.Array:
   """`kernel(q, k, v, mask=..., dropout_rng=...)` with q, k, v [B, T|S, N|K, H] sharded T-wise over the context axis.
 
   Each device all-gathers K, V and the key-side mask factors and calls the kernel on its own
@@ -48,6 +49,13 @@ def context_parallel_attention(kernel: Callable[..., jax.Array], q, k, v, *, mas
     q, k, v: the local shards, already rotated.
     mask: `MaskFactors` (`mask_factors`) with global causal slot indices, or None; a dense
       [T, S] mask cannot be split over the context axis.
+    window: sliding window W (`masks.MaskFactors.window`), or None. It joins the factors
+      (a window already in them is the same thing; two different ones are an error), and
+      every device's kernel tests it on the global slots of its queries and of the gathered
+      keys, so a zig-zag shard sees the window of the unsharded row, and the chunked kernel
+      skips its tiles outside it. Factors without slots get 0..T-1 (a bidirectional row,
+      unpermuted); a causal row must carry its zig-zag slots. Do not bind `window` to the
+      kernel: called with no factors, it would count each shard's local slots.
     dropout_rng: the dropout key, or None; each device folds in its mesh coordinates so that
       its stream differs from every other device's.
 
@@ -65,6 +73,17 @@ def context_parallel_attention(kernel: Callable[..., jax.Array], q, k, v, *, mas
   if mask is not None and not isinstance(mask, MaskFactors):
     raise ValueError("context parallelism needs the mask as MaskFactors (mask_factors): a dense [T, S] mask "
                      "cannot be split over the context axis.")
+  window = check_window(window)
+  if window is not None:
+    if mask is not None and mask.window not in (None, window):
+      raise ValueError(f"window={window} but the mask's factors carry window={mask.window}; pass one of them.")
+    mask = dataclasses.replace(MaskFactors() if mask is None else mask, window=window)
+  if mask is not None and (mask.causal or mask.window is not None) and (mask.q_index is None or mask.kv_index is None):
+    if mask.causal:
+      raise ValueError("causal attention under context parallelism needs the global (zig-zag) slots in "
+                       "MaskFactors.q_index / kv_index; each shard's own would count from 0.")
+    slots = lambda n: jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (q.shape[0], n))
+    mask = dataclasses.replace(mask, q_index=slots(q.shape[1]), kv_index=slots(k.shape[1]))
   mask_specs = jax.tree.map(lambda _: rows, mask)
   key = jax.random.key_data(dropout_rng) if dropout_rng is not None else None
   axis = context_parallel.AXIS

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from roformer_jax.attention.chunked import chunked_attention
-from roformer_jax.attention.masks import MaskFactors, make_attention_mask, mask_factors
+from roformer_jax.attention.masks import MaskFactors, check_window, make_attention_mask, mask_factors
 from roformer_jax.positional import RotaryConfig
 
 ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "chunked")  # ModelConfig.attention_implementation
@@ -47,7 +47,7 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
                           rotary: RotaryConfig | None = None, rotary_value: bool = False,
                           scale: float | None = None, dropout_rate: float = 0.0,
                           dropout_rng: jax.Array | None = None, is_causal: bool = False,
-                          implementation: str | None = None) -> jax.Array:
+                          implementation: str | None = None, window: int | None = None) -> jax.Array:
   """Softmax attention with RoPE on q and k (eq. 16); values are not rotated.
 
   Rotating q_m and k_n makes each logit q_m . k_n a function of m - n only. Values carry
@@ -67,6 +67,14 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
       (see `mask_factors`): the chunked path needs factors, and builds each tile from them.
     is_causal: query slot i sees key slots <= i (T == S), without a dense mask (what cuDNN
       needs); combines with `mask`.
+    window: sliding-window (local) attention over W keys, or None. Causal (`is_causal`, or
+      `MaskFactors.causal`): slot i sees slots i - W < j <= i; bidirectional: |i - j| <= W // 2
+      (ModernBERT's local_attention=128 is W=128, 64 on each side). Slots are 0..T-1 and
+      0..S-1, or the factors' q_index / kv_index. With `MaskFactors` the window joins the
+      factors (the chunked kernel then skips every tile outside it); with a dense mask or none
+      it goes to `jax.nn.dot_product_attention(local_window_size=...)` (cuDNN's sliding
+      window for causal attention; XLA builds the mask), or into the explicit dropout path's
+      mask. A window in the mask's factors and a different one here is an error.
     q_positions, k_positions: int[B, T] / int[B, S] (or [T] / [S]); None = no rotation
       (cross-attention, or absolute-position models).
     rotary: RoPE settings (default `RotaryConfig()`).
@@ -90,6 +98,14 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     raise ValueError(f"implementation={implementation!r}; expected None or one of {ATTENTION_IMPLEMENTATIONS}.")
   dropout = dropout_rate > 0.0 and dropout_rng is not None
   factored = isinstance(mask, MaskFactors)
+  window = check_window(window)
+  if factored and window is not None and mask.window not in (None, window):
+    raise ValueError(f"window={window} but the mask's factors carry window={mask.window}; pass one of them.")
+  if factored and (window is not None or mask.window is not None):
+    # The window joins the factors, with the causal test if this call is causal: the window's
+    # direction is the attention's (i - W < j <= i, or |i - j| <= W // 2 without causality).
+    mask = _with_window(mask, mask.window if window is None else window, is_causal, q.shape[1], k.shape[1])
+    window = None
   if implementation is None:
     implementation = attention_implementation(
         backend=jax.default_backend(), dtype=q.dtype, head_dim=q.shape[-1], dense_mask=mask is not None,
@@ -98,7 +114,9 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     if mask is not None and not factored:
       raise ValueError("implementation='chunked' builds its mask tiles from MaskFactors (see mask_factors); "
                        "a dense [T, S] mask would defeat its O(T + S) memory.")
-    if is_causal and (mask is None or not mask.causal):
+    if mask is None and window is not None:
+      mask = mask_factors(q.shape[0], q.shape[1], k.shape[1], causal=is_causal, window=window)
+    elif is_causal and (mask is None or not mask.causal):
       causal = mask_factors(q.shape[0], q.shape[1], k.shape[1], causal=True)
       mask = causal if mask is None else dataclasses.replace(mask, causal=True, q_index=causal.q_index,
                                                               kv_index=causal.kv_index)
@@ -116,19 +134,30 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
                      f"keys (dropout_rate={dropout_rate}, value dim {v.shape[-1]} vs {q.shape[-1]}); set "
                      "attention_dropout=0 or use 'auto'.")
   if dropout or v.shape[-1] != q.shape[-1]:
-    if is_causal:
+    if is_causal or window is not None:
       t, s = q.shape[1], k.shape[1]
-      causal = make_attention_mask(causal=True, q_index=jnp.arange(t), kv_index=jnp.arange(s))
-      mask = causal if mask is None else jnp.logical_and(mask, causal)
+      extra = make_attention_mask(causal=is_causal, q_index=jnp.arange(t), kv_index=jnp.arange(s), window=window)
+      mask = extra if mask is None else jnp.logical_and(mask, extra)
     return _xla_attention_with_dropout(q, k, v, mask, scale, dropout_rate if dropout else 0.0, dropout_rng)
+  # jax.nn's (left, right) window: i - left <= j <= i + right, on slots 0..T-1 / 0..S-1.
+  local = None if window is None else ((window - 1, 0) if is_causal else (window // 2, window // 2))
   if implementation == "cudnn" and requested is None:
     try:
       return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal,
-                                          implementation="cudnn")
+                                          local_window_size=local, implementation="cudnn")
     except (NotImplementedError, RuntimeError, ValueError, TypeError):  # e.g. an old cuDNN
       implementation = "xla"
   return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal,
-                                      implementation=implementation)
+                                      local_window_size=local, implementation=implementation)
+
+
+def _with_window(mask: MaskFactors, window: int, is_causal: bool, t: int, s: int) -> MaskFactors:
+  """The factors with `window`, causal if the call is, and slots 0..T-1 / 0..S-1 where none are given."""
+  batch = next((x.shape[0] for x in jax.tree.leaves(mask)), 1)
+  slots = lambda index, n: (jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (batch, n)) if index is None
+                            else index)
+  return dataclasses.replace(mask, causal=mask.causal or is_causal, window=window,
+                             q_index=slots(mask.q_index, t), kv_index=slots(mask.kv_index, s))
 
 
 def rotate_qkv(q, k, v, q_positions, k_positions, rotary: RotaryConfig | None, rotary_value: bool):
