@@ -27,7 +27,11 @@ needed, so it is reported at every N. A call is run and timed only where that pe
 timed at every N. Also, at N in `--skip-lens` (8K): chunked attention without a mask, against
 the causal call, which shows what skipping the tiles above the diagonal saves; and at N in
 `--tile-lens` (2K, 8K): chunked attention called directly with each tile size of `--tiles`,
-to see which block_q x block_k is fastest on this machine.
+to see which block_q x block_k is fastest on this machine. And at N in `--window-lens` (8K,
+32K, whatever `--max-time-len` says): sliding-window attention, chunked causal attention
+with a window of `--window` (1024) keys (`mask_factors(..., causal=True, window=W)`; tiles
+wholly outside the window are not visited), against the plain causal chunked call, both as
+rows of their own (part "window") timed in the same group.
 Timing (bench/harness.py): every runnable configuration of one (N, pass) takes part in
 `--rounds` rounds (order rotated); in each, an untimed warm-up call and then 2 timed calls
 (5 under 50 ms, 1 over `--slow-s`). The median over all timed calls is reported (with min and max), so ratios within
@@ -98,8 +102,8 @@ NOT_TIMED = {"ms": None, "ms_min": None, "ms_max": None, "repeats": 0}
 
 
 def attention_fn(method: str, n: int, *, chunk_size: int = 64, tile: tuple[int, int] | None = None,
-                 causal: bool = True):
-  """fwd(q, k, v, pos) for one method at length n (RoPE on q and k inside)."""
+                 causal: bool = True, window: int | None = None):
+  """fwd(q, k, v, pos) for one method at length n (RoPE on q and k inside); `window`: chunked only."""
   if method == "dense":
     def fwd(q, k, v, pos):
       idx = jnp.arange(n, dtype=jnp.int32)
@@ -107,7 +111,7 @@ def attention_fn(method: str, n: int, *, chunk_size: int = 64, tile: tuple[int, 
       return attn.dot_product_attention(q, k, v, mask=mask, q_positions=pos, k_positions=pos, implementation="xla")
   elif method == "chunked" and tile is None:
     def fwd(q, k, v, pos):
-      mask = mask_factors(q.shape[0], n, n, causal=True) if causal else None
+      mask = mask_factors(q.shape[0], n, n, causal=True, window=window) if causal else None
       return attn.dot_product_attention(q, k, v, mask=mask, q_positions=pos, k_positions=pos,
                                         implementation="chunked")
   elif method == "chunked":  # explicit tiles: dot_product_attention uses the defaults
@@ -163,6 +167,10 @@ def run_attention(args) -> list[dict]:
                       f"N > --max-time-len {args.max_time_len}" if too_slow else None))
     if n in args.skip_lens:  # what skipping the tiles above the diagonal saves: the same call without a mask
       configs.append(({"part": "no_mask", "method": "chunked"}, attention_fn("chunked", n, causal=False), None))
+    if n in args.window_lens:  # sliding window vs plain causal, timed together (whatever --max-time-len says)
+      for w in (args.window, None):
+        configs.append(({"part": "window", "method": "chunked", "window": w},
+                        attention_fn("chunked", n, window=w), None))
     if n in args.tile_lens:
       for tile in dict.fromkeys((min(q, n), min(k, n)) for q, k in args.tiles):
         configs.append(({"part": "tiles", "method": "chunked", "tile": list(tile)}, attention_fn("chunked", n, tile=tile),
@@ -397,6 +405,16 @@ def summarise(args, rows, train_rows, cp, info, command, t_start, load_before) -
                          "default_over_best": default["ms"] / best["ms"] if default else None,
                          "ms": {f"{r['tile'][0]}x{r['tile'][1]}": r["ms"] for r in timed}}
     summ[f"tiles_{pas}"] = tiles
+    windows = {}
+    for n in args.window_lens:
+      w, c = (_find(rows, part="window", method="chunked", N=n, window=x, **{"pass": pas}) for x in (args.window, None))
+      if w is None or c is None:
+        continue
+      windows[str(n)] = {"window": args.window, "window_ms": w["ms"], "causal_ms": c["ms"],
+                         "causal_over_window_time": ratio(c["ms"], w["ms"]), "window_peak_bytes": w["peak_bytes"],
+                         "causal_peak_bytes": c["peak_bytes"],
+                         "causal_over_window_mem": ratio(c["peak_bytes"], w["peak_bytes"])}
+    summ[f"window_{pas}"] = windows
   longest = {}
   for impl in TRAIN_IMPLS:
     analysed = [r for r in train_rows if r["impl"] == impl and r["peak_bytes"] is not None]
@@ -465,6 +483,13 @@ def print_report(args, rows, train_rows, summ) -> str:
       if s["no_mask_over_causal"]:
         out.append(f"{pas}: tile skipping at N={n}: chunked without a mask {s['no_mask_ms']:.1f} ms, causal "
                    f"{s['causal_ms']:.1f} ms: {s['no_mask_over_causal']:.2f}x")
+    for n, s in summ[f"window_{pas}"].items():
+      t_ratio = "-" if s["causal_over_window_time"] is None else f"{s['causal_over_window_time']:.2f}x"
+      t_cells = "not run" if s["window_ms"] is None else f"{s['window_ms']:.1f} ms, causal {s['causal_ms']:.1f} ms"
+      out.append(f"{pas}: sliding window of {s['window']} keys at N={n} (chunked, causal): {t_cells}: causal / "
+                 f"window time {t_ratio}; peak {fmt_mib(s['window_peak_bytes'])} MiB vs causal "
+                 f"{fmt_mib(s['causal_peak_bytes'])} MiB ("
+                 + ("-" if s["causal_over_window_mem"] is None else f"{s['causal_over_window_mem']:.2f}x") + ")")
     for n, s in summ[f"tiles_{pas}"].items():
       listing = ", ".join(f"{k} {v:.1f}" for k, v in s["ms"].items())
       out.append(f"{pas}: tiles at N={n} (block_q x block_k: ms): {listing}; best {s['best_tile'][0]}x"
@@ -571,6 +596,11 @@ def plot(args, rows, train_rows, summ, path):
   nm = [r for r in rows if r["part"] == "no_mask" and r["ms"] is not None]
   if nm:
     ax_t.plot([r["N"] for r in nm], [r["ms"] for r in nm], "x", color="k", ms=7, label="chunked, no mask (no skipping)")
+  for pas in PASSES:
+    wr = [r for r in rows if r["part"] == "window" and r["window"] and r["pass"] == pas and r["ms"] is not None]
+    if wr:
+      ax_t.plot([r["N"] for r in wr], [r["ms"] for r in wr], "D" if pas == "fwd" else "d", color="tab:purple", ms=6,
+                label=f"chunked, window {args.window} ({pas})")
   ns = np.array(summ["lengths"], np.float64)
   fit = "linear" if args.b4 else "chunked"
   fc = summ[f"mem_fit_{fit}_fwd+bwd"]
@@ -641,6 +671,15 @@ def figures(args, summ) -> list[dict]:
         out.append(_record.figure(f"B8.causal_skip_speedup_{n}_{key}", f"chunked attention: time without a mask / "
                                   f"causal (tiles above the diagonal skipped), N={n} ({pas})",
                                   s["no_mask_over_causal"], "x"))
+    for n, s in summ[f"window_{pas}"].items():
+      if s["causal_over_window_time"] is not None:
+        out.append(_record.figure(f"B8.window_{s['window']}_speedup_{n}_{key}", f"chunked attention: causal time / "
+                                  f"causal with a sliding window of {s['window']} keys (tiles outside it skipped), "
+                                  f"N={n} ({pas})", s["causal_over_window_time"], "x"))
+      if s["causal_over_window_mem"] is not None:
+        out.append(_record.figure(f"B8.window_{s['window']}_mem_{n}_{key}", f"chunked attention: causal peak memory / "
+                                  f"causal with a sliding window of {s['window']} keys, N={n} ({pas}; memory analysis)",
+                                  s["causal_over_window_mem"], "x"))
     for n, s in summ[f"tiles_{pas}"].items():
       if s["default_over_best"] is not None:
         best = f"{s['best_tile'][0]}x{s['best_tile'][1]}"
@@ -697,6 +736,10 @@ def main(argv=None):
                  help="N at which chunked attention also runs without a mask (what causal tile skipping saves)")
   p.add_argument("--tile-lens", type=_ints, default=[2048, 8192], help="N at which the tile sizes are compared")
   p.add_argument("--tiles", type=_tiles, default=_tiles(DEFAULT_TILES), help=f"block_q x block_k (default {DEFAULT_TILES})")
+  p.add_argument("--window", type=int, default=1024, help="the sliding window (keys) of the window rows")
+  p.add_argument("--window-lens", type=_ints, default=[8192, 32768],
+                 help="N at which chunked causal attention runs with and without the sliding window (timed at "
+                      "every such N, whatever --max-time-len says; empty: none)")
   p.add_argument("--config", default="configs/default.py", help="the train step's config file[:variant]")
   p.add_argument("--train-min-len", type=int, default=2048)
   p.add_argument("--train-max-len", type=int, default=32768)
@@ -723,7 +766,8 @@ def main(argv=None):
   _record.add_smoke_arg(p, "N = 64, 128 with 2 heads of 16 (no tile sweep), configs/default.py:smoke's train "
                         "step at T = 64, 1 repeat (overrides the size flags)")
   if "--b4" in (sys.argv[1:] if argv is None else argv):  # B4's defaults: N = 256 ... 16384, every N timed
-    p.set_defaults(min_len=256, max_len=16384, max_time_len=2**30, slow_s=2.0, skip_lens=[], tile_lens=[], cp_sizes=[])
+    p.set_defaults(min_len=256, max_len=16384, max_time_len=2**30, slow_s=2.0, skip_lens=[], tile_lens=[], cp_sizes=[],
+                   window_lens=[])
   args = p.parse_args(argv)
   if args.cp_worker:
     _cp_worker(args)
@@ -733,6 +777,7 @@ def main(argv=None):
     args.min_len, args.max_len, args.max_time_len, args.heads, args.head_dim = 64, 128, 128, 2, 16
     args.chunk_size, args.rounds, args.beyond_len, args.skip_lens, args.tile_lens = 16, 1, 128, [] if args.b4 else [128], []
     args.tiles = [(32, 32)]
+    args.window, args.window_lens = 32, [] if args.b4 else [128]
     args.config, args.train_min_len, args.train_max_len, args.train_max_time_len = "configs/default.py:smoke", 64, 64, 64
     args.train_rounds, args.fit_max_len = 1, 64
     args.cp_len, args.cp_sizes = 64, [] if args.b4 else [1, 2]
