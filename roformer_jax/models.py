@@ -70,6 +70,17 @@ class ModelConfig:
   # Any further RoPE spec field (positional.RotaryConfig) without a key of its own above, as a
   # dict {field: value}: a new spec field is set here with no edit to this class.
   rope: Any = None
+  # Per-layer attention (Gemma 2/3 local/global, Llama 4 / SmolLM3 NoPE layers, Cohere2):
+  # layer i has type layer_types[i % len(layer_types)] (a pattern, e.g. five "local" and one
+  # "global"; None = every layer alike), and layer_settings[type] sets, for that type:
+  #   "rope": {RoPE spec field: value} over the model's spec (e.g. {"theta": 1e6, "scaling":
+  #           {...}}), or "none": a layer without RoPE (NoPE);
+  #   "window": W, local attention over the last W tokens (causal) or |i - j| <= W // 2;
+  #   "attn_temperature": {"scale": 0.1, "floor": 8192}: Llama 4's scaling of q by
+  #           1 + scale * log(1 + floor((position + 1) / floor)) (its NoPE layers).
+  # `layer_rotary(i)`, `layer_window(i)` and `layer_temperature(i)` read them.
+  layer_types: Any = None
+  layer_settings: Any = None
   rotary_value: bool = False  # also rotate v (HF config.rotary_value), off in the paper
   norm: str = "post"  # post-LN (BERT, HF RoFormer) or pre-LN
   layer_norm_eps: float = 1e-12
@@ -99,6 +110,8 @@ class ModelConfig:
   def __post_init__(self):
     object.__setattr__(self, "rope_scaling", positional.freeze_scaling(self.rope_scaling))
     object.__setattr__(self, "rope", positional.freeze_rope_extra(self.rope))
+    object.__setattr__(self, "layer_types", _freeze_layer_types(self.layer_types))
+    object.__setattr__(self, "layer_settings", _freeze_layer_settings(self.layer_settings, self.layer_types))
     positional.check_position_encoding(self.position)
     for name in ("vocab_size", "d_model", "num_layers", "num_heads", "d_ff"):
       value = getattr(self, name)
@@ -131,10 +144,21 @@ class ModelConfig:
     if self.position == "rope":
       # Theta, layout, scaling and the rotated width now, not at trace time. FAVOR+ linear
       # attention rotates its random features (eq. 19), softmax attention the head.
-      if self.attention == "linear" and self.feature_map == "favor":
-        self.rotary.check(self.num_features, "num_features")
-      else:
-        self.rotary.check(self.head_size)
+      width, what = ((self.num_features, "num_features") if self.attention == "linear" and self.feature_map == "favor"
+                     else (self.head_size, "head dim"))
+      self.rotary.check(width, what)
+      for i in range(self.num_layers):
+        spec = self.layer_rotary(i)
+        if spec is not None:
+          spec.check(width, what)
+          if spec.position_shape != self.rotary.position_shape:
+            raise ValueError(f"layer_settings[{self.layer_type(i)!r}]['rope'] gives positions of shape "
+                             f"{spec.position_shape}, the model {self.rotary.position_shape}: every layer reads the "
+                             "same positions; set sections on the model's rope, not per layer type.")
+    for i in range(self.num_layers):
+      if self.layer_window(i) is not None and self.attention != "softmax":
+        raise ValueError(f"layer_settings[{self.layer_type(i)!r}]['window'] needs softmax attention; linear "
+                         "attention has no window.")
 
   @classmethod
   def from_dict(cls, values: Mapping[str, Any]) -> "ModelConfig":
@@ -164,6 +188,98 @@ class ModelConfig:
   @property
   def compute_dtype(self):
     return jnp.dtype(self.dtype)
+
+  def layer_type(self, i: int) -> str | None:
+    """Layer i's type name (`layer_types`, repeated as a pattern), or None if none are set."""
+    return None if self.layer_types is None else self.layer_types[i % len(self.layer_types)]
+
+  def _layer_setting(self, i: int, key: str):
+    settings = dict(self.layer_settings or ())
+    return dict(settings.get(self.layer_type(i), ())).get(key)
+
+  def layer_rotary(self, i: int) -> RotaryConfig | None:
+    """Layer i's RoPE spec: the model's (`rotary`) with its type's overrides; None for a layer
+    without RoPE (a NoPE type, or position != 'rope')."""
+    if self.position != "rope":
+      return None
+    rope = self._layer_setting(i, "rope")
+    if rope == "none":
+      return None
+    spec = self.rotary
+    return spec if not rope else dataclasses.replace(spec, **dict(rope))
+
+  def layer_window(self, i: int) -> int | None:
+    """Layer i's attention window W (None = attend to every key the mask allows)."""
+    return self._layer_setting(i, "window")
+
+  def layer_temperature(self, i: int) -> dict[str, float] | None:
+    """Layer i's q temperature scaling {"scale", "floor"} (Llama 4), or None."""
+    t = self._layer_setting(i, "attn_temperature")
+    return None if t is None else dict(t)
+
+
+_LAYER_SETTING_KEYS = ("rope", "window", "attn_temperature")
+
+
+def _freeze_layer_types(types):
+  """`layer_types` as a tuple of names (None stays None)."""
+  if types is None:
+    return None
+  if isinstance(types, str) or not hasattr(types, "__iter__"):
+    raise ValueError(f"layer_types={types!r} must be a sequence of layer type names, e.g. "
+                     "('local', 'local', 'global'), repeated over the layers.")
+  types = tuple(str(t) for t in types)
+  if not types:
+    raise ValueError("layer_types=() names no type; use None for every layer alike.")
+  return types
+
+
+def _freeze_layer_settings(settings, types):
+  """`layer_settings` as sorted frozen items {type: {key: value}}, validated against the keys
+  it may set and the types `layer_types` names."""
+  if settings is None:
+    return None
+  if isinstance(settings, tuple):
+    return settings
+  if not isinstance(settings, Mapping):
+    raise TypeError(f"layer_settings must be a dict {{layer type: {{setting: value}}}}, got {type(settings).__name__}.")
+  out = []
+  for name, values in settings.items():
+    if types is None or name not in types:
+      raise ValueError(f"layer_settings names layer type {name!r}, which layer_types={types} does not have.")
+    values = dict(values or {})
+    unknown = sorted(set(values) - set(_LAYER_SETTING_KEYS))
+    if unknown:
+      raise ValueError(f"layer_settings[{name!r}] has unknown keys {unknown}; a layer type sets {_LAYER_SETTING_KEYS}.")
+    frozen = {}
+    if values.get("rope") is not None:
+      rope = values["rope"]
+      if rope != "none":
+        if not isinstance(rope, (Mapping, tuple)):
+          raise ValueError(f"layer_settings[{name!r}]['rope'] must be a dict of RoPE spec fields or 'none' (a layer "
+                           f"without RoPE), got {rope!r}.")
+        rope = dict(rope)
+        fields = {f.name for f in dataclasses.fields(RotaryConfig)}
+        bad = sorted(set(rope) - fields)
+        if bad:
+          raise ValueError(f"layer_settings[{name!r}]['rope'] sets {bad}, which are not RoPE spec fields "
+                           f"({sorted(fields)}).")
+        rope = positional.freeze_scaling({k: (positional.freeze_scaling(v) if isinstance(v, Mapping) else v)
+                                          for k, v in rope.items()})
+      frozen["rope"] = rope
+    if values.get("window") is not None:
+      w = values["window"]
+      if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+        raise ValueError(f"layer_settings[{name!r}]['window']={w!r} must be a positive int (tokens).")
+      frozen["window"] = w
+    if values.get("attn_temperature") is not None:
+      t = dict(values["attn_temperature"])
+      if set(t) != {"scale", "floor"} or not float(t["scale"]) >= 0 or not float(t["floor"]) >= 1:
+        raise ValueError(f"layer_settings[{name!r}]['attn_temperature']={t!r} must be {{'scale': >= 0, 'floor': "
+                         ">= 1}} (Llama 4: {'scale': 0.1, 'floor': 8192}).")
+      frozen["attn_temperature"] = tuple(sorted((k, float(v)) for k, v in t.items()))
+    out.append((name, tuple(sorted(frozen.items()))))
+  return tuple(sorted(out))
 
 
 # Sizes from the paper (reference/roformer-paper-summary.md).
@@ -212,7 +328,8 @@ def _linear(cfg: ModelConfig, din: int, dout: int, axes, *, rngs, std=None):
                     bias_init=partitioned(nnx.initializers.zeros_init(), (axes[1],)))
 
 
-def _layer_norm(cfg: ModelConfig, dim: int, *, rngs):
+def layer_norm(cfg: ModelConfig, dim: int, *, rngs):
+  """The model's LayerNorm over `dim` features (a building block of every family)."""
   # Normalisation statistics stay in float32 whatever the compute dtype.
   return nnx.LayerNorm(dim, epsilon=cfg.layer_norm_eps, dtype=jnp.float32, param_dtype=cfg.param_dtype,
                        scale_init=partitioned(nnx.initializers.ones_init(), ("norm",)),
@@ -237,7 +354,7 @@ class Embedder(nnx.Module):
     self.word = _embed(cfg, cfg.vocab_size, e, ("vocab", "embed"), rngs=rngs)
     self.token_type = _embed(cfg, cfg.type_vocab_size, e, ("types", "embed"), rngs=rngs) if cfg.type_vocab_size else None
     self.position = _embed(cfg, cfg.max_position, e, ("position", "embed"), rngs=rngs) if cfg.position == "learned" else None
-    self.norm = _layer_norm(cfg, e, rngs=rngs) if cfg.norm == "post" else None
+    self.norm = layer_norm(cfg, e, rngs=rngs) if cfg.norm == "post" else None
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
     self.project = _linear(cfg, e, cfg.d_model, ("embed", None), rngs=rngs) if e != cfg.d_model else None
 
@@ -273,26 +390,28 @@ class Block(nnx.Module):
   cross_norm], mlp_in, mlp_out, mlp_norm.
   """
 
-  def __init__(self, cfg: ModelConfig, *, causal: bool, cross: bool, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, *, causal: bool, cross: bool, rngs: nnx.Rngs, layer: int = 0):
     self.cfg, self.causal = cfg, causal
-    mha = dict(head_dim=cfg.head_size, rotary=cfg.rotary, init_std=cfg.init_std, use_bias=cfg.use_bias,
+    mha = dict(head_dim=cfg.head_size, init_std=cfg.init_std, use_bias=cfg.use_bias,
                dtype=cfg.compute_dtype, param_dtype=cfg.param_dtype, rngs=rngs)
+    rotary = cfg.layer_rotary(layer)  # this layer's RoPE (its type's), None for a NoPE layer
     self.attention = MultiHeadAttention(
-        cfg.d_model, cfg.num_heads, kind=cfg.attention, use_rope=cfg.position == "rope",
+        cfg.d_model, cfg.num_heads, kind=cfg.attention, use_rope=rotary is not None, rotary=rotary or cfg.rotary,
         rotary_value=cfg.rotary_value, causal=causal, feature_map=cfg.feature_map,
         num_features=cfg.num_features, dropout_rate=cfg.attention_dropout,
-        implementation=cfg.attention_implementation, **mha)
-    self.attention_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs)
+        implementation=cfg.attention_implementation, window=cfg.layer_window(layer),
+        temperature=cfg.layer_temperature(layer), **mha)
+    self.attention_norm = layer_norm(cfg, cfg.d_model, rngs=rngs)
     if cross:
       self.cross_attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, kind="softmax", use_rope=False,
                                                 dropout_rate=cfg.attention_dropout,
                                                 implementation=cfg.attention_implementation, **mha)
-      self.cross_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs)
+      self.cross_norm = layer_norm(cfg, cfg.d_model, rngs=rngs)
     else:
       self.cross_attention = self.cross_norm = None
     self.mlp_in = _linear(cfg, cfg.d_model, cfg.d_ff, ("embed", "mlp"), rngs=rngs)
     self.mlp_out = _linear(cfg, cfg.d_ff, cfg.d_model, ("mlp", "embed"), rngs=rngs)
-    self.mlp_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs)
+    self.mlp_norm = layer_norm(cfg, cfg.d_model, rngs=rngs)
     self.dropout = nnx.Dropout(cfg.dropout, rngs=rngs)
 
   def _residual(self, x, norm, fn, deterministic):
@@ -331,11 +450,12 @@ class Block(nnx.Module):
     return self._residual(x, self.mlp_norm, self._mlp, True), new
 
 
-def _stack(cfg: ModelConfig, *, causal: bool, cross: bool, rngs: nnx.Rngs) -> nnx.List:
-  return nnx.List([Block(cfg, causal=causal, cross=cross, rngs=rngs) for _ in range(cfg.num_layers)])
+def layer_stack(cfg: ModelConfig, *, causal: bool, cross: bool, rngs: nnx.Rngs) -> nnx.List:
+  """cfg.num_layers `Block`s, layer i with its type's RoPE, window and temperature (`layer_types`)."""
+  return nnx.List([Block(cfg, causal=causal, cross=cross, rngs=rngs, layer=i) for i in range(cfg.num_layers)])
 
 
-def _run_layers(cfg: ModelConfig, layers, x: jax.Array, **kw) -> jax.Array:
+def run_layers(cfg: ModelConfig, layers, x: jax.Array, **kw) -> jax.Array:
   """x through every layer, each under `cfg.remat`'s checkpoint policy (if any).
 
   Under context parallelism each layer's input is constrained to the (batch, length)
@@ -350,7 +470,9 @@ def _run_layers(cfg: ModelConfig, layers, x: jax.Array, **kw) -> jax.Array:
   return context_parallel.shard(x)
 
 
-def _self_attention_mask(cfg: ModelConfig, *, valid, segment_ids, causal: bool, shape, order=None):
+def self_attention_mask(cfg: ModelConfig, *, valid, segment_ids, causal: bool, shape, order=None):
+  """The self-attention mask factors of a [B, T] batch (None for linear attention, which takes
+  kv_valid / segment_ids itself)."""
   if cfg.attention == "linear":
     return None  # linear attention takes kv_valid / segment_ids directly
   b, t = shape
@@ -399,8 +521,8 @@ class RoFormerModel(nnx.Module):
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.config = cfg
     self.embeddings = Embedder(cfg, rngs=rngs)
-    self.layers = _stack(cfg, causal=False, cross=False, rngs=rngs)
-    self.final_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else None
+    self.layers = layer_stack(cfg, causal=False, cross=False, rngs=rngs)
+    self.final_norm = layer_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else None
 
   def encode(self, input_ids, *, attention_mask=None, token_type_ids=None, positions=None,
              segment_ids=None, deterministic: bool = True) -> jax.Array:
@@ -424,8 +546,8 @@ class RoFormerModel(nnx.Module):
     if positions is None:
       positions = _default_positions(cfg, input_ids.shape, attention_mask=valid, segment_ids=segment_ids)
     x = self.embeddings(input_ids, positions=positions, token_type_ids=token_type_ids, deterministic=deterministic)
-    mask = _self_attention_mask(cfg, valid=valid, segment_ids=segment_ids, causal=False, shape=input_ids.shape)
-    x = _run_layers(cfg, self.layers, x, positions=positions, mask=mask, kv_valid=valid, deterministic=deterministic)
+    mask = self_attention_mask(cfg, valid=valid, segment_ids=segment_ids, causal=False, shape=input_ids.shape)
+    x = run_layers(cfg, self.layers, x, positions=positions, mask=mask, kv_valid=valid, deterministic=deterministic)
     return x if self.final_norm is None else self.final_norm(x)
 
   __call__ = encode
@@ -613,8 +735,8 @@ class CausalLM(nnx.Module):
   def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
     self.config = cfg
     self.embeddings = Embedder(cfg, rngs=rngs)
-    self.layers = _stack(cfg, causal=True, cross=False, rngs=rngs)
-    self.final_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else None
+    self.layers = layer_stack(cfg, causal=True, cross=False, rngs=rngs)
+    self.final_norm = layer_norm(cfg, cfg.d_model, rngs=rngs) if cfg.norm == "pre" else None
     self.lm_head = None if cfg.tie_embeddings else nnx.Linear(
         cfg.d_model, cfg.vocab_size, use_bias=False, dtype=cfg.compute_dtype, param_dtype=cfg.param_dtype,
         rngs=rngs, kernel_init=partitioned(nnx.initializers.normal(cfg.init_std), ("embed", "vocab")))
@@ -643,9 +765,9 @@ class CausalLM(nnx.Module):
     order = context_parallel.Order(tokens.shape[1], causal=True)
     tokens, positions, valid, segment_ids = map(order.permute, (tokens, positions, valid, segment_ids))
     x = self.embeddings(tokens, positions=positions, deterministic=deterministic)
-    mask = _self_attention_mask(self.config, valid=valid, segment_ids=segment_ids, causal=True,
+    mask = self_attention_mask(self.config, valid=valid, segment_ids=segment_ids, causal=True,
                                 shape=tokens.shape, order=order)
-    x = _run_layers(self.config, self.layers, x, positions=positions, mask=mask, kv_valid=valid,
+    x = run_layers(self.config, self.layers, x, positions=positions, mask=mask, kv_valid=valid,
                     segment_ids=segment_ids, deterministic=deterministic)
     return self._logits(context_parallel.shard(order.restore(x)))
 
@@ -687,11 +809,11 @@ class TransformerSeq2Seq(nnx.Module):
       raise ValueError("the encoder-decoder ties embeddings and needs embedding_size == d_model.")
     self.config = cfg
     self.embeddings = Embedder(cfg, rngs=rngs)
-    self.encoder = _stack(cfg, causal=False, cross=False, rngs=rngs)
-    self.decoder = _stack(cfg, causal=True, cross=True, rngs=rngs)
+    self.encoder = layer_stack(cfg, causal=False, cross=False, rngs=rngs)
+    self.decoder = layer_stack(cfg, causal=True, cross=True, rngs=rngs)
     pre = cfg.norm == "pre"
-    self.encoder_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if pre else None
-    self.decoder_norm = _layer_norm(cfg, cfg.d_model, rngs=rngs) if pre else None
+    self.encoder_norm = layer_norm(cfg, cfg.d_model, rngs=rngs) if pre else None
+    self.decoder_norm = layer_norm(cfg, cfg.d_model, rngs=rngs) if pre else None
 
   def encode(self, src_ids, *, src_mask=None, segment_ids=None, positions=None,
              deterministic: bool = True) -> jax.Array:
@@ -713,7 +835,7 @@ class TransformerSeq2Seq(nnx.Module):
     x = self.embeddings(src_ids, positions=positions, deterministic=deterministic)
     mask = mask_factors(src_ids.shape[0], src_ids.shape[1], src_ids.shape[1], kv_valid=valid,
                         q_segment_ids=segment_ids)
-    x = _run_layers(self.config, self.encoder, x, positions=positions, mask=mask, deterministic=deterministic)
+    x = run_layers(self.config, self.encoder, x, positions=positions, mask=mask, deterministic=deterministic)
     return x if self.encoder_norm is None else self.encoder_norm(x).astype(self.config.compute_dtype)
 
   def _logits(self, h):
@@ -747,7 +869,7 @@ class TransformerSeq2Seq(nnx.Module):
                         kv_index=slots)
     cross_mask = mask_factors(b, t, s, kv_valid=jnp.asarray(src_mask, bool), q_segment_ids=tgt_segment_ids,
                               kv_segment_ids=src_segment_ids)
-    x = _run_layers(self.config, self.decoder, x, positions=positions, mask=mask, context=encoded,
+    x = run_layers(self.config, self.decoder, x, positions=positions, mask=mask, context=encoded,
                     context_mask=cross_mask, deterministic=deterministic)
     return self._logits(context_parallel.shard(order.restore(x)))
 

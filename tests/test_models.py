@@ -501,7 +501,7 @@ def _remat_loss_and_grads(remat: str, kind: str):
   return compiled(params, rest), compiled.memory_analysis().temp_size_in_bytes
 
 
-# Every model runs its layers through one helper (models._run_layers), so the encoder covers it
+# Every model runs its layers through one helper (models.run_layers), so the encoder covers it
 # with both policies; the causal LM's and the decoder's layers are the encoder's with a causal
 # mask (and cross-attention, which the helper passes through like any other argument).
 @pytest.mark.parametrize("kind, policies", [("mlm", ("full", "dots"))])

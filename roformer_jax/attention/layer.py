@@ -9,6 +9,7 @@ Softmax attention goes to `softmax.dot_product_attention`, or, under context par
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
@@ -58,7 +59,8 @@ class MultiHeadAttention(nnx.Module):
                rotary_value: bool = False, causal: bool = False, feature_map: str = "elu",
                num_features: int = 256, dropout_rate: float = 0.0, use_bias: bool = True,
                init_std: float | None = 0.02, dtype=jnp.float32, param_dtype=jnp.float32,
-               implementation: str = "auto", rngs: nnx.Rngs):
+               implementation: str = "auto", window: int | None = None,
+               temperature: dict[str, float] | None = None, rngs: nnx.Rngs):
     if kind not in ATTENTION_KINDS:
       raise ValueError(f"attention kind={kind!r}; expected one of {ATTENTION_KINDS}.")
     if head_dim is None:
@@ -72,6 +74,15 @@ class MultiHeadAttention(nnx.Module):
     if implementation not in ATTENTION_IMPLEMENTATIONS:
       raise ValueError(f"implementation={implementation!r}; expected one of {ATTENTION_IMPLEMENTATIONS}.")
     self.dropout_rate, self.implementation = dropout_rate, implementation
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+      raise ValueError(f"window={window!r} must be a positive int (tokens) or None.")
+    if window is not None and kind != "softmax":
+      raise ValueError("a window needs softmax attention (linear attention has none).")
+    self.window, self.temperature = window, (None if temperature is None else dict(temperature))
+    if use_rope and self.rotary.learned:  # RoPE-Mixed: this layer's own 2-D frequencies per head
+      if kind != "softmax":
+        raise ValueError("learned RoPE frequencies (frequencies='mixed') need softmax attention.")
+      self.rope_frequencies = nnx.Param(self.rotary.initial_frequencies(rngs.params(), num_heads, head_dim))
     kw = dict(init_std=init_std, use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
     self.query = _dense((d_model,), (num_heads, head_dim), ("embed", "heads", "kv"), bias_axes=("heads", "kv"), **kw)
     self.key = _dense((d_model,), (num_heads, head_dim), ("embed", "heads", "kv"), bias_axes=("heads", "kv"), **kw)
@@ -91,6 +102,10 @@ class MultiHeadAttention(nnx.Module):
       f, h = self.projection[...].shape
       self.projection[...] = favor_projection(key, f, h)
 
+  def _learned(self):
+    """The learned RoPE frequencies [2, N, R/2] (float32), or None for a fixed spec."""
+    return self.rope_frequencies[...] if (self.use_rope and self.rotary.learned) else None
+
   def _projection(self):
     return self.projection[...] if (self.kind == "linear" and self.feature_map == "favor") else None
 
@@ -108,9 +123,19 @@ class MultiHeadAttention(nnx.Module):
     """
     src = x if context is None else context
     q, k, v = self.query(x), self.key(src), self.value(src)
+    if self.temperature is not None and context is None:
+      q = temperature_scale(q, positions, **self.temperature)
     rotate = self.use_rope and context is None
     qp = positions if rotate else None
     kp = (positions if kv_positions is None else kv_positions) if rotate else None
+    if rotate and self.rotary.learned:  # rotated here, with the layer's own frequencies
+      f = self._learned()
+      rc = self.rotary
+      k_cs = rc.cos_sin(kp, self.head_dim, frequencies=f)
+      q, k = rc.rotate(q, rc.cos_sin(qp, self.head_dim, frequencies=f)), rc.rotate(k, k_cs)
+      if self.rotary_value:
+        v = rc.rotate(v, k_cs)
+      qp = kp = None
     if self.kind == "linear":
       if mask is not None:
         raise ValueError("linear attention has no dense [T, S] mask (that would cost O(T * S)); pass "
@@ -126,7 +151,9 @@ class MultiHeadAttention(nnx.Module):
         if self.causal and context is None and (mask is None or not getattr(mask, "causal", False)):
           raise ValueError("causal attention under context parallelism needs MaskFactors with the causal "
                            "slot indices (the models pass them).")
-        q, k, v = rotate_qkv(q, k, v, qp, kp, self.rotary, self.rotary_value and rotate)
+        q, k, v = rotate_qkv(q, k, v, qp, kp, self.rotary, self.rotary_value and qp is not None)
+        if self.window is not None and context is None:  # the window travels in the factors' global slots
+          mask = dataclasses.replace(mask, window=self.window)
         kernel = functools.partial(dot_product_attention, scale=1.0 / math.sqrt(q.shape[-1]),
                                    implementation=self.implementation,
                                    dropout_rate=self.dropout_rate if use_dropout else 0.0)
@@ -134,11 +161,12 @@ class MultiHeadAttention(nnx.Module):
                                        dropout_rng=self.rngs.dropout() if use_dropout else None)
         return self.out(y)
       y = dot_product_attention(q, k, v, mask=mask, q_positions=qp, k_positions=kp,
-                                rotary=self.rotary, rotary_value=self.rotary_value and rotate,
+                                rotary=self.rotary, rotary_value=self.rotary_value and qp is not None,
                                 dropout_rate=self.dropout_rate if use_dropout else 0.0,
                                 dropout_rng=self.rngs.dropout() if use_dropout else None,
                                 is_causal=self.causal and context is None,
-                                implementation=self.implementation)
+                                implementation=self.implementation,
+                                window=self.window if context is None else None)
     return self.out(y)
 
   # ---- incremental decoding -----------------------------------------------------------
@@ -148,7 +176,10 @@ class MultiHeadAttention(nnx.Module):
     if self.kind == "linear":
       f = self.head_dim if self.feature_map == "elu" else self._projection().shape[0]
       return init_linear_state(batch, self.num_heads, f, self.head_dim)._asdict()
-    shape = (batch, max_len, self.num_heads, self.head_dim)
+    # A window layer keeps only its last W keys and values: a ring buffer of min(W, max_len)
+    # slots, so its decode memory is O(W), not O(max_len) (`_decode_window`).
+    slots = max_len if self.window is None else min(self.window, max_len)
+    shape = (batch, slots, self.num_heads, self.head_dim)
     return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
 
   def decode(self, x, cache: dict, *, positions, index, kv_valid) -> tuple[jax.Array, dict]:
@@ -174,6 +205,8 @@ class MultiHeadAttention(nnx.Module):
       (y [B, L, D], updated cache).
     """
     q, k, v = self.query(x), self.key(x), self.value(x)
+    if self.temperature is not None:
+      q = temperature_scale(q, positions, **self.temperature)
     rc = self.rotary
     if self.kind == "linear":
       state = LinearAttentionState(**cache)
@@ -184,11 +217,13 @@ class MultiHeadAttention(nnx.Module):
                                   initial_state=state, return_state=True, **kw)
       return self.out(y), state._asdict()
     if self.use_rope:
-      cs = rc.cos_sin(positions, self.head_dim)
+      cs = rc.cos_sin(positions, self.head_dim, frequencies=self._learned())
       k_cs = rc.cos_sin(positions, self.head_dim, key=True) if rc.needs_key_table else cs
       q, k = rc.rotate(q, cs), rc.rotate(k, k_cs)
       if self.rotary_value:
         v = rc.rotate(v, k_cs)
+    if self.window is not None:
+      return self._decode_window(q, k, v, cache, index=index, kv_valid=kv_valid)
     ck = jax.lax.dynamic_update_slice_in_dim(cache["k"], k.astype(cache["k"].dtype), index, axis=1)
     cv = jax.lax.dynamic_update_slice_in_dim(cache["v"], v.astype(cache["v"].dtype), index, axis=1)
     s = ck.shape[1]
@@ -197,6 +232,52 @@ class MultiHeadAttention(nnx.Module):
                                kv_index=jnp.arange(s, dtype=jnp.int32))
     y = dot_product_attention(q, ck.astype(q.dtype), cv.astype(q.dtype), mask=mask)
     return self.out(y), {"k": ck, "v": cv}
+
+  def _decode_window(self, q, k, v, cache, *, index, kv_valid):
+    """Decode step of a window layer over its ring buffer of R = min(W, max_len) slots.
+
+    Ring slot r holds the key of absolute slot a = the latest a < index with a % R == r (none
+    if that is negative). The L new queries attend to the ring and to the L new keys, under
+    the causal window test on absolute slots (and `kv_valid` for padding); then the last
+    min(L, R) new keys overwrite their ring slots. A prefill longer than W attends within
+    itself, so one step of any length is exact; memory stays O(W + L).
+    """
+    ring, length = cache["k"].shape[1], q.shape[1]
+    r = jnp.arange(ring, dtype=jnp.int32)
+    ring_abs = (index - 1) - jnp.mod(index - 1 - r, ring)  # [R]; < 0: never written
+    new_abs = index + jnp.arange(length, dtype=jnp.int32)
+    ring_ok = (ring_abs >= 0)[None, :] & jnp.take(kv_valid, jnp.maximum(ring_abs, 0), axis=1)
+    new_ok = jax.lax.dynamic_slice_in_dim(kv_valid, index, length, axis=1)
+    mask = make_attention_mask(kv_valid=jnp.concatenate([ring_ok, new_ok], axis=1), causal=True, q_index=new_abs,
+                               kv_index=jnp.concatenate([ring_abs, new_abs]), window=self.window)
+    keys = jnp.concatenate([cache["k"].astype(q.dtype), k.astype(q.dtype)], axis=1)
+    values = jnp.concatenate([cache["v"].astype(q.dtype), v.astype(q.dtype)], axis=1)
+    y = dot_product_attention(q, keys, values, mask=mask)
+    keep = min(length, ring)  # static: only the last `ring` new keys can stay
+    slots = jnp.mod(new_abs[length - keep:], ring)
+    ck = cache["k"].at[:, slots].set(k[:, length - keep:].astype(cache["k"].dtype))
+    cv = cache["v"].at[:, slots].set(v[:, length - keep:].astype(cache["v"].dtype))
+    return self.out(y), {"k": ck, "v": cv}
+
+
+def temperature_scale(q: jax.Array, positions, *, scale: float, floor: float) -> jax.Array:
+  """Llama 4's attention temperature on q (its NoPE layers; arXiv 2501.19399):
+  q * (1 + scale * log(1 + floor((position + 1) / floor))).
+
+  The bucket is computed on the int32 positions, so it is exact at any length (MaxText casts
+  positions to the model dtype first: in bf16 a position near a multiple of 8192 can round into
+  the next bucket). Packed and left-padded rows use each token's own position (transformers
+  uses arange over the sequence instead).
+
+  Args:
+    q: [B, T, N, H]. positions: int[B, T] (or [B, T, A]: the first axis is used).
+  """
+  pos = jnp.asarray(positions)
+  if pos.ndim == q.ndim - 1:
+    pos = pos[..., 0]
+  bucket = jnp.floor_divide(pos.astype(jnp.int32) + 1, jnp.int32(int(floor))).astype(jnp.float32)
+  factor = 1.0 + float(scale) * jnp.log1p(bucket)
+  return (q.astype(jnp.float32) * factor[..., None, None]).astype(q.dtype)
 
 
 def cross_kv(attn: MultiHeadAttention, context: jax.Array) -> dict[str, jax.Array]:
@@ -210,4 +291,4 @@ def cross_attend(attn: MultiHeadAttention, x, kv: dict, *, mask=None) -> jax.Arr
   return attn.out(y)
 
 
-__all__ = ["ATTENTION_KINDS", "FeatureProjection", "MultiHeadAttention", "cross_attend", "cross_kv"]
+__all__ = ["ATTENTION_KINDS", "FeatureProjection", "MultiHeadAttention", "cross_attend", "cross_kv", "temperature_scale"]

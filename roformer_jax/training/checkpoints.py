@@ -558,7 +558,8 @@ ENCODER = "roformer"  # the shared encoder's attribute in RoFormerForMaskedLM / 
 # fields may differ, every other field must match.
 _ROPE_FIELDS = tuple(config_key(f) for f in RotaryConfig.RETUNABLE)
 _FREE_FIELDS = {"dropout", "attention_dropout", "dtype", "param_dtype", "max_position", "attention_implementation",
-               "remat", *MODEL_CONFIG_KEYS.values(), EXTRA_KEY}
+               "remat", *MODEL_CONFIG_KEYS.values(), EXTRA_KEY,
+               "layer_types", "layer_settings"}  # compared layer by layer (`_layer_changes`)
 
 
 def _rope_changes(pretrained, cfg, fields) -> dict[str, tuple[Any, Any]]:
@@ -677,16 +678,39 @@ def _pretrained(source: str, cfg, prefix: tuple[str, ...], task: str | None = No
   return params, f"checkpoint {step_dir}", pretrained_cfg
 
 
+def _layer_changes(pretrained, cfg, fixed) -> dict[str, tuple[Any, Any]]:
+  """{"layer i <what>": (pre-trained, new)} for what a layer computes differently: its window,
+  its q temperature, RoPE or none, and its RoPE spec's `fixed` fields (per-layer theta and
+  scaling are RETUNABLE like the model's)."""
+  differ = {}
+  if pretrained.num_layers != cfg.num_layers:
+    return differ  # reported as num_layers
+  for i in range(cfg.num_layers):
+    for what, get in (("window", "layer_window"), ("attn_temperature", "layer_temperature")):
+      a, b = getattr(pretrained, get)(i), getattr(cfg, get)(i)
+      if a != b:
+        differ[f"layer {i} {what}"] = (a, b)
+    a, b = pretrained.layer_rotary(i), cfg.layer_rotary(i)
+    if (a is None) != (b is None):
+      differ[f"layer {i} rope"] = ("none" if a is None else "rope", "none" if b is None else "rope")
+    elif a is not None:
+      differ.update({f"layer {i} rope.{f}": (getattr(a, f), getattr(b, f)) for f in fixed
+                     if getattr(a, f) != getattr(b, f)})
+  return differ
+
+
 def _check_same_architecture(pretrained, cfg, source: str) -> None:
   differ = {f: (getattr(pretrained, f), getattr(cfg, f)) for f in pretrained.__dataclass_fields__
             if f not in _FREE_FIELDS and getattr(pretrained, f) != getattr(cfg, f)}
   fixed = [f.name for f in dataclasses.fields(cfg.rotary) if f.name not in RotaryConfig.RETUNABLE]
   differ.update(_rope_changes(pretrained, cfg, fixed))
+  differ.update(_layer_changes(pretrained, cfg, fixed))
   if differ:
     shown = ", ".join(f"{k}: pre-trained {a!r} vs config {b!r}" for k, (a, b) in sorted(differ.items()))
     raise InitFromError(f"init_from={source!r} was trained with a different model: {shown}. Set config.model "
                         "to the pre-training model's values (only dropout, dtypes, max_position, the attention "
-                        "implementation, remat, rope_theta and rope_scaling may differ).")
+                        "implementation, remat, and rope_theta / rope_scaling, the model's or a layer type's, may "
+                        "differ).")
 
 
 def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
