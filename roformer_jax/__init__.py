@@ -5,7 +5,9 @@ The model library (needs jax, numpy, flax; `hf` adds safetensors):
   positional  the position-encoding enum (rope | sinusoidal | learned | none) and the RoPE spec
   attention   softmax attention with RoPE (dense or chunked), linear attention (eq. 19), MultiHeadAttention
               (a package: masks, softmax, chunked, linear, sharded, layer)
-  models      ModelConfig; RoFormer encoder and heads, Transformer-base seq2seq, causal LM
+  models      ModelConfig (per-layer RoPE / NoPE / windows); RoFormer encoder and heads, Transformer-base
+              seq2seq, causal LM
+  vit         a Vision Transformer with 2-D RoPE (RoPE-Axial, RoPE-Mixed, Qwen-VL 2-D)
   decoding    greedy / sampling / beam search over the models' decode caches
   hf          HuggingFace RoFormer checkpoints in and out (safetensors, no torch)
   losses, mesh, partitioning, context_parallel, errors   the losses, the device mesh and its
@@ -19,7 +21,7 @@ Sub-packages that match the extras:
 
 import importlib
 
-__all__ = ["attention", "decoding", "hf", "models", "positional", "rope"]
+__all__ = ["attention", "decoding", "hf", "models", "positional", "rope", "vit"]
 __version__ = "0.1.0"
 
 # Every submodule loads on first use (PEP 562), so `import roformer_jax.rope` costs jax and

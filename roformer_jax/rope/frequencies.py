@@ -421,8 +421,11 @@ SECTION_LAYOUTS = ("chunked", "interleaved", "videorope")
 #               2-D RoPE: Qwen-VL vision, Llama 4 vision, RoPE-Axial, Gemma 4 vision, RET axial).
 #   "split":    the full spectrum theta ** (-2p / R) dealt round-robin to the A axes: axis a
 #               takes entries a, a + A, ... (Pixtral: H even, W odd).
+#   "mixed":    learned: each attention layer owns dense 2-D frequencies per head [2, N, R / 2],
+#               initialised by `mixed_frequencies` (RoPE-Mixed, Heo et al. 2024); the spec
+#               says so and the layer holds the parameter (`cos_sin(..., frequencies=F)`).
 #   a tuple of R / 2 numbers: those frequencies (radians per position), verbatim.
-FREQUENCY_KINDS = ("shared", "per_axis", "split")
+FREQUENCY_KINDS = ("shared", "per_axis", "split", "mixed")
 
 
 def check_sections(sections: Any, num_pairs: int, *, layout: str = "chunked") -> tuple[int, ...]:
@@ -490,6 +493,9 @@ def pair_frequencies(dim: int, theta: float, *, sections: Any = None, kind: Any 
   sec = check_sections(sections, k)
   if kind == "per_axis":
     return np.concatenate([default_inv_freq(2 * s, theta) if s else np.zeros(0) for s in sec])
+  if kind == "mixed":
+    raise ValueError("frequencies='mixed' are learned: the attention layer holds them as a parameter; pass them to "
+                     "rotary_cos_sin(frequencies=F) (F [2, N, R / 2], rope.mixed_frequencies for the initial values).")
   if kind == "split":
     a = len(sec)
     if len(set(sec)) != 1:

@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, SECTION_LAYOUTS, check_scaling,
-                                           frequencies_change, is_length_dependent, pair_axes,
+                                           frequencies_change, is_length_dependent, mixed_frequencies, pair_axes,
                                            pair_frequencies, row_lengths)
 from roformer_jax.rope.rotation import apply_rotary, rotary_cos_sin, rotate, xpos_amplitude
 
@@ -106,6 +107,9 @@ class RotaryConfig:
       raise ValueError(f"rope layout={self.layout!r}; expected one of {LAYOUTS}.")
     if self.section_layout not in SECTION_LAYOUTS:
       raise ValueError(f"rope section_layout={self.section_layout!r}; expected one of {SECTION_LAYOUTS}.")
+    if self.frequencies == "mixed" and (self.sections is None or len(self.sections) != 2):
+      raise ValueError("rope frequencies='mixed' (learned 2-D, RoPE-Mixed) rotate by two position axes (x, y): set "
+                       "sections=(R/4, R/4), e.g. (8, 8) for a head dim of 32.")
     if self.frequencies in ("per_axis", "split") and self.sections is None:
       raise ValueError(f"rope frequencies={self.frequencies!r} gives each position axis its own spectrum and "
                        "needs sections (pairs per axis), e.g. sections=(8, 8) for a 2-D grid of head dim 32.")
@@ -127,7 +131,7 @@ class RotaryConfig:
     """The sections, frequencies and blocks against R = rd (ValueErrors name the mismatch)."""
     if self.sections is not None:
       pair_axes(self.sections, rd // 2, layout=self.section_layout)
-    if not isinstance(self.frequencies, str) or self.frequencies != "shared":
+    if not isinstance(self.frequencies, str) or self.frequencies not in ("shared", "mixed"):
       pair_frequencies(rd, self.theta, sections=self.sections, kind=self.frequencies)
     if (rd // 2) % self.blocks:
       raise ValueError(f"rope blocks={self.blocks} must divide the {rd // 2} rotated pairs of R = {rd}.")
@@ -211,17 +215,36 @@ class RotaryConfig:
   def _frequencies(self):
     return self.frequencies if isinstance(self.frequencies, str) else np.asarray(self.frequencies, np.float64)
 
-  def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len=None, key: bool = False):
+  @property
+  def learned(self) -> bool:
+    """True when the frequencies are a layer's parameter (frequencies='mixed')."""
+    return self.frequencies == "mixed"
+
+  def initial_frequencies(self, key: jax.Array, num_heads: int, head_dim: int):
+    """For a learned spec: the layer's initial frequencies float32[2, N, R/2], RoPE-Mixed's
+    (`rope.mixed_frequencies` with theta, one uniform angle per head)."""
+    rd = head_dim if self.rotary_dim is None else self.rotary_dim
+    angles = np.asarray(jax.random.uniform(key, (num_heads,), maxval=2 * np.pi), np.float64)
+    return jnp.asarray(mixed_frequencies(angles, rd, self.theta), jnp.float32)
+
+  def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len=None, key: bool = False, frequencies=None):
     """cos/sin float32[..., T, R/2] for `rotate`: compute once per layer.
 
     seq_len: for the length-dependent scalings, a static int or per-row lengths int[...];
     None = each row's largest position + 1 (`rope.rotary_cos_sin`).
     key: with xPos, the keys' (inverse) amplitudes; q and k then need a table each
     (`needs_key_table`). Without xPos the table is the same for both.
+    frequencies: a learned spec's frequencies [2, N, R/2] (the layer's parameter); the
+    tables are then per head, [..., T, N, R/2].
     """
     rd = head_dim if self.rotary_dim is None else self.rotary_dim
     if rd > head_dim:
       raise ValueError(f"rotary_dim={rd} exceeds the head dim {head_dim}.")
+    if self.learned:
+      if frequencies is None:
+        raise ValueError("a spec with frequencies='mixed' rotates with the layer's learned frequencies: pass "
+                         "frequencies=F [2, N, R/2].")
+      return rotary_cos_sin(positions, rd, self.theta, exact=False, frequencies=frequencies)
     cos, sin = rotary_cos_sin(positions, rd, self.theta, scaling=self.scaling_dict, seq_len=seq_len,
                               exact=self.exact, sections=self.sections, section_layout=self.section_layout,
                               frequencies=self._frequencies())
@@ -240,9 +263,13 @@ class RotaryConfig:
     cos, sin = cos_sin
     return rotate(x, cos, sin, layout=self.layout, blocks=self.blocks)
 
-  def apply(self, x: jax.Array, positions: jax.Array, *, seq_len=None, key: bool = False) -> jax.Array:
+  def apply(self, x: jax.Array, positions: jax.Array, *, seq_len=None, key: bool = False,
+            frequencies=None) -> jax.Array:
     """Rotates x [..., T, N, H] at positions [..., T] (or [..., T, A] with sections) with these
-    settings; key=True for keys under xPos (their inverse amplitudes)."""
+    settings; key=True for keys under xPos (their inverse amplitudes); frequencies: a learned
+    spec's [2, N, R/2]."""
+    if self.learned:
+      return self.rotate(x, self.cos_sin(positions, x.shape[-1], frequencies=frequencies))
     xpos = None if self.xpos_scale_base is None else {"scale_base": self.xpos_scale_base,
                                                       "center": self.xpos_center, "key": key}
     return apply_rotary(x, positions, self.theta, layout=self.layout, rotary_dim=self.rotary_dim,

@@ -1,0 +1,87 @@
+"""The ViT with 2-D RoPE (issue 26 item 3, the model): each position encoding's spec, any
+resolution, the learned table's interpolation, RoPE-Mixed's trained frequencies (outside weight
+decay), and what position information each variant gives."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from roformer_jax import rope, vit
+from roformer_jax.models import ModelConfig
+from roformer_jax.training import optim
+
+MODEL = ModelConfig(vocab_size=1, d_model=32, num_layers=2, num_heads=2, d_ff=64, dropout=0.0, attention_dropout=0.0,
+                    type_vocab_size=0, init_std=0.2)
+IMAGES = jax.random.normal(jax.random.key(0), (2, 16, 16, 3))
+
+
+def build(position, **kw):
+  return vit.VisionTransformer(MODEL, vit.ViTConfig(image_size=16, patch_size=4, position=position, **kw),
+                               rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("position,spec", [
+    ("rope_axial", rope.RotaryConfig(theta=100.0, sections=(4, 4), frequencies="per_axis")),
+    ("rope_2d", rope.RotaryConfig(theta=1e4, layout="half", sections=(4, 4), frequencies="per_axis")),
+    ("rope_mixed", rope.RotaryConfig(theta=10.0, sections=(4, 4), frequencies="mixed")),
+])
+def test_each_rope_variant_is_its_papers_spec(position, spec):
+  model = build(position)
+  assert all(layer.attention.rotary == spec for layer in model.layers)
+  pos = np.asarray(model.positions(2, 3))
+  first = [0, 0] if position == "rope_2d" else [0, 0]
+  assert pos[0].tolist() == first  # CLS at (0, 0): not rotated
+  assert pos[1:].tolist() == rope.grid_positions(2, 3, axes="hw" if position == "rope_2d" else "wh").tolist()
+
+
+@pytest.mark.parametrize("position", vit.POSITIONS_2D)
+def test_every_variant_runs_at_the_training_and_higher_resolutions(position):
+  model = build(position)
+  for size in (16, 24, 32):
+    logits = model(jax.random.normal(jax.random.key(size), (2, size, size, 3)))
+    assert logits.shape == (2, 4) and bool(jnp.isfinite(logits).all())
+
+
+def test_learned_table_is_used_as_is_at_the_training_grid_and_resized_elsewhere():
+  model = build("learned")
+  table = model.position_table[...]
+  resized = jax.image.resize(table, (4, 4, 32), "bicubic")
+  np.testing.assert_allclose(resized, table, atol=1e-6)  # same grid: the table itself
+  bigger = jax.image.resize(table, (6, 6, 32), "bicubic")
+  assert bigger.shape == (6, 6, 32)
+
+
+def test_patch_order_matters_with_positions_and_not_without():
+  """Permuting the patches leaves a position-free ViT's CLS output unchanged; every encoding
+  with positions notices."""
+  gh = 4
+  perm = np.random.default_rng(0).permutation(gh * gh)
+  patches = IMAGES.reshape(2, gh, 4, gh, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, gh * gh, 4, 4, 3)
+  shuffled = patches[:, perm].reshape(2, gh, gh, 4, 4, 3).transpose(0, 1, 3, 2, 4, 5).reshape(IMAGES.shape)
+  for position in vit.POSITIONS_2D:
+    model = build(position)
+    same = np.allclose(model(IMAGES), model(shuffled), atol=1e-5)
+    assert same == (position == "none"), position
+
+
+def test_rope_mixed_frequencies_train_and_stay_out_of_weight_decay():
+  model = build("rope_mixed")
+  f0 = model.layers[0].attention.rope_frequencies[...]
+  assert f0.shape == (2, 2, 8)  # [x/y, heads, pairs of the 16-wide head]
+  grads = nnx.grad(lambda m: jnp.sum(m(IMAGES) ** 2))(model)
+  assert float(jnp.abs(grads.layers[0].attention.rope_frequencies[...]).sum()) > 0
+  mask = optim.decay_mask(nnx.state(model, nnx.Param))
+  decayed = {jax.tree_util.keystr(path) for path, on in jax.tree_util.tree_leaves_with_path(mask) if on}
+  assert not any(name in k for k in decayed for name in ("rope_frequencies", "cls_token", "position_table"))
+  assert any("kernel" in k for k in decayed) and len(decayed) > 4
+
+
+def test_bad_images_and_configs_are_refused():
+  with pytest.raises(ValueError, match="multiples of patch_size=4"):
+    build("rope_axial")(jnp.zeros((1, 18, 16, 3)))
+  with pytest.raises(ValueError, match="vit position='rope'"):
+    vit.ViTConfig(position="rope")
+  with pytest.raises(ValueError, match="multiple of patch_size"):
+    vit.ViTConfig(image_size=30, patch_size=4)
