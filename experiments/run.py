@@ -5,10 +5,11 @@
   python experiments/run.py e4            # train at L=128, evaluate to 8L; RoPE + PI/NTK/YaRN (C7)
   python experiments/run.py e5            # En->De translation on gettext catalogues, RoPE vs sinusoidal (C4)
   python experiments/run.py e6            # context extension: L=128 -> 4L, 8L; PI/YaRN/ABF fine-tunes vs scratch
+  python experiments/run.py e8            # train at L=128, evaluate to 16L: RoPE, xPos+window, p-RoPE, NoPE-hybrid, local/global, NoPE
   python experiments/run.py e2 --steps 200 --seeds 0   # a quick look
   python experiments/run.py e2 --smoke    # seconds: the first arm's code path, 2 steps, one seed
 
-Every arm of e2-e4 is configs/default.py (a 4-layer, d=128 byte model on the offline stdlib
+Every arm of e2-e4 and e8 is configs/default.py (a 4-layer, d=128 byte model on the offline stdlib
 corpus) and every arm of e5 is configs/gettext_translate.py (a 3+3-layer, d=256 Transformer),
 with the overrides below; only the position encoding (or attention kind) differs between
 arms, and each arm runs with the same seeds.
@@ -84,6 +85,26 @@ EXPERIMENTS = {
             "rope + NTK (dynamic x4)": {"rope_type": "dynamic", "factor": 4.0, "max_position_embeddings": 128},
             "rope + YaRN (x4)": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128},
         },
+    },
+    "e8": {
+        "title": "E8: length extrapolation of RoPE variants, train at L=128, evaluate up to 16L",
+        "overrides": {"model.max_position": 2048},
+        "arms": {
+            "rope": {"model.position": "rope"},
+            # LEX (Sun et al. 2022): xPos with blockwise causal attention; the block is a window of L
+            "xpos + window L": {"model.rope": {"xpos_scale_base": 512.0}, "model.layer_types": ("w",),
+                                "model.layer_settings": {"w": {"window": 128}}},
+            "p-rope 0.75": {"model.rope_scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.75},
+                            "model.rope_layout": "half"},
+            "nope-hybrid (1 layer in 4)": {"model.layer_types": ("r", "r", "r", "n"),
+                                           "model.layer_settings": {"n": {"rope": "none"}}},
+            # Gemma's local/global with the 4-layer model: 3:1 (a 5:1 pattern would leave no global layer)
+            "local-global 3:1 (W=L/2, theta 1e4 / 1e6)": {
+                "model.layer_types": ("l", "l", "l", "g"),
+                "model.layer_settings": {"l": {"window": 64, "rope": {"theta": 1e4}}, "g": {"rope": {"theta": 1e6}}}},
+            "nope": {"model.position": "none"},
+        },
+        "length_factors": (1, 2, 4, 8, 16),
     },
     "e5": {
         "title": "E5 (C4): En->De on the gettext catalogues, 3+3 layers d=256",
@@ -177,7 +198,7 @@ def plot(name: str, out: dict, directory: str) -> str:
   if name == "e5":
     return _plot_translation(name, out, plt, colors, directory)
   fig, ax = plt.subplots(figsize=(6.5, 4))
-  if name == "e4":
+  if name in ("e4", "e8"):
     for i, (arm, entries) in enumerate(out["arms"].items()):
       lengths = [r["length"] for r in entries[0]["length_curve"]]
       losses = np.array([[r["loss"] for r in e["length_curve"]] for e in entries])

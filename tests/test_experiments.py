@@ -6,6 +6,7 @@ import pathlib
 import sys
 
 from experiments import run as runner
+from roformer_jax import models
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -45,7 +46,9 @@ def test_smoke_arms_are_the_smoke_variants_of_their_configs():
       config = runner.make_config(exp, arm, 0, None, smoke=True)
       assert config.total_steps == 2 and config.model.d_model == 32, name
       assert config.eval.max_batches == 2 and len(config.eval.length_factors) <= 2
-      assert all(config.model[k.split(".")[1]] == v for k, v in arm.items())
+      plain = lambda x: x.to_dict() if hasattr(x, "to_dict") else x  # dict values come back as ConfigDicts
+      assert all(plain(config.model[k.split(".")[1]]) == v for k, v in arm.items())
+      models.ModelConfig.from_dict(config.model.to_dict())  # every arm's model builds its config (e8's layers)
 
 
 def test_e6_merges_results_per_seed_and_per_target():
