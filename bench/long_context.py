@@ -1,7 +1,7 @@
 """B8: long sequences. Dense, chunked (exact, O(N) memory) and linear attention to 64K, and the default model's train step.
 
 Run (from the repository root):
-  .venv/bin/python bench/long_context.py                        # about 7 min on 2 CPU cores
+  .venv/bin/python bench/long_context.py                        # 18-24 min on 2 busy CPU cores (8 idle, before the window rows)
   .venv/bin/python bench/long_context.py --max-time-len 65536   # also time chunked at 32K, 64K (~13 min more)
   .venv/bin/python bench/long_context.py --record               # also save the figures for bench/report.py
   .venv/bin/python bench/long_context.py --smoke                # seconds: tiny shapes; writes nothing
