@@ -11,6 +11,11 @@ gettext_translate/<lang>   translation      built here on first use from the sys
                                             catalogues (offline; any language code, e.g. de)
 glue/{mrpc,sst2,qnli,      classification   TFDS (Sec. 4.3); stsb is a regression,
 stsb,qqp,mnli}                              mnli validates on validation_matched
+shapes2d                   image            built here on first use (offline): scene
+                                            parameters, rendered at any resolution
+                                            (``shapes.py``; issue 26)
+cifar10                    image            TFDS; 32 x 32 pixels, 10 classes
+imagenet2012               image            TFDS from the user-supplied ILSVRC2012 tars
 =========================  ===============  ==========================================
 
 BookCorpus, the other half of BERT's pre-training data (Sec. 4.2), is not in TFDS (its
@@ -29,15 +34,15 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import tensorflow_datasets as tfds
 
-from roformer_jax.training.data import corpus, enwik8, gettext_catalogs
+from roformer_jax.training.data import corpus, enwik8, gettext_catalogs, shapes
 
-KINDS = ("text", "translation", "classification")
+KINDS = ("text", "translation", "classification", "image")
 NOT_IN_TFDS = {
     "bookcorpus": "BookCorpus is not in TFDS (its redistribution was withdrawn); pre-train MLM on "
                   "'wikipedia' alone, or add your own TFDS builder for a local copy.",
@@ -55,16 +60,32 @@ class DatasetSpec:
   Attributes:
     name: registry key (what ``data.dataset`` names).
     tfds_name: TFDS ``name/config``.
-    kind: "text" (one document per record), "translation" (source/target pair) or
-      "classification" (one or two sentences and a label).
-    fields: text fields: (text,) | (source, target) | (sentence,) or (sentence1, sentence2).
-    label: label field (classification only).
+    kind: "text" (one document per record), "translation" (source/target pair),
+      "classification" (one or two sentences and a label) or "image" (an image, or the
+      parameters of a scene to render, and a label).
+    fields: text fields: (text,) | (source, target) | (sentence,) or (sentence1, sentence2);
+      image: (image,), the uint8 [H, W, C] pixels, or the scene fields that ``render`` reads.
+    label: label field (classification and image).
     num_classes: number of labels; 1 means regression (float32 label).
     splits: our split names -> TFDS split names.
     builder_module: module to import so that TFDS knows the builder.
     add_bos_eos: wrap each document in BOS ... EOS when packing (False for a byte stream cut
       into chunks, such as enwik8, whose chunks are not documents).
-    manual: needs a manually downloaded file (enwik8.zip).
+    manual: needs manually downloaded files (enwik8.zip; the ImageNet tars), which
+      ``manual_files`` names and ``manual_instructions`` says where to get.
+    manual_files: what the ``--manual_dir`` of the prepare command must hold.
+    manual_instructions: where to get them, for the not-prepared message.
+    prepare_needs: what preparing needs besides network, for the not-prepared message.
+    build: a dataset built here, offline, on first use: ``build(data_dir)`` builds it unless it
+      is there already and returns its TFDS builder (read with ``as_data_source``).
+    render: image only: ``render(record, resolution, channels)`` -> float32[R, R, channels] in
+      [0, 1] draws a record that holds a scene (shapes2d); None: ``fields[0]`` holds pixels,
+      which the pipeline resizes and crops (and, when training, augments).
+    pixel_mean, pixel_std: image only: per-channel (RGB) statistics of the [0, 1] pixels; the
+      pipeline feeds (x - mean) / std.
+    min_image_size: image only: the smallest ``data.image_size`` it can give (shapes2d: 8).
+    eval_crop: image only: evaluation resizes the shorter side to R / eval_crop and takes the
+      central R x R (ImageNet's 0.875; 1.0 = the whole shorter side).
   """
 
   name: str
@@ -78,6 +99,15 @@ class DatasetSpec:
   builder_module: str | None = None
   add_bos_eos: bool = True
   manual: bool = False
+  manual_files: str = ""
+  manual_instructions: str = ""
+  prepare_needs: str = ""
+  build: Callable[[Path], Any] | None = None
+  render: Callable[..., Any] | None = None
+  pixel_mean: tuple[float, ...] = ()
+  pixel_std: tuple[float, ...] = ()
+  min_image_size: int = 1
+  eval_crop: float = 1.0
 
   def tfds_split(self, split: str) -> str:
     return self.splits.get(split, split)
@@ -89,7 +119,17 @@ def _glue(task: str, fields: tuple[str, ...], num_classes: int, **kwargs) -> Dat
                      builder_module="tensorflow_datasets.text.glue", **kwargs)
 
 
+def _image(name: str, tfds_name: str, num_classes: int, **kwargs) -> DatasetSpec:
+  return DatasetSpec(name=name, tfds_name=tfds_name, kind="image", label="label", num_classes=num_classes,
+                     **{"fields": ("image",), **kwargs})
+
+
 _MNLI_SPLITS = {"train": "train", "validation": "validation_matched", "test": "test_matched"}
+_IMAGENET_FILES = "ILSVRC2012_img_train.tar and ILSVRC2012_img_val.tar"
+_IMAGENET_INSTRUCTIONS = (
+    f"download {_IMAGENET_FILES} from https://image-net.org (an account is needed) and place them, "
+    "unextracted, in the manual directory; preparing also needs `pip install tensorflow` (TFDS's "
+    "imagenet2012 builder reads the tars with it; reading the prepared set does not)")
 _WIKIPEDIA = "wikipedia/20230601.en"  # the newest English dump in TFDS 4.9.
 
 REGISTRY: dict[str, DatasetSpec] = {s.name: s for s in [
@@ -97,10 +137,11 @@ REGISTRY: dict[str, DatasetSpec] = {s.name: s for s in [
                 splits={"train": "train", "validation": "validation", "test": "validation"}),
     DatasetSpec(name=enwik8.NAME, tfds_name=f"{enwik8.NAME}/{enwik8.STANDARD.name}", kind="text",
                 fields=("text",), builder_module="roformer_jax.training.data.enwik8", add_bos_eos=False,
-                manual=True),
+                manual=True, manual_files=enwik8.ZIP_NAME, manual_instructions=enwik8.MANUAL_INSTRUCTIONS),
     DatasetSpec(name="wikipedia", tfds_name=_WIKIPEDIA, kind="text", fields=("text",),
                 splits={"train": "train[:99%]", "validation": "train[99%:]", "test": "train[99%:]"},
-                builder_module="tensorflow_datasets.text.wikipedia"),
+                builder_module="tensorflow_datasets.text.wikipedia",
+                prepare_needs="`pip install apache-beam mwparserfromhell mwxml` (a Beam build; hours)"),
     DatasetSpec(name="wmt14_translate/de-en", tfds_name="wmt14_translate/de-en", kind="translation",
                 fields=("en", "de"), builder_module="tensorflow_datasets.translate.wmt14"),
     _glue("mrpc", ("sentence1", "sentence2"), 2),
@@ -109,6 +150,22 @@ REGISTRY: dict[str, DatasetSpec] = {s.name: s for s in [
     _glue("stsb", ("sentence1", "sentence2"), 1),
     _glue("qqp", ("question1", "question2"), 2),
     _glue("mnli", ("premise", "hypothesis"), 3, splits=_MNLI_SPLITS),
+    _image(shapes.NAME, f"{shapes.NAME}/{shapes.DEFAULT.name}", shapes.NUM_CLASSES, fields=shapes.SCENE_FIELDS,
+           build=shapes.build_shapes2d, render=shapes.render, pixel_mean=shapes.PIXEL_MEAN,
+           pixel_std=shapes.PIXEL_STD, min_image_size=shapes.MIN_RESOLUTION),
+    # CIFAR-10 has no validation split: validation is the test set, as in ViT papers.
+    _image("cifar10", "cifar10", 10, builder_module="tensorflow_datasets.image_classification.cifar",
+           splits={"train": "train", "validation": "test", "test": "test"},
+           prepare_needs="`pip install tensorflow` (TFDS's cifar10 builder reads and encodes with it; "
+                         "reading the prepared set does not)",
+           pixel_mean=(0.4914, 0.4822, 0.4465), pixel_std=(0.2470, 0.2435, 0.2616)),
+    # ImageNet's test labels are withheld: test is the validation set (the 50,000 images that
+    # RoPE-ViT and DeiT report on).
+    _image("imagenet2012", "imagenet2012", 1000,
+           builder_module="tensorflow_datasets.datasets.imagenet2012.imagenet2012_dataset_builder",
+           splits={"train": "train", "validation": "validation", "test": "validation"},
+           manual=True, manual_files=_IMAGENET_FILES, manual_instructions=_IMAGENET_INSTRUCTIONS,
+           pixel_mean=(0.485, 0.456, 0.406), pixel_std=(0.229, 0.224, 0.225), eval_crop=0.875),
 ]}
 
 
@@ -141,9 +198,10 @@ def resolve_data_dir(data_dir: str | os.PathLike | None) -> Path:
 def prepare_command(spec: DatasetSpec, data_dir: str | os.PathLike | None) -> str:
   cmd = f"python -m roformer_jax.training.data.prepare dataset {spec.name} --data_dir {resolve_data_dir(data_dir)}"
   if spec.manual:
-    return cmd + f" --manual_dir <directory with {enwik8.ZIP_NAME}>  (offline; {enwik8.MANUAL_INSTRUCTIONS})"
-  extra = " plus `pip install apache-beam mwparserfromhell mwxml` (a Beam build; hours)" if (
-      spec.name == "wikipedia") else ""
+    return cmd + f" --manual_dir <directory with {spec.manual_files}>  (offline; {spec.manual_instructions})"
+  if spec.build:
+    return cmd + "  (offline)"
+  extra = f" plus {spec.prepare_needs}" if spec.prepare_needs else ""
   return cmd + f"  (on a machine with network{extra})"
 
 
@@ -158,8 +216,9 @@ def open_source(spec: DatasetSpec, split: str, *, data_dir: str | os.PathLike | 
   """A random-access TFDS data source for one split (``len`` and ``[i]`` -> feature dict).
 
   The stdlib corpus is built first if needed (``max_documents`` / ``max_bytes`` cap it), and
-  so is a gettext corpus (from the catalogues under ``locale_dir``). Text features come back
-  as ``bytes`` (``str`` under ``tfds.testing.mock_data``).
+  so is a gettext corpus (from the catalogues under ``locale_dir``) and any dataset with a
+  ``build`` (shapes2d). Text features come back as ``bytes`` (``str`` under
+  ``tfds.testing.mock_data``).
 
   Raises:
     DatasetNotPreparedError: the dataset is not prepared in ``data_dir`` as ArrayRecord.
@@ -173,6 +232,8 @@ def open_source(spec: DatasetSpec, split: str, *, data_dir: str | os.PathLike | 
   if spec.name.startswith(gettext_catalogs.NAME + "/"):
     lang = spec.name.split("/", 1)[1]
     return gettext_catalogs.build_gettext_corpus(lang, data_dir, locale_dir=locale_dir).as_data_source(tfds_split)
+  if spec.build:
+    return spec.build(data_dir).as_data_source(tfds_split)
   _import_builder(spec)
   try:
     return tfds.data_source(spec.tfds_name, split=tfds_split, data_dir=str(data_dir), download=False)
@@ -205,6 +266,8 @@ def prepare(spec: DatasetSpec, *, data_dir: str | os.PathLike | None = None,
   if spec.name.startswith(gettext_catalogs.NAME + "/"):
     lang = spec.name.split("/", 1)[1]
     return Path(gettext_catalogs.build_gettext_corpus(lang, data_dir, locale_dir=locale_dir).data_dir)
+  if spec.build:
+    return Path(spec.build(data_dir).data_dir)
   _import_builder(spec)
   builder = tfds.builder(spec.tfds_name, data_dir=str(data_dir), file_format="array_record")
   config = tfds.download.DownloadConfig(manual_dir=str(manual_dir) if manual_dir else None)

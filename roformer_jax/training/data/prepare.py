@@ -2,15 +2,19 @@
 
   python -m roformer_jax.training.data.prepare dataset glue/mrpc [--data_dir DIR]
   python -m roformer_jax.training.data.prepare dataset enwik8 --manual_dir DIR_WITH_ENWIK8_ZIP
+  python -m roformer_jax.training.data.prepare dataset shapes2d [--data_dir DIR]
+  python -m roformer_jax.training.data.prepare dataset imagenet2012 --manual_dir DIR_WITH_THE_ILSVRC2012_TARS
   python -m roformer_jax.training.data.prepare dataset gettext_translate/de [--locale_dir /usr/share/locale]
   python -m roformer_jax.training.data.prepare tokenizer wmt14_translate/de-en --vocab_size 37000 \
       [--model_type bpe] [--character_coverage 1.0] [--output PATH] [--data_dir DIR]
 
 ``dataset`` downloads and prepares a TFDS catalogue dataset (network needed; ``wikipedia`` also
-needs ``pip install apache-beam mwparserfromhell mwxml``), or builds enwik8 from the zip, or the
-stdlib corpus. ``tokenizer`` trains on the train split of a prepared dataset (for a translation
-dataset on both languages: the joint vocabulary of Sec. 4.1) and writes the ``.model`` to
-``--output`` or to the path a config with the same dataset/vocab_size/model_type/coverage looks for.
+needs ``pip install apache-beam mwparserfromhell mwxml``, ``cifar10`` and ``imagenet2012``
+``pip install tensorflow``), or builds enwik8 from the zip, ImageNet from its tars, or the
+offline sets (the stdlib corpus, shapes2d). ``tokenizer`` trains on the train split of a
+prepared dataset (for a translation dataset on both languages: the joint vocabulary of Sec.
+4.1) and writes the ``.model`` to ``--output`` or to the path a config with the same
+dataset/vocab_size/model_type/coverage looks for.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   ds = sub.add_parser("dataset", help="prepare a dataset as ArrayRecord")
   ds.add_argument("name", help=f"one of {sorted(datasets.REGISTRY)} or gettext_translate/<lang>")
   ds.add_argument("--data_dir", default="", help="TFDS data dir (default: the project cache)")
-  ds.add_argument("--manual_dir", default="", help="directory holding manual downloads (enwik8.zip)")
+  ds.add_argument("--manual_dir", default="", help="directory holding manual downloads (enwik8.zip; ImageNet's tars)")
   ds.add_argument("--locale_dir", default="", help="gettext_translate: the locale directory (default /usr/share/locale)")
   tok = sub.add_parser("tokenizer", help="train a SentencePiece model on a prepared dataset")
   tok.add_argument("name", help="dataset whose train split supplies the text")
