@@ -6,7 +6,8 @@
   batch = next(it)                                  # dict of NumPy arrays, see pipeline.py
 
 Modules: ``config`` (the config keys), ``datasets`` (registry, prepared-or-error),
-``corpus`` (the stdlib corpus builder), ``enwik8`` (its builder), ``tokenizers``,
+``corpus`` (the stdlib corpus builder), ``enwik8`` (its builder), ``shapes`` (shapes2d: scenes,
+their renderer and builder), ``images`` (pixel resizing and crops), ``tokenizers``,
 ``masking`` (BERT MLM), ``packing`` (rows with segment ids), ``pipeline`` (make_iterator),
 ``prepare`` (command line: prepare a dataset or train a tokenizer).
 """

@@ -12,7 +12,8 @@ def default_data_config() -> ml_collections.ConfigDict:
 
   Keys:
     dataset: a registry name (``roformer_jax.training.data.datasets.REGISTRY``): python_stdlib_bytes,
-      enwik8, wikipedia, wmt14_translate/de-en, gettext_translate/<lang>, glue/{mrpc,sst2,qnli,stsb,qqp,mnli}.
+      enwik8, wikipedia, wmt14_translate/de-en, gettext_translate/<lang>, glue/{mrpc,sst2,qnli,stsb,qqp,mnli},
+      and the image sets shapes2d, cifar10, imagenet2012.
     data_dir: TFDS data directory; "" = $ROFORMER_JAX_DATA_DIR or ~/.cache/roformer_jax/tfds.
     max_documents, max_bytes: cap on the stdlib corpus (0 = whole library); smoke tests use it.
     locale_dir: where gettext_translate/<lang> reads <lang>/LC_MESSAGES/*.mo; "" = /usr/share/locale.
@@ -46,6 +47,16 @@ def default_data_config() -> ml_collections.ConfigDict:
       5-digit key at a random depth, the question, the answer), deterministically from the
       seed and the row number, so resume is exact. In [0, 1); 0 = off. A fine-tuning mix for
       context extension (eval.py's ``eval.passkey_lengths`` measures the retrieval).
+    image_size: R, the side in pixels of the "image" batches' square images: shapes2d renders
+      its scenes at R (any R >= 8: evaluate at 1.5x or 2x the training R by overriding only
+      this key); cifar10 and imagenet2012 are resized and cropped to R.
+    image_channels: C of the images: 3 (RGB) or 1 (grey, the mean of the RGB channels).
+    image_augment: training split of the pixel datasets (cifar10, imagenet2012) only: an
+      Inception-style random resized crop and a horizontal flip (drawn from the seed and the
+      record's position, so resume is exact); off = the evaluation's centre crop. shapes2d is
+      never augmented (a flip would change its label; its scenes are the variety).
+    image_min_crop_area: the smallest area fraction of the random resized crop (0.08 as in
+      Inception and DeiT; CIFAR-sized training often prefers about 0.35).
     num_threads, prefetch: Grain read threads and read-ahead buffer (records).
   """
   c = ml_collections.ConfigDict()
@@ -71,6 +82,10 @@ def default_data_config() -> ml_collections.ConfigDict:
   c.drop_long_pairs = True
   c.pack_pairs = False
   c.passkey_fraction = 0.0
+  c.image_size = 32
+  c.image_channels = 3
+  c.image_augment = True
+  c.image_min_crop_area = 0.08
   c.num_threads = 2
   c.prefetch = 64
   return c

@@ -25,6 +25,13 @@ returns a ``grain.DatasetIterator``; ``next(it)`` is a dict of NumPy arrays:
   [SEP]), ``token_type_ids`` (0 up to the first [SEP], 1 after), ``attention_mask``
   int32[B, T]; ``label`` int32[B] (float32[B] for a regression such as stsb); ``weights``
   float32[B] (0 for the rows that pad the last evaluation batch).
+- ``"image"`` (image classification; R ``data.image_size``, C ``data.image_channels``):
+  ``image`` float32[B, R, R, C], normalised per channel with the dataset's mean and std
+  ((x - mean) / std of the [0, 1] pixels); ``label`` int32[B]; ``weights`` float32[B] (0 for
+  the rows that pad the last evaluation batch, whose image and label are 0). shapes2d renders
+  each record's scene at R; cifar10 / imagenet2012 resize and centre-crop their pixels to R
+  (``images.center_crop``), or on the train split with ``data.image_augment`` take an
+  Inception-style random resized crop and flip (``images.random_resized_crop``).
 
 Order of the work (the "train" split shuffles and repeats by default, the others make one
 ordered pass whose last batch is padded with zero-weight rows):
@@ -32,6 +39,7 @@ ordered pass whose last batch is padded with zero-weight rows):
   records[process_index::process_count]        disjoint shard per process
   -> shuffle(seed) -> repeat                   a new order every epoch
   -> tokenize (+ MLM masking)                  RNG seeded by (seed, record index): resumable
+     [image: render the scene, or crop/resize the pixels (random crops seeded the same way)]
   -> [lm/mlm] cut into row-sized chunks -> window shuffle -> pack into rows of T (+1 for lm)
   -> [lm, train split] replace a row by a pass-key row with probability data.passkey_fraction
   -> batch(B)
@@ -61,7 +69,7 @@ import grain.experimental  # noqa: F401  (FirstFitPackIterDataset)
 import ml_collections
 import numpy as np
 
-from roformer_jax.training.data import corpus, datasets, packing, passkey
+from roformer_jax.training.data import corpus, datasets, images, packing, passkey
 from roformer_jax.training.data.config import TOKENIZERS
 from roformer_jax.training.data.masking import mask_tokens
 from roformer_jax.training.data.tokenizers import ByteTokenizer, SentencePieceTokenizer, train_sentencepiece
@@ -366,13 +374,58 @@ def _classification_rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_i
   return _to_iter(ds.map(_classification(spec, tok, data_cfg.max_length)), data_cfg), dict
 
 
+def image_shape(data_cfg: ml_collections.ConfigDict, spec: datasets.DatasetSpec | None = None) -> tuple[int, int]:
+  """(R, C): ``data.image_size`` and ``data.image_channels`` (32, 3 for configs without them),
+  checked (against ``spec.min_image_size`` when a spec is given)."""
+  size, channels = int(data_cfg.get("image_size", 32)), int(data_cfg.get("image_channels", 3))
+  least = spec.min_image_size if spec is not None else 1
+  if size < least:
+    raise ValueError(f"data.image_size={size} must be >= {least}"
+                     + (f" ({spec.name} renders at {least} px or more)." if least > 1 else "."))
+  if channels not in (1, 3):
+    raise ValueError(f"data.image_channels={channels}; expected 1 (grey) or 3 (RGB).")
+  return size, channels
+
+
+def _normaliser(spec: datasets.DatasetSpec, channels: int) -> Callable[[np.ndarray], np.ndarray]:
+  mean = np.asarray(spec.pixel_mean or (0.5,) * 3, np.float32)
+  std = np.asarray(spec.pixel_std or (0.5,) * 3, np.float32)
+  if channels == 1:  # grey is the channel mean: its statistics, approximately.
+    mean, std = mean.mean(keepdims=True), std.mean(keepdims=True)
+  return lambda image: ((image - mean) / std).astype(np.float32)
+
+
+def _image_rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_index, shuffle, training):
+  del tok, batch_size, shuffle
+  size, channels = image_shape(data_cfg, spec)
+  normalise = _normaliser(spec, channels)
+
+  def row(image, record):
+    return {"image": normalise(image), "label": np.int32(record[spec.label]), "weights": np.float32(1.0)}
+
+  if spec.render is not None:  # a scene: drawn at the requested resolution, never augmented.
+    ds = ds.map(lambda record: row(spec.render(record, size, channels), record))
+  elif training and data_cfg.get("image_augment", True):
+    min_area = float(data_cfg.get("image_min_crop_area", 0.08))
+    if not 0 < min_area <= 1:
+      raise ValueError(f"data.image_min_crop_area={min_area} must be in (0, 1].")
+    # random_map seeds each record's generator from (seed, record index): resumable crops.
+    ds = ds.random_map(lambda record, rng: row(images.random_resized_crop(
+        images.to_unit(record[spec.fields[0]], channels), size, rng, min_area=min_area), record),
+                       seed=_seed(seed, 5, process_index))
+  else:
+    ds = ds.map(lambda record: row(images.center_crop(
+        images.to_unit(record[spec.fields[0]], channels), size, spec.eval_crop), record))
+  return _to_iter(ds, data_cfg), dict
+
+
 @dataclasses.dataclass(frozen=True)
 class BatchFormat:
   """How records become the batches of a task (the keys are in the module docstring).
 
   Attributes:
-    name: the format's name, in messages ("lm", "mlm", "seq2seq", "classification").
-    records: the ``DatasetSpec.kind`` it reads ("text", "translation", "classification").
+    name: the format's name, in messages ("lm", "mlm", "seq2seq", "classification", "image").
+    records: the ``DatasetSpec.kind`` it reads ("text", "translation", "classification", "image").
     rows: ``rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_index, shuffle, training)``
       -> (an IterDataset of rows, the function that formats a batch of them).
     passkey_rows: causal-LM rows, into which ``data.passkey_fraction`` may mix pass-key rows.
@@ -387,9 +440,10 @@ LM = BatchFormat("lm", "text", _lm_rows, passkey_rows=True)
 MLM = BatchFormat("mlm", "text", _mlm_rows)
 SEQ2SEQ = BatchFormat("seq2seq", "translation", _seq2seq_rows)
 CLASSIFICATION = BatchFormat("classification", "classification", _classification_rows)
+IMAGE = BatchFormat("image", "image", _image_rows)
 # The built-in formats by name, so that data-only code (and the tests) can ask for "lm" rows
 # without the model library; a task (roformer_jax.training.tasks) holds its format as an object.
-FORMATS = {f.name: f for f in (LM, MLM, SEQ2SEQ, CLASSIFICATION)}
+FORMATS = {f.name: f for f in (LM, MLM, SEQ2SEQ, CLASSIFICATION, IMAGE)}
 
 
 def batch_format(task: str | BatchFormat) -> BatchFormat:
@@ -558,7 +612,7 @@ def make_iterator(data_cfg: ml_collections.ConfigDict, *, task: str | BatchForma
   Args:
     data_cfg: ``config.data`` (keys in ``default_data_config``).
     task: the batch format: a ``BatchFormat`` (a task's ``tasks.get(name).batches``), or the
-      name of a built-in one: "lm", "mlm", "seq2seq" or "classification".
+      name of a built-in one: "lm", "mlm", "seq2seq", "classification" or "image".
     split: "train", "validation", "test" or a TFDS split string.
     batch_size: rows per batch on this process (the global batch / process_count).
     seed: seeds the shuffles and the MLM masks.
@@ -595,6 +649,6 @@ def check_data(data_cfg: ml_collections.ConfigDict, *, splits: tuple[str, ...] =
   make_tokenizer(data_cfg)
 
 
-__all__ = ["CLASSIFICATION", "FORMATS", "LM", "MLM", "SEQ2SEQ", "BatchFormat", "batch_format",
-           "check_data", "make_dataset", "make_iterator", "make_tokenizer", "passkey_fraction",
+__all__ = ["CLASSIFICATION", "FORMATS", "IMAGE", "LM", "MLM", "SEQ2SEQ", "BatchFormat", "batch_format",
+           "check_data", "image_shape", "make_dataset", "make_iterator", "make_tokenizer", "passkey_fraction",
            "tokenizer_path", "training_sentences"]
