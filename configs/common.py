@@ -100,7 +100,7 @@ def base_config() -> ml_collections.ConfigDict:
   step counts, batch_size, data, model and optim as its run needs.
   """
   config = ml_collections.ConfigDict()
-  config.task = "lm"  # lm | mlm | seq2seq | classification (roformer_jax.training.tasks)
+  config.task = "lm"  # lm | mlm | seq2seq | classification | image (roformer_jax.training.tasks)
   config.seed = 0  # PRNG seed for init, data order, MLM masks and dropout.
   config.total_steps = 100_000  # loop steps = batches (optimiser updates unless grad_accum_steps > 1).
   config.batch_size = 64  # global batch, split over the mesh's (data, fsdp) axes.
@@ -128,6 +128,13 @@ def base_config() -> ml_collections.ConfigDict:
   config.model = model_config()  # every roformer_jax.models.ModelConfig field, at its default.
   config.optim = ml_collections.ConfigDict()  # roformer_jax.training.optim.default_optim_config keys.
   config.eval = evaluate.default_eval_config()  # eval.py's settings, each documented there.
+  # The ViT of task "image" (roformer_jax.vit); its resolution and channels are data.image_size
+  # and data.image_channels, its classes the dataset's.
+  config.vit = ml_collections.ConfigDict()
+  config.vit.patch_size = 4  # P: pixels per patch side.
+  config.vit.cls_token = True  # classify a CLS token's state (False: the mean over patches).
+  config.vit.position = "rope_axial"  # rope_axial | rope_mixed | rope_2d | learned | none (docs/models.md).
+  config.vit.rope_theta = ml_collections.config_dict.placeholder(float)  # None: the variant's own (100, 10, 1e4).
   return config
 
 

@@ -104,9 +104,21 @@ def classification_samples(model, batch, tokenizer, n: int, max_new_tokens: int 
           for i in range(n)]
 
 
+def image_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> list[dict[str, Any]]:
+  """The predicted class beside the true one, with the top class's probability (tokenizer and
+  max_new_tokens unused)."""
+  del tokenizer, max_new_tokens
+  logits = np.asarray(model(batch["image"][:n]), np.float64)
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  predicted = probs.argmax(-1)
+  return [{"prompt": f"image {i}", "output": f"{predicted[i].item()} (p={probs[i, predicted[i]]:.2f})",
+           "reference": str(batch["label"][i].item())} for i in range(n)]
+
+
 def num_rows(batch: dict[str, np.ndarray], num: int) -> int:
   """min(num, the batch's rows): how many rows a task's `samples` decodes."""
   return min(num, next(iter(batch.values())).shape[0])
 
 
-__all__ = ["classification_samples", "lm_samples", "mlm_samples", "num_rows", "seq2seq_samples"]
+__all__ = ["classification_samples", "image_samples", "lm_samples", "mlm_samples", "num_rows", "seq2seq_samples"]

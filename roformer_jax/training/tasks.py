@@ -8,6 +8,7 @@ A task ties a model class to the batch format of `roformer_jax.training.data` an
 | mlm | RoFormerForMaskedLM | inputs, targets, weights, segment_ids, positions, token_type_ids | CE at masked positions |
 | seq2seq | TransformerSeq2Seq | src, tgt_in, tgt_out, weights (+ segment ids, positions) | label-smoothed CE (Sec. 4.1) |
 | classification | RoFormerForSequenceClassification | input_ids, token_type_ids, attention_mask, label, weights | CE, or MSE if num_labels == 1 |
+| image | vit.VisionTransformer (config.vit) | image, label, weights | CE over the classes |
 
 Each task is one frozen object (`LM`, `MLM`, `Seq2Seq`, `Classification`, all `Task`s) that
 knows everything the tools ask about it: its model (`build_model`), its batches
@@ -35,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from roformer_jax import losses, models
+from roformer_jax import losses, models, vit
 from roformer_jax.training import metrics as metrics_lib, samples as samples_lib
 from roformer_jax.training.data import pipeline
 
@@ -74,6 +75,7 @@ class Task:
   causal: ClassVar[bool] = False
   init_from: ClassVar[bool] = False
   generates: ClassVar[str | None] = None
+  reads_tokens: ClassVar[bool] = True  # its inputs are token ids (the model's vocabulary must hold them)
   eval_metrics: ClassVar[tuple[str, ...]] = (TOKEN_METRICS,)
   sample_fn: ClassVar[Callable[..., list[dict[str, Any]]]]
 
@@ -264,8 +266,51 @@ class Classification(Task):
     return int(batch["attention_mask"].sum())
 
 
+def vit_config(config) -> vit.ViTConfig:
+  """The ViT's image side: `config.vit` (patch size, CLS, position encoding, theta) with the
+  data's resolution and channels (the training grid) and the dataset's number of classes."""
+  from roformer_jax.training import data  # the dataset registry (data-only; no cycle: data imports no task)
+  spec = data.get_spec(config.data.dataset)
+  return vit.ViTConfig(image_size=int(config.data.image_size), channels=int(config.data.image_channels),
+                       num_classes=int(spec.num_classes), patch_size=int(config.vit.patch_size),
+                       cls_token=bool(config.vit.cls_token), position=str(config.vit.position),
+                       rope_theta=config.vit.rope_theta)
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageClassification(Task):
+  """Image classification with a ViT (`roformer_jax.vit`): cross-entropy over the classes; eval.py
+  reports loss and accuracy over the split. Throughput counts images."""
+  name = "image"
+  batches = pipeline.IMAGE
+  reads_tokens = False
+  sample_fn = samples_lib.image_samples
+
+  def _model(self, config, cfg, rngs):
+    return vit.VisionTransformer(cfg, vit_config(config), rngs=rngs)
+
+  def _logits(self, model, batch, deterministic):
+    return model(batch["image"], deterministic=deterministic), batch["label"], batch["weights"]
+
+  def tokens_in(self, batch):
+    """Real images in the batch: the image task's throughput is images per second."""
+    return int((np.asarray(batch["weights"]) > 0).sum())
+
+  def sequence_lengths(self, config, max_length, key):
+    v = vit_config(config)
+    return [("data.image_size", v.grid ** 2 + int(v.cls_token), False, "patches (+ CLS) of the training resolution")]
+
+  def flops_per_token(self, config, model, num_params):
+    v = vit_config(config)
+    cfg = model_config(config)
+    tokens = v.grid ** 2 + int(v.cls_token)
+    return lambda length: metrics_lib.train_flops_per_token(num_params, num_layers=cfg.num_layers, seq_len=tokens,
+                                                            d_model=cfg.d_model, causal=False)
+
+
 # The registry: config.task -> its task. A new task is one line here.
-REGISTRY: dict[str, Task] = {task.name: task for task in (LM(), MLM(), Seq2Seq(), Classification())}
+REGISTRY: dict[str, Task] = {task.name: task for task in (LM(), MLM(), Seq2Seq(), Classification(),
+                                                          ImageClassification())}
 
 
 def get(task: str | Task) -> Task:

@@ -314,7 +314,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict, workdir: str, *,
   with errors.user_errors("data"):
     data.check_data(config.data, splits=("train", "validation"))  # missing dataset/tokenizer: fail now
     tokenizer = data.make_tokenizer(config.data)
-  if tokenizer.vocab_size > config.model.vocab_size:
+  if tasks.get(config.task).reads_tokens and tokenizer.vocab_size > config.model.vocab_size:
     raise errors.UserError(f"the {config.data.tokenizer} tokenizer has {tokenizer.vocab_size} ids but "
                            f"config.model.vocab_size={config.model.vocab_size}; set it to {tokenizer.vocab_size}.")
   workdir = os.path.abspath(workdir)
