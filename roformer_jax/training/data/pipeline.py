@@ -375,9 +375,9 @@ def _classification_rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_i
 
 
 def image_shape(data_cfg: ml_collections.ConfigDict, spec: datasets.DatasetSpec | None = None) -> tuple[int, int]:
-  """(R, C): ``data.image_size`` and ``data.image_channels`` (32, 3 for configs without them),
+  """(R, C): ``data.image_size`` and ``data.image_channels`` (their defaults: ``default_data_config``),
   checked (against ``spec.min_image_size`` when a spec is given)."""
-  size, channels = int(data_cfg.get("image_size", 32)), int(data_cfg.get("image_channels", 3))
+  size, channels = int(data_cfg.image_size), int(data_cfg.image_channels)  # defaults: config.default_data_config
   least = spec.min_image_size if spec is not None else 1
   if size < least:
     raise ValueError(f"data.image_size={size} must be >= {least}"
@@ -405,8 +405,8 @@ def _image_rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_index, shu
 
   if spec.render is not None:  # a scene: drawn at the requested resolution, never augmented.
     ds = ds.map(lambda record: row(spec.render(record, size, channels), record))
-  elif training and data_cfg.get("image_augment", True):
-    min_area = float(data_cfg.get("image_min_crop_area", 0.08))
+  elif training and data_cfg.image_augment:
+    min_area = float(data_cfg.image_min_crop_area)
     if not 0 < min_area <= 1:
       raise ValueError(f"data.image_min_crop_area={min_area} must be in (0, 1].")
     # random_map seeds each record's generator from (seed, record index): resumable crops.
