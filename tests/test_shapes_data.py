@@ -15,6 +15,7 @@ import tensorflow_datasets as tfds
 
 from roformer_jax.training import data
 from roformer_jax.training.data import datasets, images, pipeline, shapes
+from tests.test_data import assert_batches_equal, take  # the data tests' batch helpers
 
 
 @pytest.fixture(scope="module")
@@ -29,18 +30,6 @@ def shapes_cfg(data_dir, **overrides):
   cfg = data.default_data_config()
   cfg.update({"dataset": "shapes2d", "data_dir": str(data_dir), **overrides})
   return cfg
-
-
-def take(it, n):
-  return [next(it) for _ in range(n)]
-
-
-def assert_batches_equal(a, b):
-  assert len(a) == len(b)
-  for x, y in zip(a, b):
-    assert x.keys() == y.keys()
-    for k in x:
-      np.testing.assert_array_equal(x[k], y[k], err_msg=k)
 
 
 def row(scenes, i):
