@@ -86,6 +86,10 @@ from roformer_jax.positional import RotaryConfig  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 METHODS = ("dense", "chunked", "linear")
+# --methods may add these (a GPU's fused paths; B8's tables keep METHODS, the rest get a table of their own):
+#   causal: `dot_product_attention(is_causal=True, implementation="xla")`, XLA with no mask array;
+#   cudnn:  the same with implementation="cudnn" (cuDNN's fused flash attention; bf16/fp16 on a GPU).
+EXTRA_METHODS = ("causal", "cudnn")
 QUADRATIC = ("dense", "chunked")  # time grows as N^2 (chunked: half of it, the causal half)
 TRAIN_IMPLS = ("xla", "chunked")
 FIT_GIB = 20.0  # "the longest T that fits in 20 GiB"
@@ -109,6 +113,11 @@ def attention_fn(method: str, n: int, *, chunk_size: int = 64, tile: tuple[int, 
       idx = jnp.arange(n, dtype=jnp.int32)
       mask = attn.make_attention_mask(causal=True, q_index=idx, kv_index=idx)
       return attn.dot_product_attention(q, k, v, mask=mask, q_positions=pos, k_positions=pos, implementation="xla")
+  elif method in EXTRA_METHODS:
+    impl = "xla" if method == "causal" else "cudnn"
+
+    def fwd(q, k, v, pos):
+      return attn.dot_product_attention(q, k, v, q_positions=pos, k_positions=pos, is_causal=True, implementation=impl)
   elif method == "chunked" and tile is None:
     def fwd(q, k, v, pos):
       mask = mask_factors(q.shape[0], n, n, causal=True, window=window) if causal else None
@@ -158,7 +167,7 @@ def run_attention(args) -> list[dict]:
   limit = args.mem_limit_gb * 2**30
   rows, t_start = [], time.perf_counter()
   for n in lengths_from(args.min_len, args.max_len):
-    qkv = tuple(jnp.asarray(rng.normal(size=(b, n, nh, h)), jnp.float32) for _ in range(4))
+    qkv = tuple(jnp.asarray(rng.normal(size=(b, n, nh, h)), args.dtype) for _ in range(4))
     call_args = (*qkv[:3], jnp.arange(n, dtype=jnp.int32), qkv[3])
     configs = []  # (row fields, fwd, why it is not run or None)
     for method in args.methods:
@@ -189,6 +198,8 @@ def run_attention(args) -> list[dict]:
         group.append(row)
       for i, ts in harness.round_robin(calls, args.rounds, timed=harness.by_first(args.slow_s)).items():
         group[i].update(timing(ts))
+      for row in group:  # as measured (a run cut short keeps these; the tables come at the end)
+        print("# row " + json.dumps({k: v for k, v in row.items() if k != "mem"}), file=sys.stderr, flush=True)
       rows += group
       del calls
     del qkv, call_args
@@ -363,7 +374,7 @@ def _fit(ns, mems) -> dict:
 def summarise(args, rows, train_rows, cp, info, command, t_start, load_before) -> dict:
   lengths = lengths_from(args.min_len, args.max_len)
   summ = {"bench": "long_context_summary", "shape": {"B": args.batch, "heads": args.heads, "H": args.head_dim,
-                                                     "dtype": "float32"},
+                                                     "dtype": args.dtype},
           "lengths": lengths, "chunk_size": args.chunk_size, "default_tile": [DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K],
           "mem_limit_gb": args.mem_limit_gb, "max_time_len": args.max_time_len, "train_config": args.config,
           "machine": info, "command": command, "date": datetime.date.today().isoformat(),
@@ -449,7 +460,7 @@ def print_report(args, rows, train_rows, summ) -> str:
   out = []
   m = summ["machine"]
   out.append(f"\n{'Attention scaling (B4)' if args.b4 else 'Long sequences (B8)'}: B={args.batch}, heads={args.heads}, "
-             f"H={args.head_dim}, float32, causal, RoPE; " + ("" if args.b4 else f"chunked tiles {DEFAULT_BLOCK_Q}x"
+             f"H={args.head_dim}, {args.dtype}, causal, RoPE; " + ("" if args.b4 else f"chunked tiles {DEFAULT_BLOCK_Q}x"
              f"{DEFAULT_BLOCK_K}; ") + f"linear = elu, chunk {args.chunk_size}")
   out.append(f"device {m['platform']} ({m['device_kind']}), {m['cpu_count']} CPUs ({m['cpu']}), jax {m['jax']}; "
              f"load average before/after {summ['loadavg_before'][0]:.2f}/{summ['loadavg_after'][0]:.2f}; "
@@ -468,6 +479,19 @@ def print_report(args, rows, train_rows, summ) -> str:
       out.append(f"| {n} | {cell(r['dense'])} | {cell(r['chunked'])} | {cell(r['linear'])} | {ratio} | "
                  f"{fmt_mib(r['dense']['peak_bytes'])} | {fmt_mib(r['chunked']['peak_bytes'])} | "
                  f"{fmt_mib(r['linear']['peak_bytes'])} | {mr:.1f} |")
+    extra = [m for m in args.methods if m in EXTRA_METHODS]
+    if extra:  # the fused paths, beside chunked attention (the O(N)-memory softmax that runs everywhere)
+      out.append(f"\n| N | {pas}: " + " | ".join(f"{m} ms (min) | {m} peak MiB | {m} / chunked time" for m in extra)
+                 + " |")
+      out.append("|---:|" + "---:|---:|---:|" * len(extra))
+      for n in summ["lengths"]:
+        c = _find(rows, part="attention", method="chunked", N=n, **{"pass": pas})
+        cells = []
+        for m in extra:
+          r = _find(rows, part="attention", method=m, N=n, **{"pass": pas})
+          rel = f"{r['ms'] / c['ms']:.2f}" if r and c and r["ms"] and c["ms"] else "-"
+          cells.append(f"{cell(r)} | {fmt_mib(r and r['peak_bytes'])} | {rel}")
+        out.append(f"| {n} | " + " | ".join(cells) + " |")
     fc, fl = summ[f"mem_fit_chunked_{pas}"], summ[f"mem_fit_linear_{pas}"]
     out.append(f"\n{pas}: chunked memory vs least-squares fit a + bN (a={fc['a_bytes'] / 2**20:.2f} MiB, "
                f"b={fc['b_bytes_per_token']:.0f} B/token): worst ratio {fc['worst']:.3f}, log-log slope "
@@ -581,7 +605,8 @@ def plot(args, rows, train_rows, summ, path):
 
   fig, axes = plt.subplots(1 if args.b4 else 2, 2, figsize=(12, 4.2 if args.b4 else 8.4), squeeze=False)
   (ax_t, ax_m), (ax_tm, ax_tt) = axes if not args.b4 else (axes[0], (None, None))
-  colors = {"dense": "tab:red", "chunked": "tab:green", "linear": "tab:blue", "xla": "tab:red"}
+  colors = {"dense": "tab:red", "chunked": "tab:green", "linear": "tab:blue", "xla": "tab:red", "causal": "tab:orange",
+            "cudnn": "tab:purple"}
   styles = {"fwd": "-", "fwd+bwd": "--"}
   for method in args.methods:
     for pas in PASSES:
@@ -610,7 +635,8 @@ def plot(args, rows, train_rows, summ, path):
   ax_t.set_title("attention: time per call (dense/chunked timed to "
                  f"N={args.max_time_len}, under {args.mem_limit_gb:.0f} GiB)", fontsize=9)
   ax_m.set_title("attention: peak memory (XLA memory analysis, every N)", fontsize=9)
-  for impl in TRAIN_IMPLS if not args.b4 else ():
+  train_panels = not args.b4 and bool(train_rows)  # --no-train: the lower panels stay empty
+  for impl in TRAIN_IMPLS if train_panels else ():
     rs = [r for r in train_rows if r["impl"] == impl]
     ax_tm.plot([r["T"] for r in rs], [r["peak_bytes"] / 2**30 for r in rs], "-", marker="o", ms=3,
                color=colors[impl], label=f"attention_implementation={impl}")
@@ -618,14 +644,14 @@ def plot(args, rows, train_rows, summ, path):
     if timed:
       ax_tt.plot([r["T"] for r in timed], [r["ms"] for r in timed], "-", marker="o", ms=3, color=colors[impl],
                  label=f"attention_implementation={impl}")
-  if not args.b4:
+  if train_panels:
     ax_tm.axhline(FIT_GIB, color="k", lw=0.7, ls="--", label=f"{FIT_GIB:.0f} GiB")
     ax_tm.axhline(args.mem_limit_gb, color="k", lw=0.7, ls="-.", label=f"run limit {args.mem_limit_gb:.0f} GiB")
     ax_tm.set_title(f"train step ({args.config}, B={args.train_batch}): peak memory", fontsize=9)
     ax_tt.set_title("train step: time per step", fontsize=9)
   for ax, xl, yl in ((ax_t, "sequence length N", "ms (median, bars min..max)"),
                      (ax_m, "sequence length N", "peak MiB"), (ax_tm, "sequence length T", "peak GiB"),
-                     (ax_tt, "sequence length T", "ms per step (median)"))[:2 if args.b4 else 4]:
+                     (ax_tt, "sequence length T", "ms per step (median)"))[:4 if train_panels else 2]:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel(xl)
@@ -634,7 +660,7 @@ def plot(args, rows, train_rows, summ, path):
     ax.legend(fontsize=7, loc="upper left")
   m = summ["machine"]
   fig.suptitle(f"{'B4' if args.b4 else 'Long sequences'}: causal attention with RoPE, B={args.batch}, {args.heads} heads, "
-               f"H={args.head_dim}, fp32{'' if args.b4 else '; default-model train step'} — {m['platform']} ({m['cpu_count']} CPUs), jax {m['jax']}", fontsize=10)
+               f"H={args.head_dim}, {args.dtype}{'; default-model train step' if train_panels else ''} — {m['platform']} ({m['cpu_count']} CPUs), jax {m['jax']}", fontsize=10)
   fig.tight_layout()
   os.makedirs(os.path.dirname(path), exist_ok=True)
   fig.savefig(path, dpi=110)
@@ -757,6 +783,11 @@ def main(argv=None):
   p.add_argument("--no-figure", action="store_true")
   p.add_argument("--cp-len", type=int, default=16384, help="T of the context-parallel memory analysis (part 3)")
   p.add_argument("--cp-sizes", type=_ints, default=[1, 2, 4, 8], help="context-axis sizes of part 3 (empty: skip)")
+  p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="dtype of q, k, v (part 1)")
+  p.add_argument("--methods", type=lambda s: tuple(s.split(",")), default=METHODS,
+                 help=f"part 1's methods, comma-separated: {', '.join(METHODS)} (all three needed) and any of "
+                      f"{', '.join(EXTRA_METHODS)} (causal = XLA with is_causal; cudnn needs a GPU and bf16)")
+  p.add_argument("--no-train", action="store_true", help="skip part 2 (the default model's train step)")
   p.add_argument("--cp-worker", action="store_true", help=argparse.SUPPRESS)
   p.add_argument("--b4", action="store_true",
                  help="B4 (was bench/attention.py): softmax (dense) vs causal linear attention at N = 256 ... 16384, "
@@ -772,7 +803,12 @@ def main(argv=None):
   if args.cp_worker:
     _cp_worker(args)
     return
-  args.methods = ("dense", "linear") if args.b4 else METHODS
+  if args.b4:
+    args.methods = ("dense", "linear")
+  unknown = [m for m in args.methods if m not in METHODS + EXTRA_METHODS]
+  if unknown or not set(METHODS) <= set(args.methods) and not args.b4:
+    p.error(f"--methods {','.join(args.methods)}: expected {', '.join(METHODS)} and optionally "
+            f"{', '.join(EXTRA_METHODS)}")
   if args.smoke:
     args.min_len, args.max_len, args.max_time_len, args.heads, args.head_dim = 64, 128, 128, 2, 16
     args.chunk_size, args.rounds, args.beyond_len, args.skip_lens, args.tile_lens = 16, 1, 128, [] if args.b4 else [128], []
@@ -787,7 +823,7 @@ def main(argv=None):
   command = " ".join([".venv/bin/python", "bench/long_context.py"] + [shlex.quote(a) for a in sys.argv[1:]])
   load_before, t_start = os.getloadavg(), time.perf_counter()
   rows = run_attention(args)
-  train_rows = [] if args.b4 else run_train(args)
+  train_rows = [] if args.b4 or args.no_train else run_train(args)
   cp = context_parallel_memory(args)
   summ = summarise(args, rows, train_rows, cp, info, command, t_start, load_before)
   table = print_report(args, rows, train_rows, summ)

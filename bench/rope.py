@@ -87,7 +87,8 @@ def _start_hf(args, x32: np.ndarray, tmpdir: str):
   x32.tofile(x_path)
   try:
     worker = harness.TorchWorker(python, "_torch_rope_worker.py")
-    info = worker.call("init", x_path=x_path, out_path=out_path, shape=list(x32.shape), threads=args.torch_threads)
+    info = worker.call("init", x_path=x_path, out_path=out_path, shape=list(x32.shape), threads=args.torch_threads,
+                       device=args.torch_device)
   except RuntimeError as e:
     if "worker" in locals():
       worker.close()
@@ -122,6 +123,8 @@ def main() -> None:
                       help="interpreter with torch + transformers for the HF row ('' skips it); default: the "
                            "bench-torch-venv if it exists, else the row is skipped")
   parser.add_argument("--torch-threads", type=int, default=2, help="torch.set_num_threads in the worker")
+  parser.add_argument("--torch-device", default="cpu", help="torch device of the HF row: cpu, or cuda on a GPU machine "
+                      "(then its times are read after torch.cuda.synchronize)")
   _record.add_record_arg(parser)
   _record.add_smoke_arg(parser, "x[1,16,2,8], 1 round of 1 call (overrides --shape, --rounds, --inner); the HF row "
                         "only if its torch python works")

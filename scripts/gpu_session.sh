@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Issue 27's measurements on a lent GPU machine, in ONE call of the device tool.
+#
+# The device time of a session is short (15 minutes, a machine start included), so everything
+# runs from this one script, each step under its own time limit, and every step's log and
+# record lands in $OUT/r, packed into $OUT/results.tgz after each step (a later step that
+# overruns the call's limit cannot lose an earlier one's results). The machine's image has
+# jax 0.11.2 + CUDA, flax, optax, orbax, chex, torch and transformers, but no grain, TFDS,
+# ml-collections or tensorboardX: those travel as wheels in .whl/ (git-ignored; made with
+# `pip download` as the device tool's README says) and the project's pinned flax, optax,
+# orbax-checkpoint and chex travel too, so that the code runs against what its CPU tests used.
+#
+#   device run:  bash scripts/gpu_session.sh          (carry: [".whl"], timeout_s about 590)
+#   dry run on a CPU (every step's plumbing, tiny shapes, minutes):
+#                OUT=/tmp/gpu_dry GPU_SESSION_SMOKE=1 PYTHON=.venv/bin/python bash scripts/gpu_session.sh
+#
+# Steps, in order, with their limits in seconds (what a 590-second call holds):
+#   env 20 | b3 150 | b3_b128 60 | b1 45 | attention 95 | run 70 | suite: the rest of $BUDGET (565)
+set -u
+OUT=${OUT:-/tmp/gpu_session}
+PY=${PYTHON:-python3}
+SMOKE=${GPU_SESSION_SMOKE:-0}
+R=$OUT/r
+mkdir -p "$R" "$R/bench_results"
+export PYTHONUNBUFFERED=1 ROFORMER_BENCH_RESULTS=$R/bench_results
+T0=$(date +%s)
+BUDGET=${GPU_SESSION_BUDGET:-565}  # seconds for all steps; the call's timeout_s must leave a margin
+
+log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$R/steps.log"; }
+pack() { tar czf "$OUT/results.tgz.tmp" -C "$OUT" r && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"; }
+step() {  # step NAME LIMIT_S CMD...: runs CMD under the limit, its output in $R/NAME.log
+  local name=$1 limit=$2; shift 2
+  log "start $name (limit ${limit}s): $*"
+  timeout -k 3 "$limit" "$@" > "$R/$name.log" 2>&1
+  local rc=$?
+  log "end $name rc=$rc$([ $rc = 124 ] && echo ' (time limit)')"
+  tail -n 12 "$R/$name.log" | cut -c1-240
+  pack
+}
+
+if [ "$SMOKE" = 1 ]; then
+  S=--smoke
+else
+  S=
+  # The wheels first: PYTHONPATH puts them (and the repository) before the image's packages.
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    > "$R/pip.log" 2>&1 || { log "pip install failed"; tail "$R/pip.log"; pack; exit 1; }
+  export PYTHONPATH=/tmp/site:$PWD
+fi
+export PYTHONPATH=${PYTHONPATH:-}${PYTHONPATH:+:}$PWD
+
+# 1. What the machine has.
+step env 20 bash -c "nvidia-smi || true; $PY -c 'import jax, flax, optax, orbax.checkpoint as o, grain, \
+tensorflow_datasets as t, ml_collections, chex; print(jax.__version__, jax.devices(), flax.__version__, \
+optax.__version__, t.__version__)'; nproc; free -g"
+
+# 2. B3: RoFormer-base MLM at 512 in bf16, every attention variant.
+step b3 150 "$PY" bench/gpu_mlm.py $S --rounds 3 --steps 4 --record --json-out "$R/b3.json"
+#    and twice the batch on the fused path (MFU grows with the matmuls' size), not recorded
+step b3_b128 60 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 4 || echo 128) --variants auto \
+  --rounds 3 --steps 4 --json-out "$R/b3_b128.json"
+
+# 3. B1: the RoPE op against a same-run copy, 1-D and multi-axis, HF's op on the GPU beside it.
+B1_SHAPE=8,4096,32,128  # 512 MiB of fp32: ten times the L2
+step b1 45 "$PY" bench/rope.py $S --shape $B1_SHAPE --no-dense --rounds 9 --record --torch-python "$PY" \
+  --torch-device "$([ "$SMOKE" = 1 ] && echo cpu || echo cuda)"
+
+# 4. Attention scaling to 64K in bf16: dense (mask array), XLA causal, cuDNN, chunked, linear, windowed.
+METHODS=dense,chunked,linear,causal,cudnn
+[ "$SMOKE" = 1 ] && METHODS=dense,chunked,linear,causal
+step attention 95 "$PY" bench/long_context.py $S --dtype bfloat16 --methods $METHODS --min-len 4096 \
+  --max-len 65536 --max-time-len 65536 --no-train --cp-sizes "" --skip-lens 16384 --tile-lens "" \
+  --window-lens 16384,65536 --rounds 2 --record --figure "$R/attention_gpu.png"
+
+# 5. A real run: train (with checkpoints), resume to a later step, evaluate and generate.
+W=/tmp/gpu_default
+STEPS=$([ "$SMOKE" = 1 ] && echo 4 || echo 200)
+CFG=configs/default.py$([ "$SMOKE" = 1 ] && echo :smoke)
+step run 70 bash -c "set -e; rm -rf $W; \
+  $PY train.py --config $CFG --workdir $W --config.total_steps=$STEPS \
+    --config.checkpoint_every_steps=$((STEPS / 2)) --config.eval_every_steps=$((STEPS / 2)); \
+  $PY train.py --config $CFG --workdir $W --config.total_steps=$((STEPS + STEPS / 2)) \
+    --config.checkpoint_every_steps=$((STEPS / 2)) --config.eval_every_steps=$((STEPS / 2)); \
+  $PY eval.py --config $CFG --workdir $W; \
+  $PY generate.py --config $CFG --workdir $W --prompt 'def ' --max_new_tokens 64; \
+  cp $W/metrics.jsonl $R/run_metrics.jsonl || true"
+
+# 6. The suite on the GPU backend: the fast tier, 8 workers sharing the GPU (no preallocation).
+#    It runs last and takes what is left of $BUDGET (a cut benchmark loses its table; a cut suite
+#    keeps its lines): -v prints one line per test, so a run cut by the limit still says what passed
+#    and failed. The model library's files come first (pytest collects each file once).
+LIB=(rope rope_variants rotary_spec rope_scaling rope_anchor_golden rope_hf_golden rope_hf_families attention
+     chunked_attention window_attention models layer_types decoding vit hf losses context_parallel optim metrics)
+SUITE_ARGS=(-n 8 -v -m "not slow" -p no:cacheprovider --timeout 120)
+for f in "${LIB[@]}"; do SUITE_ARGS+=("tests/test_$f.py"); done
+SUITE_ARGS+=(tests)
+[ "$SMOKE" = 1 ] && SUITE_ARGS=(-n 2 -v -p no:cacheprovider tests/test_rope.py)
+XLA_PYTHON_CLIENT_PREALLOCATE=false step suite $(( BUDGET - ($(date +%s) - T0) )) "$PY" -m pytest "${SUITE_ARGS[@]}"
+
+log "done"
+pack
+grep -h "" "$R/steps.log"
