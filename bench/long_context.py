@@ -187,6 +187,14 @@ def run_attention(args) -> list[dict]:
     for pas in PASSES:
       group, calls = [], {}
       for i, (fields, fwd, reason) in enumerate(configs):
+        logits = b * nh * n * n * 4  # the float32 [B, heads, N, N] logits that XLA's dense paths hold
+        if fields["method"] in ("dense", "causal") and logits > limit:
+          # Not even compiled: XLA's GPU compiler allocates such buffers while compiling
+          # (at 64K on an H100 it died asking for 64 GiB).
+          group.append({**fields, "pass": pas, "N": n, "mem": {}, "peak_bytes": None, "compile_s": None, **NOT_TIMED,
+                        "skipped": f"its logits alone are {logits / 2**30:.1f} GiB > --mem-limit-gb "
+                                   f"{args.mem_limit_gb:.1f}: not compiled"})
+          continue
         compiled, compile_s = compiled_pass(fwd, pas, call_args)
         mem = memory_bytes(compiled)
         row = {**fields, "pass": pas, "N": n, "mem": mem, "peak_bytes": mem.get("peak"), "compile_s": compile_s,
@@ -362,8 +370,13 @@ def _find(rows, **kw):
 
 
 def _fit(ns, mems) -> dict:
-  """Least-squares fit mem = a + b N, its worst ratios either way, and the log-log slope."""
-  ns, mems = np.asarray(ns, np.float64), np.asarray(mems, np.float64)
+  """Least-squares fit mem = a + b N, its worst ratios either way, and the log-log slope (over
+  the lengths that were compiled: a dense path too large to compile has no memory figure)."""
+  pairs = [(n, m) for n, m in zip(ns, mems) if m is not None]
+  ns, mems = np.asarray([n for n, _ in pairs], np.float64), np.asarray([m for _, m in pairs], np.float64)
+  if len(ns) < 2:
+    return {"a_bytes": None, "b_bytes_per_token": None, "max_mem_over_fit": None, "max_fit_over_mem": None,
+            "worst": None, "loglog_slope": None}
   a, b = np.linalg.lstsq(np.stack([np.ones_like(ns), ns], 1), mems, rcond=None)[0]
   ratio = mems / (a + b * ns)
   return {"a_bytes": float(a), "b_bytes_per_token": float(b), "max_mem_over_fit": float(ratio.max()),
@@ -442,6 +455,10 @@ def summarise(args, rows, train_rows, cp, info, command, t_start, load_before) -
   return summ
 
 
+def _num(x, spec=".2f"):
+  return "-" if x is None else format(x, spec)
+
+
 def fmt_mib(x):
   return "-" if x is None else f"{x / 2**20:.1f}"
 
@@ -475,7 +492,7 @@ def print_report(args, rows, train_rows, summ) -> str:
     for n in summ["lengths"]:
       r = {meth: _find(rows, part="attention", method=meth, N=n, **{"pass": pas}) for meth in METHODS}
       ratio = f"{r['chunked']['ms'] / r['dense']['ms']:.2f}" if r["dense"]["ms"] and r["chunked"]["ms"] else "-"
-      mr = r["dense"]["peak_bytes"] / r["chunked"]["peak_bytes"]
+      mr = r["dense"]["peak_bytes"] / r["chunked"]["peak_bytes"] if r["dense"]["peak_bytes"] else float("nan")
       out.append(f"| {n} | {cell(r['dense'])} | {cell(r['chunked'])} | {cell(r['linear'])} | {ratio} | "
                  f"{fmt_mib(r['dense']['peak_bytes'])} | {fmt_mib(r['chunked']['peak_bytes'])} | "
                  f"{fmt_mib(r['linear']['peak_bytes'])} | {mr:.1f} |")
@@ -496,7 +513,7 @@ def print_report(args, rows, train_rows, summ) -> str:
     out.append(f"\n{pas}: chunked memory vs least-squares fit a + bN (a={fc['a_bytes'] / 2**20:.2f} MiB, "
                f"b={fc['b_bytes_per_token']:.0f} B/token): worst ratio {fc['worst']:.3f}, log-log slope "
                f"{fc['loglog_slope']:.2f} (linear attention: {fl['worst']:.3f}, {fl['loglog_slope']:.2f}; dense: "
-               f"{summ[f'mem_fit_dense_{pas}']['loglog_slope']:.2f})")
+               f"{_num(summ[f'mem_fit_dense_{pas}']['loglog_slope'])})")
     c2 = summ[f"chunked_over_dense_time_{pas}"]
     bd = summ[f"chunked_vs_dense_from_{args.beyond_len}_{pas}"]
     c2_text = "-" if c2["ratio"] is None else f"{c2['ratio']:.2f}"
@@ -569,7 +586,7 @@ def _report_b4(args, rows, summ, out) -> str:
     fl, fd = summ[f"mem_fit_linear_{pas}"], summ[f"mem_fit_dense_{pas}"]
     out.append(f"\n{pas}: crossover (first N where linear is faster): {summ[f'crossover_{pas}']}; linear memory vs "
                f"least-squares fit a + bN: worst ratio {fl['worst']:.3f}, log-log slope {fl['loglog_slope']:.2f} "
-               f"(softmax: {fd['loglog_slope']:.2f})\n")
+               f"(softmax: {_num(fd['loglog_slope'])})\n")
   table = "\n".join(out)
   print(table)
   print(json.dumps(summ))
@@ -616,6 +633,7 @@ def plot(args, rows, train_rows, summ, path):
         err = np.array([[r["ms"] - r["ms_min"] for r in timed], [r["ms_max"] - r["ms"] for r in timed]])
         ax_t.errorbar([r["N"] for r in timed], [r["ms"] for r in timed], yerr=err, fmt=styles[pas], marker="o", ms=3,
                       capsize=2, color=colors[method], label=f"{method} {pas}")
+      rs = [r for r in rs if r["peak_bytes"] is not None]
       ax_m.plot([r["N"] for r in rs], [r["peak_bytes"] / 2**20 for r in rs], styles[pas], marker="o", ms=3,
                 color=colors[method], label=f"{method} {pas}")
   nm = [r for r in rows if r["part"] == "no_mask" and r["ms"] is not None]

@@ -181,3 +181,19 @@ def test_average_takes_feature_projections_and_optimiser_state_from_the_newest(t
   assert not np.allclose(got[projection][1], mean_projection)  # the old behaviour: a model that never existed
   model, _ = nnx.merge(graphdef, mean)
   assert isinstance(model.layers[0].attention.projection, attention.FeatureProjection)
+
+
+
+def test_create_state_draws_with_the_threefry_kernel_on_a_gpu_only(monkeypatch):
+  """On a GPU, `create_state` switches JAX to jaxlib's threefry kernel (B3's initialiser did not
+  compile in 150 s on an H100 without it); on other backends the flag is left as it is."""
+  from roformer_jax.training import trainer
+  before = jax.config.jax_threefry_gpu_kernel_lowering
+  try:
+    jax.config.update("jax_threefry_gpu_kernel_lowering", False)
+    _performer_state()  # a CPU backend: create_state leaves the flag off
+    assert not jax.config.jax_threefry_gpu_kernel_lowering and not trainer.use_gpu_threefry_kernel()
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    assert trainer.use_gpu_threefry_kernel() and jax.config.jax_threefry_gpu_kernel_lowering
+  finally:
+    jax.config.update("jax_threefry_gpu_kernel_lowering", before)

@@ -130,6 +130,11 @@ class MaskFactors:
   def __post_init__(self):
     object.__setattr__(self, "window", check_window(self.window))
 
+  def masks_nothing(self) -> bool:
+    """True when no factor is given: every query sees every key (the indices alone mask nothing)."""
+    return (self.q_valid is None and self.kv_valid is None and self.q_segment_ids is None
+            and self.kv_segment_ids is None and not self.causal and self.window is None)
+
   def dense(self) -> jax.Array | None:
     """The equivalent bool[B, 1, T, S] mask (None if nothing is masked)."""
     masks = []

@@ -184,9 +184,26 @@ def make_optimizer(config: ml_collections.ConfigDict):
   return tx, schedule, accum
 
 
+def use_gpu_threefry_kernel() -> bool:
+  """On a GPU backend, draws JAX's threefry random bits with jaxlib's CUDA kernel (the
+  `jax_threefry_gpu_kernel_lowering` flag) instead of XLA's unrolled integer arithmetic.
+
+  The bits are the same (threefry2x32 is one function); only the lowering differs. Without it,
+  XLA compiles one kernel per parameter's initialiser: on an H100 (jax 0.11.2) `create_state`
+  of roformer-base (12 layers, ~1,000 fusions) had not compiled after 150 s; with it B3's
+  three variants were created, compiled and timed in 100 s (docs/benchmarks.md, B3). Returns
+  whether the flag is now on. Other backends are left alone.
+  """
+  if jax.default_backend() == "gpu" and not jax.config.jax_threefry_gpu_kernel_lowering:
+    jax.config.update("jax_threefry_gpu_kernel_lowering", True)
+  return bool(jax.config.jax_threefry_gpu_kernel_lowering)
+
+
 def create_state(config: ml_collections.ConfigDict, mesh, rules, tx):
   """(graphdef, state) of (model, optimiser), created inside jit on the mesh: every parameter
-  and moment is born on its shards, never whole on one device."""
+  and moment is born on its shards, never whole on one device. On a GPU this turns on
+  `use_gpu_threefry_kernel` first (minutes of compile time otherwise)."""
+  use_gpu_threefry_kernel()
 
   @nnx.jit
   def create():
