@@ -5,12 +5,14 @@
   python experiments/run.py e4            # train at L=128, evaluate to 8L; RoPE + PI/NTK/YaRN (C7)
   python experiments/run.py e5            # En->De translation on gettext catalogues, RoPE vs sinusoidal (C4)
   python experiments/run.py e6            # context extension: L=128 -> 4L, 8L; PI/YaRN/ABF fine-tunes vs scratch
+  python experiments/run.py e7 --seeds 0,1,2   # ViT on shapes2d at 32 px, evaluated at 32/48/64 px: 2-D RoPE vs learned vs none
   python experiments/run.py e8            # train at L=128, evaluate to 16L: RoPE, xPos+window, p-RoPE, NoPE-hybrid, local/global, NoPE
   python experiments/run.py e2 --steps 200 --seeds 0   # a quick look
   python experiments/run.py e2 --smoke    # seconds: the first arm's code path, 2 steps, one seed
 
 Every arm of e2-e4 and e8 is configs/default.py (a 4-layer, d=128 byte model on the offline stdlib
-corpus) and every arm of e5 is configs/gettext_translate.py (a 3+3-layer, d=256 Transformer),
+corpus), every arm of e5 is configs/gettext_translate.py (a 3+3-layer, d=256 Transformer) and
+every arm of e7 is configs/vit_shapes.py (a 4-layer, d=64 ViT on the offline shapes2d images),
 with the overrides below; only the position encoding (or attention kind) differs between
 arms, and each arm runs with the same seeds.
 
@@ -46,7 +48,7 @@ sys.path.insert(0, ROOT)
 import absl.logging  # noqa: E402
 import numpy as np  # noqa: E402
 
-from configs import common, default, gettext_translate  # noqa: E402
+from configs import common, default, gettext_translate, vit_shapes  # noqa: E402
 from experiments import context_extension  # noqa: E402
 from roformer_jax.training import trainer  # noqa: E402
 from roformer_jax.evaluation import evaluate
@@ -105,6 +107,17 @@ EXPERIMENTS = {
             "nope": {"model.position": "none"},
         },
         "length_factors": (1, 2, 4, 8, 16),
+    },
+    "e7": {
+        "title": "E7: resolution extrapolation, ViT trained at 32 px (8x8 patches), evaluated at 1x, 1.5x, 2x the grid",
+        "config": vit_shapes.get_config,  # its own run length and schedule, not COMMON's
+        "overrides": {},
+        # RoPE-ViT (Heo et al. 2024): Mixed > Axial > learned absolute at resolutions above training
+        "arms": {"rope-mixed": {"vit.position": "rope_mixed"}, "rope-axial": {"vit.position": "rope_axial"},
+                 "rope-2d (Qwen-VL)": {"vit.position": "rope_2d"},
+                 "learned (resized)": {"vit.position": "learned"}, "none": {"vit.position": "none"}},
+        "length_factors": (),
+        "resolutions": (32, 48, 64),  # data.image_size at evaluation: the same scenes, rendered larger
     },
     "e5": {
         "title": "E5 (C4): En->De on the gettext catalogues, 3+3 layers d=256",
@@ -172,6 +185,10 @@ def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False) -> 
       entry = {"seed": seed, "train_wall_s": round(train_s, 1), "eval": results["metrics"],
                "train_curve": curve(workdir, "loss"), "eval_curve": curve(workdir, "eval_loss"),
                "length_curve": results.get("length_curve")}
+      if "resolutions" in exp:  # the same validation scenes at each resolution (the first is the trained one)
+        sizes = exp["resolutions"][:2] if smoke else exp["resolutions"]
+        entry["resolutions"] = {str(r): evaluate.evaluate(_with(config, {"data.image_size": r}), workdir)["metrics"]
+                                for r in sizes}
       if greedy is not None:
         entry["eval_greedy"] = greedy
         entry["eval_wall_s"] = round(time.perf_counter() - t1, 1)
@@ -197,6 +214,8 @@ def plot(name: str, out: dict, directory: str) -> str:
   colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
   if name == "e5":
     return _plot_translation(name, out, plt, colors, directory)
+  if name == "e7":
+    return _plot_resolution(name, out, plt, colors, directory)
   fig, ax = plt.subplots(figsize=(6.5, 4))
   if name in ("e4", "e8"):
     for i, (arm, entries) in enumerate(out["arms"].items()):
@@ -220,6 +239,30 @@ def plot(name: str, out: dict, directory: str) -> str:
     ax.set_xlabel("step")
     ax.set_ylabel("train loss (nats/token)")
     ax.set_ylim(top=min(ax.get_ylim()[1], 4.0))
+  ax.set_title(out["title"], fontsize=9)
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  path = os.path.join(directory, f"{name}.png")
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+  return path
+
+
+def _plot_resolution(name: str, out: dict, plt, colors, directory: str) -> str:
+  """Accuracy against the evaluation resolution per arm: the mean over seeds, bars min..max."""
+  fig, ax = plt.subplots(figsize=(6.5, 4))
+  for i, (arm, entries) in enumerate(out["arms"].items()):
+    sizes = sorted(int(r) for r in entries[0]["resolutions"])
+    acc = np.array([[e["resolutions"][str(r)]["accuracy"] for r in sizes] for e in entries])
+    mean = acc.mean(0)
+    ax.errorbar(np.array(sizes) + (i - 2) * 0.4, mean, yerr=[mean - acc.min(0), acc.max(0) - mean], fmt="o-",
+                color=colors[i], capsize=3, label=arm)
+  ax.axhline(0.25, color="grey", lw=0.8, ls=":", label="chance (4 classes)")
+  ax.axvline(32, color="grey", lw=0.8, ls="--")
+  ax.set_xticks(sizes, [f"{r} px\n({r // 4}x{r // 4} patches)" for r in sizes])
+  ax.set_xlabel("evaluation resolution (trained at 32 px)")
+  ax.set_ylabel("validation accuracy (mean; bars: min..max over seeds)")
   ax.set_title(out["title"], fontsize=9)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
@@ -332,6 +375,9 @@ def main():
   for arm, entries in out["arms"].items():
     losses = [e["eval"]["loss"] for e in entries]
     print(f"{arm:>24}: eval loss {np.mean(losses):.4f} (seeds: {', '.join(f'{x:.4f}' for x in losses)})")
+    for r in entries[0].get("resolutions", {}):
+      acc = [e["resolutions"][r]["accuracy"] for e in entries]
+      print(f"{'':>24}  {r} px: accuracy {np.mean(acc):.4f} ({', '.join(f'{x:.4f}' for x in acc)})")
     if "eval_greedy" in entries[0]:
       beam, greedy = [e["eval"]["bleu"] for e in entries], [e["eval_greedy"]["bleu"] for e in entries]
       print(f"{'':>24}  BLEU beam 4 {np.mean(beam):.2f} ({', '.join(f'{x:.2f}' for x in beam)}), "

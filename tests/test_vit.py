@@ -78,6 +78,17 @@ def test_rope_mixed_frequencies_train_and_stay_out_of_weight_decay():
   assert any("kernel" in k for k in decayed) and len(decayed) > 4
 
 
+@pytest.mark.parametrize("position", ["rope_mixed", "rope_axial", "learned"])
+def test_a_model_created_inside_jit_equals_the_eager_one(position):
+  """The trainer creates the model inside jit (trainer.create_state); RoPE-Mixed's initial
+  frequencies once went through NumPy there and failed. Same weights either way, up to
+  float32 rounding of RoPE-Mixed's float64 formula."""
+  eager = nnx.state(build(position), nnx.Param)
+  jitted = nnx.state(nnx.jit(lambda: build(position))(), nnx.Param)
+  for a, b in zip(jax.tree.leaves(eager), jax.tree.leaves(jitted), strict=True):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-6, atol=1e-7)
+
+
 def test_bad_images_and_configs_are_refused():
   with pytest.raises(ValueError, match="multiples of patch_size=4"):
     build("rope_axial")(jnp.zeros((1, 18, 16, 3)))

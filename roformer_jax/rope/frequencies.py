@@ -532,14 +532,19 @@ def mixed_frequencies(angles, head_dim: int, theta: float = 10.0) -> np.ndarray:
     head_dim: H (a multiple of 4). theta: 10 for RoPE-Mixed.
 
   Returns:
-    float64[2, ..., H / 2]: the dense frequencies `rotary_cos_sin(frequencies=...)` takes for
-    positions [..., T, 2] = (x, y); train them, and keep them out of weight decay.
+    float64[2, ..., H / 2] (float32 for traced angles): the dense frequencies
+    `rotary_cos_sin(frequencies=...)` takes for positions [..., T, 2] = (x, y); train them, and
+    keep them out of weight decay.
   """
   head_dim = check_dim(head_dim, "head_dim")
   if head_dim % 4:
     raise ValueError(f"RoPE-Mixed needs a head dim divisible by 4 (two axes of pairs), got {head_dim}.")
-  a = np.asarray(angles, np.float64)[..., None]
+  # Traced angles (a layer initialised inside jit, as the trainer does) give a float32 jax
+  # array by the same formula; anything else float64 NumPy.
+  xp = jnp if isinstance(angles, jax.core.Tracer) else np
+  a = (angles.astype(jnp.float32) if xp is jnp else np.asarray(angles, np.float64))[..., None]
   m = float(theta) ** (-np.arange(0, head_dim, 4, dtype=np.float64) / head_dim)
-  fx = np.concatenate(np.broadcast_arrays(m * np.cos(a), m * np.cos(a + np.pi / 2)), axis=-1)
-  fy = np.concatenate(np.broadcast_arrays(m * np.sin(a), m * np.sin(a + np.pi / 2)), axis=-1)
-  return np.stack([fx, fy])
+  m = m.astype(np.float32) if xp is jnp else m
+  fx = xp.concatenate(xp.broadcast_arrays(m * xp.cos(a), m * xp.cos(a + np.pi / 2)), axis=-1)
+  fy = xp.concatenate(xp.broadcast_arrays(m * xp.sin(a), m * xp.sin(a + np.pi / 2)), axis=-1)
+  return xp.stack([fx, fy])

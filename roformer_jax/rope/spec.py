@@ -224,7 +224,9 @@ class RotaryConfig:
     """For a learned spec: the layer's initial frequencies float32[2, N, R/2], RoPE-Mixed's
     (`rope.mixed_frequencies` with theta, one uniform angle per head)."""
     rd = head_dim if self.rotary_dim is None else self.rotary_dim
-    angles = np.asarray(jax.random.uniform(key, (num_heads,), maxval=2 * np.pi), np.float64)
+    angles = jax.random.uniform(key, (num_heads,), maxval=2 * np.pi)
+    if not isinstance(angles, jax.core.Tracer):  # eager: the float64 formula, then rounded
+      angles = np.asarray(angles, np.float64)
     return jnp.asarray(mixed_frequencies(angles, rd, self.theta), jnp.float32)
 
   def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len=None, key: bool = False, frequencies=None):
