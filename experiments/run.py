@@ -90,7 +90,11 @@ EXPERIMENTS = {
     },
     "e8": {
         "title": "E8: length extrapolation of RoPE variants, train at L=128, evaluate up to 16L",
-        "overrides": {"model.max_position": 2048},
+        # As E6: 10% of the training rows carry a pass key, so retrieval is something the model
+        # learned at L; the evaluation asks for it at L..16L.
+        "overrides": {"model.max_position": 2048, "data.passkey_fraction": context_extension.PASSKEY_FRACTION,
+                      "eval.passkey_lengths": (128, 256, 512, 1024, 2048), "eval.passkey_depths": (0.0, 0.5, 1.0),
+                      "eval.passkey_trials": 4},
         "arms": {
             "rope": {"model.position": "rope"},
             # LEX (Sun et al. 2022): xPos with blockwise causal attention; the block is a window of L
@@ -148,6 +152,9 @@ def make_config(exp: dict, arm: dict, seed: int, steps: int | None, smoke: bool 
   config = _with(config, {**common, **exp["overrides"], **arm, "seed": seed})
   if smoke:  # two lengths are enough to run the length curve's code (each length compiles anew)
     config.eval.length_factors = exp["length_factors"][:2]
+    if config.eval.passkey_lengths:  # a prompt needs ~100 bytes: longer than the smoke rows (as E6's smoke)
+      config = _with(config, {"eval.passkey_lengths": (128,), "eval.passkey_depths": (0.0,), "eval.passkey_trials": 1,
+                              "data.passkey_fraction": 0.0})
     return _with(config, SMOKE_EVAL)
   if steps:
     config.total_steps = steps
@@ -184,7 +191,7 @@ def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False) -> 
       results = evaluate.evaluate(config, workdir)  # last, so eval_results.json holds these
       entry = {"seed": seed, "train_wall_s": round(train_s, 1), "eval": results["metrics"],
                "train_curve": curve(workdir, "loss"), "eval_curve": curve(workdir, "eval_loss"),
-               "length_curve": results.get("length_curve")}
+               "length_curve": results.get("length_curve"), "passkey": results.get("passkey")}
       if "resolutions" in exp:  # the same validation scenes at each resolution (the first is the trained one)
         sizes = exp["resolutions"][:2] if smoke else exp["resolutions"]
         entry["resolutions"] = {str(r): evaluate.evaluate(_with(config, {"data.image_size": r}), workdir)["metrics"]

@@ -5,7 +5,7 @@
   python experiments/summarize.py --check    # exit 1 if a block of docs/results.md is out of date
   python experiments/summarize.py --record-default-run workdirs/default   # after `make train`
 
-docs/results.md holds one generated block per experiment (E2-E5), between the lines
+docs/results.md holds one generated block per experiment (E2-E8), between the lines
 `<!-- summarize:<exp>:begin -->` and `<!-- summarize:<exp>:end -->`. Each block is the
 command that produced experiments/results/<exp>.json and the tables made from it; everything
 outside the markers is written by hand and left byte for byte. The output depends only on the
@@ -45,8 +45,8 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "experiments", "results")
 DOC = os.path.join(ROOT, "docs", "results.md")
-EXPERIMENTS = ("e2", "e3", "e4", "e5", "e6")
-REFERENCE = {"e2": "rope", "e3": "linear + RoPE", "e4": "rope"}
+EXPERIMENTS = ("e2", "e3", "e4", "e5", "e6", "e7", "e8")
+REFERENCE = {"e2": "rope", "e3": "linear + RoPE", "e4": "rope", "e8": "rope"}
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -202,6 +202,52 @@ def e6_tables(out: dict) -> str:
   return "\n\n".join(parts)
 
 
+def resolution_table(out: dict) -> str:
+  """E7: validation accuracy per arm at each evaluation resolution, mean (seed range)."""
+  sizes = sorted({int(r) for entries in out["arms"].values() for r in entries[0]["resolutions"]})
+  trained = sizes[0]
+  lines = ["| arm | " + " | ".join(f"{r} px ({r // 4}x{r // 4} patches)" for r in sizes) +
+           f" | change {trained} → {sizes[-1]} px |", "|---|" + "---|" * (len(sizes) + 1)]
+  for arm, entries in out["arms"].items():
+    acc = lambda e, r: e["resolutions"][str(r)]["accuracy"]
+    cells = [_mean_range([acc(e, r) for e in entries]) for r in sizes]
+    change = _mean_range([acc(e, sizes[-1]) - acc(e, trained) for e in entries], "+.3f")
+    lines.append(f"| {arm} | " + " | ".join(cells) + f" | {change} |")
+  return "\n".join(lines)
+
+
+def length_range_table(out: dict) -> str:
+  """Eval loss by evaluation length per arm, mean (seed range)."""
+  first = next(iter(out["arms"].values()))[0]
+  lengths = [r["length"] for r in first["length_curve"]]
+  lines = ["| arm | " + " | ".join(f"L={n}" for n in lengths) + " |", "|---|" + "---|" * len(lengths)]
+  for arm, entries in out["arms"].items():
+    cells = [_mean_range([e["length_curve"][i]["loss"] for e in entries]) for i in range(len(lengths))]
+    lines.append(f"| {arm} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def passkey_tables(out: dict) -> str:
+  """Pass-key answer NLL and exact-match accuracy by prompt length, mean over depths, seed range."""
+  pk = {arm: entries for arm, entries in out["arms"].items() if entries[0].get("passkey")}
+  if not pk:
+    return ""
+  first = next(iter(pk.values()))[0]["passkey"]
+  head = "| arm | " + " | ".join(f"{n}" for n in first["lengths"]) + " |"
+  rule = "|---|" + "---|" * len(first["lengths"])
+  parts = []
+  for metric, fmt, text in (
+      ("answer_nll", ".2f", "The pass key's answer, negative log-likelihood in nats per digit (teacher-forced; ln 10 = "
+                            "2.30 is a uniform guess among the digits)"),
+      ("accuracy", ".2f", "Pass-key exact match (greedy decoding of the 5 digits)")):
+    lines = [f"{text}, by prompt length; {len(first['depths'])} depths x {first['trials']} keys, mean over depths "
+             "(seed range):", "", head, rule]
+    for arm, entries in pk.items():
+      lines.append(f"| {arm} | " + " | ".join(_passkey_cells(entries, metric, fmt)) + " |")
+    parts.append("\n".join(lines))
+  return "\n\n".join(parts)
+
+
 def header(out: dict, *, wall_column: bool = True) -> str:
   line = f"`{out['command']}`, seeds {out['seeds']}, total {out['wall_s']:.0f} s"
   if any(_resumed(entries) for entries in out["arms"].values()):
@@ -231,6 +277,14 @@ def block(name: str, out: dict) -> str:
     parts.append(translation_table(out))
     parts.append("Per-seed values in parentheses, in the order of seeds "
                  f"{out['seeds']}; BLEU is sacreBLEU on the test split.")
+  elif name == "e7":
+    parts.append("Validation accuracy (1,000+ scenes, 4 classes, chance 0.25), mean (seed range):")
+    parts.append(resolution_table(out))
+  elif name == "e8":
+    parts.append(arm_table(out, REFERENCE[name]))
+    parts.append("Eval loss (nats/byte) by evaluation length, mean (seed range):")
+    parts.append(length_range_table(out))
+    parts.append(passkey_tables(out))
   else:
     parts.append(arm_table(out, REFERENCE[name]))
     if name == "e4":

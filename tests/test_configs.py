@@ -48,7 +48,7 @@ SMOKE = [(name, ",".join(filter(None, (arg, "smoke")))) for name, arg in ALL if 
 # step on a real batch instead, which keeps this file under a minute on 2 cores.
 # (enwik8_performer's smoke variant is offline: tests/test_docs.py trains it from its docstring.)
 SMOKE_RUNS = [("wmt14_ende_base", "smoke"), ("bert_base_mlm", "smoke"), ("glue", "mrpc,smoke"),
-              ("glue", "stsb,smoke")]
+              ("glue", "stsb,smoke"), ("vit_shapes", "smoke")]
 BASELINE_SMOKE = [("wmt14_ende_base", "sinusoidal,smoke", "sinusoidal"), ("bert_base_mlm", "bert,smoke", "learned"),
                   ("enwik8_performer", "norope,smoke", "none")]
 
@@ -240,6 +240,8 @@ def offline_data(name, data_dir):
   if name == "enwik8_performer":
     importlib.import_module("configs.enwik8_performer").prepare_synthetic_enwik8(data_dir)
     yield
+  elif name == "vit_shapes":  # shapes2d is offline: rendered from seeded scenes on first use
+    yield
   else:
     with tfds.testing.mock_data(num_examples=16, policy=tfds.testing.MockPolicy.USE_CODE):
       yield
@@ -283,8 +285,11 @@ def test_smoke_variant_trains_two_steps(name, arg, tmp_path, no_network, monkeyp
   with offline_data(name, tmp_path / "data"):
     metrics = evaluate.evaluate(config, str(tmp_path / "work"))["metrics"]
   expected = {"classification": {"f1", "accuracy"} if "stsb" not in arg else {"pearson", "spearman"},
-              "seq2seq": {"loss", "bleu"}}.get(config.task, {"loss", "bits_per_token"})
+              "seq2seq": {"loss", "bleu"}, "image": {"loss", "accuracy", "images"}}.get(config.task,
+                                                                                   {"loss", "bits_per_token"})
   assert expected <= set(metrics), metrics
+  if config.task == "image":  # a label has no perplexity and an image is not a token
+    assert not {"perplexity", "bits_per_token", "tokens"} & set(metrics), metrics
   assert (tmp_path / "work" / "eval_results.json").exists()
 
 

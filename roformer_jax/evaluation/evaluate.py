@@ -7,6 +7,7 @@
   - lm: loss (nats/token), perplexity, bits per token (= bits per byte for the byte tokenizer);
   - mlm: loss and accuracy at the masked positions;
   - classification: the GLUE metrics of the task (F1/accuracy, Pearson/Spearman, accuracy);
+  - image: loss (nats per image), accuracy and the number of images;
   - seq2seq: loss, and sacreBLEU of beam-search translations (beam 4, length penalty 0.6;
     beam_size=1 is greedy) against the raw reference text; the translations go to
     `<workdir>/translations.tsv`.
@@ -361,6 +362,10 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   if tasks.TOKEN_METRICS in task.eval_metrics:
     results["metrics"].update(_token_metrics(_loss_pass(config, graphdef, state, mesh, batches(), "eval",
                                                         config.data.max_length)))
+  if tasks.IMAGE_METRICS in task.eval_metrics:  # the same pass, named for images (no perplexity of a label)
+    sums = _loss_pass(config, graphdef, state, mesh, batches(), "eval", config.data.max_length)
+    w = max(sums["weight"], 1.0)
+    results["metrics"].update({"loss": sums["loss"] / w, "accuracy": sums["correct"] / w, "images": sums["weight"]})
   if tasks.GLUE_METRICS in task.eval_metrics:
     results["metrics"].update(_glue(config, task, graphdef, state, mesh, batches()))
   if tasks.BLEU in task.eval_metrics:

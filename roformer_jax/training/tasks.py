@@ -47,6 +47,7 @@ FILL_MASKS = "fill_masks"  # fill [MASK] slots (generation.fill_masks)
 
 # What eval.py scores (`Task.eval_metrics`), each computed in roformer_jax/evaluation/evaluate.py.
 TOKEN_METRICS = "tokens"  # loss, accuracy, perplexity, bits per token over a full pass
+IMAGE_METRICS = "images"  # loss (nats per image), accuracy and the number of images over a full pass
 GLUE_METRICS = "glue"  # the GLUE metric set of the data set's task, from predictions
 BLEU = "bleu"  # beam-search translations scored by sacreBLEU (+ translations.tsv)
 LENGTH_CURVE = "length_curve"  # loss at eval.length_factors times the trained length
@@ -67,7 +68,8 @@ class Task:
     causal: the model reads its (target) rows causally (context-parallel lengths, FLOPs).
     init_from: `config.init_from` may start it from a trained model's parameters.
     generates: what generate.py does with it (CONTINUE, TRANSLATE, FILL_MASKS), or None.
-    eval_metrics: what eval.py scores (TOKEN_METRICS, GLUE_METRICS, BLEU, LENGTH_CURVE, PASSKEY).
+    eval_metrics: what eval.py scores (TOKEN_METRICS, IMAGE_METRICS, GLUE_METRICS, BLEU, LENGTH_CURVE,
+      PASSKEY).
     sample_fn: `samples.*_samples`, what the trainer's samples show.
   """
   name: ClassVar[str]
@@ -284,6 +286,7 @@ class ImageClassification(Task):
   name = "image"
   batches = pipeline.IMAGE
   reads_tokens = False
+  eval_metrics = (IMAGE_METRICS,)
   sample_fn = samples_lib.image_samples
 
   def _model(self, config, cfg, rngs):
