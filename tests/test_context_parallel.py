@@ -35,8 +35,18 @@ def _batch(kind, seed=0):
   return {"ids": ids, "valid": valid, "weights": valid.astype(np.float32)}
 
 
-def _model(family, impl):
-  cfg = M.ModelConfig(**TINY, attention_implementation=impl)
+# Per-layer attention (issue 26): a sliding-window layer of 4 keys (the shards hold T / C = 8
+# tokens, so windows cross shard boundaries) and a layer without RoPE, or a global one. Larger
+# initial weights than TINY's make attention peaked enough that the window changes the loss.
+WINDOW_LAYERS = {
+    "lm": dict(layer_types=("w", "n"), layer_settings={"w": {"window": 4}, "n": {"rope": "none"}}, init_std=0.3),
+    "mlm": dict(layer_types=("w", "g"), layer_settings={"w": {"window": 4}, "g": {"rope": {"theta": 1e6}}},
+                init_std=0.3),
+}
+
+
+def _model(family, impl, layers=None):
+  cfg = M.ModelConfig(**TINY, attention_implementation=impl, **(layers or {}))
   rngs = nnx.Rngs(0)
   return {"lm": M.CausalLM, "mlm": M.RoFormerForMaskedLM, "seq2seq": M.TransformerSeq2Seq}[family](cfg, rngs=rngs)
 
@@ -52,8 +62,8 @@ def _call(family, model, batch):
   return model(ids, attention_mask=batch["valid"])
 
 
-def _loss_and_grads(family, impl, batch, mesh=None):
-  graphdef, params, rest = nnx.split(_model(family, impl), nnx.Param, ...)
+def _loss_and_grads(family, impl, batch, mesh=None, layers=None):
+  graphdef, params, rest = nnx.split(_model(family, impl, layers), nnx.Param, ...)
 
   def loss(params, batch):
     logits = _call(family, nnx.merge(graphdef, params, rest), batch)
@@ -90,6 +100,23 @@ def mesh():
 def test_data2_context4_equals_one_device(mesh, family, impl, kind):
   batch = _batch(kind)
   _assert_same(_loss_and_grads(family, impl, batch), _loss_and_grads(family, impl, batch, mesh))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family,impl,kind", [("lm", "chunked", "packed"), ("lm", "xla", "left_padded"),
+                                              ("mlm", "chunked", "left_padded"), ("mlm", "xla", "packed")])
+def test_window_layers_on_context4_equal_one_device(mesh, family, impl, kind):
+  """Sliding-window layers (and layers without RoPE, or with their own theta) split over the
+  context axis give the loss and gradients of one device; the window really masks (the same
+  model without windows gives another loss)."""
+  batch = _batch(kind, seed=1)
+  layers = WINDOW_LAYERS[family]
+  one = _loss_and_grads(family, impl, batch, layers=layers)
+  # rtol 1e-4: the larger weights give gradients of ~50, and the key bias's (zero in exact
+  # arithmetic: softmax ignores it) float32 noise reaches 5e-6
+  _assert_same(one, _loss_and_grads(family, impl, batch, mesh, layers=layers), rtol=1e-4)
+  unwindowed = {**layers, "layer_settings": {**layers["layer_settings"], "w": {}}}
+  assert abs(float(_loss_and_grads(family, impl, batch, layers=unwindowed)[0]) / float(one[0]) - 1) > 2e-4
 
 
 def test_the_comparison_can_fail(mesh, monkeypatch):
