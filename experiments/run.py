@@ -113,7 +113,7 @@ EXPERIMENTS = {
         "length_factors": (1, 2, 4, 8, 16),
     },
     "e7": {
-        "title": "E7: resolution extrapolation, ViT trained at 32 px (8x8 patches), evaluated at 1x, 1.5x, 2x the grid",
+        "title": "E7: a ViT trained at 32 px (8x8 patches), evaluated at 1x, 1.5x and 2x the grid",
         "config": vit_shapes.get_config,  # its own run length and schedule, not COMMON's
         "overrides": {},
         # RoPE-ViT (Heo et al. 2024): Mixed > Axial > learned absolute at resolutions above training
@@ -246,6 +246,11 @@ def plot(name: str, out: dict, directory: str) -> str:
     ax.set_xlabel("step")
     ax.set_ylabel("train loss (nats/token)")
     ax.set_ylim(top=min(ax.get_ylim()[1], 4.0))
+  return _save(fig, ax, plt, out, name, directory)
+
+
+def _save(fig, ax, plt, out: dict, name: str, directory: str) -> str:
+  """Title, grid and legend on the one axis; the figure written to `directory`/<name>.png."""
   ax.set_title(out["title"], fontsize=9)
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
@@ -258,7 +263,7 @@ def plot(name: str, out: dict, directory: str) -> str:
 
 def _plot_resolution(name: str, out: dict, plt, colors, directory: str) -> str:
   """Accuracy against the evaluation resolution per arm: the mean over seeds, bars min..max."""
-  fig, ax = plt.subplots(figsize=(6.5, 4))
+  fig, ax = plt.subplots(figsize=(8, 4.5))
   for i, (arm, entries) in enumerate(out["arms"].items()):
     sizes = sorted(int(r) for r in entries[0]["resolutions"])
     acc = np.array([[e["resolutions"][str(r)]["accuracy"] for r in sizes] for e in entries])
@@ -269,15 +274,8 @@ def _plot_resolution(name: str, out: dict, plt, colors, directory: str) -> str:
   ax.axvline(32, color="grey", lw=0.8, ls="--")
   ax.set_xticks(sizes, [f"{r} px\n({r // 4}x{r // 4} patches)" for r in sizes])
   ax.set_xlabel("evaluation resolution (trained at 32 px)")
-  ax.set_ylabel("validation accuracy (mean; bars: min..max over seeds)")
-  ax.set_title(out["title"], fontsize=9)
-  ax.grid(alpha=0.3)
-  ax.legend(fontsize=8)
-  path = os.path.join(directory, f"{name}.png")
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
-  return path
+  ax.set_ylabel("accuracy (mean over seeds, bars min..max)")
+  return _save(fig, ax, plt, out, name, directory)
 
 
 def _plot_translation(name: str, out: dict, plt, colors, directory: str) -> str:
