@@ -278,7 +278,7 @@ def block(name: str, out: dict) -> str:
     parts.append("Per-seed values in parentheses, in the order of seeds "
                  f"{out['seeds']}; BLEU is sacreBLEU on the test split.")
   elif name == "e7":
-    parts.append("Validation accuracy (1,000+ scenes, 4 classes, chance 0.25), mean (seed range):")
+    parts.append("Validation accuracy (the 2,000 validation scenes, 4 classes, chance 0.25), mean (seed range):")
     parts.append(resolution_table(out))
   elif name == "e8":
     parts.append(arm_table(out, REFERENCE[name]))
