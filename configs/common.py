@@ -135,6 +135,9 @@ def base_config() -> ml_collections.ConfigDict:
   config.vit.cls_token = True  # classify a CLS token's state (False: the mean over patches).
   config.vit.position = "rope_axial"  # rope_axial | rope_mixed | rope_2d | learned | none (docs/models.md).
   config.vit.rope_theta = ml_collections.config_dict.placeholder(float)  # None: the variant's own (100, 10, 1e4).
+  # The resolution the model is built for (the learned table's grid); None: data.image_size.
+  # Set it in a config so that evaluating at another data.image_size keeps the trained model.
+  config.vit.image_size = ml_collections.config_dict.placeholder(int)
   return config
 
 

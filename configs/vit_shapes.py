@@ -39,6 +39,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
   config.data.image_size = 32  # R: the training resolution, an 8 x 8 grid of 4-pixel patches
   config.data.image_channels = 3  # RGB
 
+  config.vit.image_size = 32  # the model's grid (8 x 8): evaluating at another data.image_size keeps it
   config.vit.patch_size = 4  # P
   config.vit.cls_token = True  # classify the CLS token (position (0, 0): unrotated)
   config.vit.position = "rope_axial"  # Heo et al.'s RoPE-Axial (theta 100)
@@ -65,7 +66,7 @@ def get_config(variant: str = "") -> ml_collections.ConfigDict:
     config.eval_batches = 1  # one validation batch
     config.samples_per_eval = 0  # no samples in the seconds-long smoke runs
     config.batch_size = 8  # global batch
-    config.data.image_size = 16  # a 4 x 4 grid
+    config.data.image_size = config.vit.image_size = 16  # a 4 x 4 grid
     config.model.update(dict(d_model=32, num_layers=1, num_heads=2, d_ff=64))  # tiny
     config.optim.warmup_steps = 1  # the schedule fits 2 steps
   return config

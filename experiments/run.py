@@ -181,6 +181,7 @@ def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False) -> 
     for seed in seeds:
       workdir = os.path.join(run_dir(name, smoke), f"{arm_name.split()[0]}_s{seed}")
       config = make_config(exp, arm, seed, steps, smoke)
+      resumed = os.path.isdir(os.path.join(workdir, "checkpoints"))  # an earlier invocation trained it
       t0 = time.perf_counter()
       trainer.train_and_evaluate(config, workdir)
       train_s = time.perf_counter() - t0
@@ -192,6 +193,8 @@ def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False) -> 
       entry = {"seed": seed, "train_wall_s": round(train_s, 1), "eval": results["metrics"],
                "train_curve": curve(workdir, "loss"), "eval_curve": curve(workdir, "eval_loss"),
                "length_curve": results.get("length_curve"), "passkey": results.get("passkey")}
+      if resumed:  # restored and evaluated again: train_wall_s is the restore's, not a training time
+        entry["resumed"] = True
       if "resolutions" in exp:  # the same validation scenes at each resolution (the first is the trained one)
         sizes = exp["resolutions"][:2] if smoke else exp["resolutions"]
         entry["resolutions"] = {str(r): evaluate.evaluate(_with(config, {"data.image_size": r}), workdir)["metrics"]

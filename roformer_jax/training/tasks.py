@@ -269,11 +269,14 @@ class Classification(Task):
 
 
 def vit_config(config) -> vit.ViTConfig:
-  """The ViT's image side: `config.vit` (patch size, CLS, position encoding, theta) with the
-  data's resolution and channels (the training grid) and the dataset's number of classes."""
+  """The ViT's image side: `config.vit` (patch size, CLS, position encoding, theta), the grid it
+  is built for (`vit.image_size`, else the data's resolution), the data's channels and the
+  dataset's number of classes. Images of another `data.image_size` then run on the same model
+  (RoPE at their own grid, a learned table resized to it)."""
   from roformer_jax.training import data  # the dataset registry (data-only; no cycle: data imports no task)
   spec = data.get_spec(config.data.dataset)
-  return vit.ViTConfig(image_size=int(config.data.image_size), channels=int(config.data.image_channels),
+  size = config.data.image_size if config.vit.image_size is None else config.vit.image_size
+  return vit.ViTConfig(image_size=int(size), channels=int(config.data.image_channels),
                        num_classes=int(spec.num_classes), patch_size=int(config.vit.patch_size),
                        cls_token=bool(config.vit.cls_token), position=str(config.vit.position),
                        rope_theta=config.vit.rope_theta)
