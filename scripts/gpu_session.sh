@@ -57,7 +57,7 @@ optax.__version__, t.__version__)'; nproc; free -g"
 
 # 2. B3: RoFormer-base MLM at 512 in bf16, every attention variant. On 2026-11-26 (H100) it did
 #    not finish in 150 s before create_state used jaxlib's threefry kernel on GPUs; with it,
-#    three variants took 100 s, so five need about 160.
+#    three variants took 75 s, so five need about 125 (170 leaves room).
 step b3 170 "$PY" bench/gpu_mlm.py $S --rounds 3 --steps 4 --record --json-out "$R/b3.json"
 #    and twice the batch on the fused path (MFU grows with the matmuls' size), not recorded
 step b3_b128 50 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 4 || echo 128) --variants auto \

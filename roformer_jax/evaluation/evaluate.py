@@ -254,11 +254,16 @@ def _loss_pass(config, graphdef, state, mesh, batches, progress_desc: str, max_l
   return trainer.eval_sums(step, state, batches, mesh)
 
 
-def _token_metrics(sums: dict[str, float]) -> dict[str, float]:
+def _mean_metrics(sums: dict[str, float]) -> dict[str, float]:
+  """Loss and accuracy per weighted example (token or image) of a pass's sums."""
   w = max(sums["weight"], 1.0)
-  loss = sums["loss"] / w
-  return {"loss": loss, "accuracy": sums["correct"] / w, "perplexity": math.exp(min(loss, 80.0)),
-          "bits_per_token": loss / math.log(2.0), "tokens": sums["weight"]}
+  return {"loss": sums["loss"] / w, "accuracy": sums["correct"] / w}
+
+
+def _token_metrics(sums: dict[str, float]) -> dict[str, float]:
+  m = _mean_metrics(sums)
+  return {**m, "perplexity": math.exp(min(m["loss"], 80.0)), "bits_per_token": m["loss"] / math.log(2.0),
+          "tokens": sums["weight"]}
 
 
 def _glue(config, task: tasks.Task, graphdef, state, mesh, batches) -> dict[str, float]:
@@ -364,8 +369,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
                                                         config.data.max_length)))
   if tasks.IMAGE_METRICS in task.eval_metrics:  # the same pass, named for images (no perplexity of a label)
     sums = _loss_pass(config, graphdef, state, mesh, batches(), "eval", config.data.max_length)
-    w = max(sums["weight"], 1.0)
-    results["metrics"].update({"loss": sums["loss"] / w, "accuracy": sums["correct"] / w, "images": sums["weight"]})
+    results["metrics"].update({**_mean_metrics(sums), "images": sums["weight"]})
   if tasks.GLUE_METRICS in task.eval_metrics:
     results["metrics"].update(_glue(config, task, graphdef, state, mesh, batches()))
   if tasks.BLEU in task.eval_metrics:

@@ -191,7 +191,7 @@ def use_gpu_threefry_kernel() -> bool:
   The bits are the same (threefry2x32 is one function); only the lowering differs. Without it,
   XLA compiles one kernel per parameter's initialiser: on an H100 (jax 0.11.2) `create_state`
   of roformer-base (12 layers, ~1,000 fusions) had not compiled after 150 s; with it B3's
-  three variants were created, compiled and timed in 100 s (docs/benchmarks.md, B3). Returns
+  three variants were created, compiled and timed in 75 s (docs/benchmarks.md, B3). Returns
   whether the flag is now on. Other backends are left alone.
   """
   if jax.default_backend() == "gpu" and not jax.config.jax_threefry_gpu_kernel_lowering:
