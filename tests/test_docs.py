@@ -264,7 +264,8 @@ SMOKE_SIZE_FLAGS = ("--steps", "--seeds", "--targets")
 
 def _key(line):
   """What a shrunk command does, for finding the same command documented twice: the environment
-  prefix (GLIBC_TUNABLES), the python spelling and `--record` (a no-op with --smoke) aside."""
+  prefix (GLIBC_TUNABLES), the python spelling, and `--record` and `--publish` (no-ops with
+  --smoke: a smoke run never writes a committed file) aside."""
   parts = []
   for part in line.split(" && "):
     words = part.split()
@@ -278,7 +279,7 @@ def _key(line):
       for w in words:
         if kept and kept[-1] in SMOKE_SIZE_FLAGS and "experiments/run.py" in words:
           kept.pop()
-        elif w != "--record":
+        elif w not in ("--record", "--publish"):
           kept.append(w)
       words = kept
     parts.append(" ".join(words))

@@ -165,12 +165,15 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
   # packers (a lost or doubled shard would be off by half).
   port = _free_port()
   dist = ["--coordinator_address", f"127.0.0.1:{port}", "--num_processes", "2", "--cpu_devices", "2"]
-  overrides = ["--config.mesh.fsdp=2", "--config.eval.length_factors=(1,)", "--config.eval.length_batches=1"]
+  # Rows of 64 (32 per process): the split is 817 batches of the training's 8 rows, and every
+  # two-process batch pays the cross-process collectives (20 s of the test's 24).
+  overrides = ["--config.mesh.fsdp=2", "--config.batch_size=64", "--config.eval.length_factors=(1,)",
+               "--config.eval.length_batches=1"]
   procs = [eval_cli(tmp_path, *dist, *overrides, "--process_id", str(i)) for i in range(2)]
   outs = [p.communicate(timeout=300)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outs)
   two = json.loads((tmp_path / "eval_results.json").read_text())["metrics"]
-  config = smoke(**{"mesh.fsdp": 2})
+  config = smoke(**{"mesh.fsdp": 2, "batch_size": 64})
   config.eval.length_factors, config.eval.length_batches = (1,), 1
   one = evaluate.evaluate(config, str(tmp_path))["metrics"]
   assert one["tokens"] > 0 and abs(two["tokens"] - one["tokens"]) <= 1e-4 * one["tokens"]
