@@ -48,6 +48,7 @@ bench: venv
 	$(PY) bench/default_config.py --record
 	$(PY) bench/gpu_mlm.py --record
 	$(PY) bench/long_context.py --record
+	$(PY) bench/inference.py --record
 	$(PY) bench/report.py
 
 figures: venv

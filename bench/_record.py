@@ -234,11 +234,12 @@ def machine() -> dict:
   """The accelerator (or CPU) JAX runs on, and the host."""
   import jax
 
-  from bench.harness import cpu_name
+  from bench.harness import cpu_isa, cpu_name, huge_pages
 
   device = jax.devices()[0]
   return {"platform": device.platform, "device_kind": device.device_kind, "device_count": jax.device_count(),
-          "cpu": cpu_name(), "cpu_count": os.cpu_count(), "os": platform.platform()}
+          "cpu": cpu_name(), "cpu_count": os.cpu_count(), "os": platform.platform(),
+          "isa": cpu_isa(), "huge_pages": huge_pages()}
 
 
 def versions() -> dict:

@@ -121,6 +121,30 @@ def cpu_name() -> str:
   return platform.processor() or platform.machine()
 
 
+# The instruction sets that decide which kernels XLA and oneDNN run on x86 (issue 28: AMX on a
+# Xeon lets torch's oneDNN matmuls run 2-4x faster than XLA's): /proc/cpuinfo's flag names.
+ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_isa() -> list[str]:
+  """Which of ISA_FLAGS the CPU has (empty where /proc/cpuinfo is missing)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("flags"):
+          flags = set(line.split(":", 1)[1].split())
+          return [isa for isa in ISA_FLAGS if isa in flags]
+  except OSError:
+    pass
+  return []
+
+
+def huge_pages() -> bool:
+  """Whether glibc's malloc backs large allocations with huge pages in this process
+  (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, as `make` sets): both sides of a comparison must agree."""
+  return "glibc.malloc.hugetlb=1" in os.environ.get("GLIBC_TUNABLES", "")
+
+
 def matmul_flops(dtype, n: int, repeats: int = 10) -> float:
   """FLOP/s of one jitted [n, n] x [n, n] product in `dtype` (median of `repeats`): the
   machine's achievable matmul rate, measured in the same run as the figure it scales."""

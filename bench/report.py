@@ -97,7 +97,14 @@ def status(fig: dict) -> str:
 def device(machine: dict) -> str:
   """A short name for where the bench ran: the accelerator, or the CPU and its cores."""
   if machine.get("platform") == "cpu":
-    return f"CPU: {machine.get('cpu')}, {machine.get('cpu_count')} cores"
+    text = f"CPU: {machine.get('cpu')}, {machine.get('cpu_count')} cores"
+    # Records since issue 28 carry the instruction sets and whether huge pages were on.
+    if "isa" in machine:
+      wide = [isa for isa in ("amx_tile", "avx512f") if isa in machine["isa"]]
+      text += f", {'+'.join(wide) if wide else 'no AVX-512'}"
+    if "huge_pages" in machine:
+      text += ", huge pages" if machine["huge_pages"] else ", no huge pages"
+    return text
   return f"{machine.get('device_count')} x {machine.get('device_kind')}"
 
 

@@ -18,6 +18,7 @@ so beam search can reorder them with a gather.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -900,3 +901,41 @@ class TransformerSeq2Seq(nnx.Module):
     x, new_cache = _decode(self.decoder, embed, tgt_ids, cache, token_mask,
                            cross_mask=cache["src_valid"][:, None, None, :])
     return self._logits(x), new_cache
+
+
+def jitted(model: nnx.Module, method: str = "__call__"):
+  """`model.<method>` as a compiled function of its inputs: the fast path for inference.
+
+  `nnx.jit(lambda m, x: m(x))(model, x)` flattens every state array of the model on each call
+  (78 arrays for a 4-layer encoder: 8.1 vs 1.7 ms per call at T=8 on a Xeon, docs/benchmarks.md).
+  This splits the model once, keeps its arrays as a flat list, and compiles the method once
+  per input shape with `jax.jit`:
+
+      encode = models.jitted(model, "encode")      # or models.jitted(lm) for lm(tokens)
+      hidden = encode(ids, attention_mask=mask)
+
+  Positional arguments and array keyword arguments are traced; other keyword values (bools
+  such as `deterministic`, ints, strings, None) are static, and each new value compiles once.
+  The weights are those of the model at this call: after changing them (training, loading),
+  call `jitted` again. State the method writes (an RNG counter of dropout, a decoding cache
+  kept on the model) is not written back: use it for inference with `deterministic=True`,
+  the default.
+  """
+  if not callable(getattr(model, method, None)):
+    raise ValueError(f"method={method!r}: {type(model).__name__} has no such method; expected e.g. '__call__' "
+                     "or 'encode'.")
+  graphdef, state = nnx.split(model)
+  leaves, treedef = jax.tree.flatten(state)
+
+  @functools.partial(jax.jit, static_argnums=(1,))
+  def run(leaves, static_kwargs, args, array_kwargs):
+    model = nnx.merge(graphdef, jax.tree.unflatten(treedef, leaves))
+    return getattr(model, method)(*args, **dict(static_kwargs), **array_kwargs)
+
+  def call(*args, **kwargs):
+    static = tuple(sorted((k, v) for k, v in kwargs.items() if isinstance(v, (bool, int, float, str, type(None)))))
+    arrays = {k: v for k, v in kwargs.items() if not isinstance(v, (bool, int, float, str, type(None)))}
+    return run(leaves, static, args, arrays)
+
+  call.__doc__ = f"{type(model).__name__}.{method}, compiled (roformer_jax.models.jitted)."
+  return call

@@ -62,7 +62,9 @@ def test_save_round_trip(tmp_path, env):
   assert date.utcoffset() == datetime.timedelta(0)
   assert abs((datetime.datetime.now(datetime.timezone.utc) - date).total_seconds()) < 600
   assert rec["command"] == "GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python bench/rope.py --record --shape 1,2,3,4"
-  assert set(rec["machine"]) == {"platform", "device_kind", "device_count", "cpu", "cpu_count", "os"}
+  assert set(rec["machine"]) == {"platform", "device_kind", "device_count", "cpu", "cpu_count", "os", "isa",
+                                 "huge_pages"}
+  assert set(rec["machine"]["isa"]) <= {"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"}
   assert rec["machine"]["platform"] == "cpu" and rec["machine"]["device_count"] >= 1
   assert set(rec["versions"]) == {"python", "jax", "jaxlib", "flax", "optax"}
   assert rec["versions"]["jax"] and rec["versions"]["python"].startswith("3.")
@@ -317,3 +319,25 @@ def test_rope_bench_records_its_figures(tmp_path):
   doc = _doc(tmp_path)
   assert _run(results, doc) == 0
   assert "`B1.exact_fp32_of_copy_bw`" in doc.read_text()
+
+
+def test_a_cpu_device_names_its_instruction_sets_and_huge_pages():
+  """Records since issue 28 carry the ISA and huge pages; older ones read as before."""
+  old = {"platform": "cpu", "cpu": "AMD EPYC", "cpu_count": 2}
+  assert report.device(old) == "CPU: AMD EPYC, 2 cores"
+  xeon = {**old, "cpu": "Intel(R) Xeon(R) Platinum", "isa": ["avx2", "avx512f", "amx_tile"], "huge_pages": True}
+  assert report.device(xeon) == "CPU: Intel(R) Xeon(R) Platinum, 2 cores, amx_tile+avx512f, huge pages"
+  assert report.device({**old, "isa": ["avx2"], "huge_pages": False}) == "CPU: AMD EPYC, 2 cores, no AVX-512, no huge pages"
+
+
+def test_inference_bench_names_its_record_per_cpu_kind_and_states_its_goals():
+  from bench import inference
+  assert inference.cpu_kind("AMD EPYC 9B14 96-Core Processor") == "amd_epyc"
+  assert inference.cpu_kind("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz") == "intel_xeon"
+  assert inference.cpu_kind("Apple M2") == "apple_m2"
+  row = lambda ms, ratio=None: {"ms": ms, "torch_over_this": ratio, "nnx_jit_over_this": 2.0}
+  results = {"a": {"batch": 8, "seq": 128, "rows": {"jitted": row(40.0, 1.25), "jitted bf16": row(30.0, 0.9)}}}
+  figures = {f["id"]: f for f in inference.figures(results)}
+  assert figures["B9.a.torch_over_ours_fp32"]["met"] is True and figures["B9.a.torch_over_ours_fp32"]["goal"] == ">= 1.2x"
+  assert figures["B9.a.torch_over_ours_bf16"]["met"] is False
+  assert figures["B9.a.nnx_jit_over_jitted"]["value"] == 2.0

@@ -518,3 +518,26 @@ def test_remat_is_checked():
   from roformer_jax import models as m
   with pytest.raises(ValueError, match="remat='some'.*'none', 'full', 'dots'"):
     m.ModelConfig(remat="some")
+
+
+def test_jitted_equals_the_eager_call_and_takes_static_keywords():
+  """models.jitted: the same outputs as the model's own call, with a mask (an array keyword),
+  `deterministic` (a static one) and another method; a snapshot of the weights; a clear error
+  for a method the model lacks."""
+  model = M.RoFormerForMaskedLM(tiny(dropout=0.5), rngs=nnx.Rngs(3))
+  x = ids(3, 2, 7)
+  mask = jnp.ones((2, 7), bool).at[1, 5:].set(False)
+  call = M.jitted(model)
+  np.testing.assert_allclose(call(x, attention_mask=mask), model(x, attention_mask=mask), atol=1e-5)
+  np.testing.assert_allclose(call(x, attention_mask=mask, deterministic=True), model(x, attention_mask=mask),
+                             atol=1e-5)
+  # deterministic=False reaches the model (dropout 0.5 changes the logits)
+  assert float(jnp.abs(call(x, deterministic=False) - call(x)).max()) > 1e-3
+  encode = M.jitted(model, "encode")
+  np.testing.assert_allclose(encode(x), model.encode(x), atol=1e-5)
+  before = call(x)
+  table = model.roformer.embeddings.word.embedding
+  table[...] = table[...] + 1.0
+  np.testing.assert_array_equal(call(x), before)  # the weights of the model when jitted was called
+  with pytest.raises(ValueError, match=r"method='decode_step': RoFormerForMaskedLM has no such method"):
+    M.jitted(model, "decode_step")
