@@ -907,7 +907,8 @@ def jitted(model: nnx.Module, method: str = "__call__"):
   """`model.<method>` as a compiled function of its inputs: the fast path for inference.
 
   `nnx.jit(lambda m, x: m(x))(model, x)` flattens every state array of the model on each call
-  (78 arrays for a 4-layer encoder: 8.1 vs 1.7 ms per call at T=8 on a Xeon, docs/benchmarks.md).
+  (a 4-layer encoder at B=8, T=8: 12.1 vs 4.8 ms per call on a 2-core AMD EPYC, B9 in
+  docs/benchmarks.md).
   This splits the model once, keeps its arrays as a flat list, and compiles the method once
   per input shape with `jax.jit`:
 
