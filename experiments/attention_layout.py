@@ -9,7 +9,9 @@ and bias, no embeddings, no RoPE) written three ways, each jitted whole:
 - "bnth": projections straight to head-major [B, N, T, H] and the attention's einsums in it;
 - "fused": one [D, 3N, H] QKV projection, then as "btnh".
 It prints the largest output difference to "btnh", the number of transpose/copy fusions in each
-compiled program, and the median ms per forward over 7 rotating rounds of 5 calls.
+compiled program, and the median ms per forward over 7 rotating rounds of 5 calls. Then RoPE's
+share of the real encoder (`models.RoFormerModel`, same size, through `models.jitted`):
+position="rope" vs position="none", 9 rotating rounds of 5 calls.
 """
 
 from __future__ import annotations
@@ -70,6 +72,32 @@ def encoder(attention):
   return jax.jit(forward)
 
 
+def _median_ms(fs: dict, args_of, rounds: int, calls: int) -> dict:
+  times = {name: [] for name in fs}
+  for r in range(rounds):
+    for name in list(fs)[r % len(fs):] + list(fs)[:r % len(fs)]:
+      fs[name](*args_of(name)).block_until_ready()
+      start = time.perf_counter()
+      for _ in range(calls):
+        fs[name](*args_of(name)).block_until_ready()
+      times[name].append((time.perf_counter() - start) / calls * 1e3)
+  return {name: float(np.median(ts)) for name, ts in times.items()}
+
+
+def rope_share(t: int, rounds: int, calls: int) -> dict:
+  """ms per forward of the real encoder with RoPE and without any position encoding."""
+  from flax import nnx
+
+  from roformer_jax import models
+  fs = {}
+  for position in ("rope", "none"):
+    cfg = models.ModelConfig(vocab_size=30522, d_model=D, num_layers=L, num_heads=N, d_ff=F, max_position=1024,
+                             dropout=0.0, attention_dropout=0.0, position=position)
+    fs[position] = models.jitted(models.RoFormerModel(cfg, rngs=nnx.Rngs(0)), "encode")
+  ids = jnp.asarray(np.random.default_rng(0).integers(1, 30522, (B, t)), jnp.int32)
+  return _median_ms(fs, lambda name: (ids,), rounds, calls)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--lengths", default="128,512")
@@ -81,21 +109,16 @@ def main() -> None:
     x = jax.random.normal(jax.random.key(1), (B, t, D))
     fs = {name: encoder(a) for name, a in (("btnh", btnh), ("bnth", bnth), ("fused", fused))}
     ref = fs["btnh"](params, x)
-    times = {name: [] for name in fs}
-    for r in range(rounds):
-      names = list(fs)[r % 3:] + list(fs)[:r % 3]
-      for name in names:
-        fs[name](params, x).block_until_ready()
-        start = time.perf_counter()
-        for _ in range(calls):
-          fs[name](params, x).block_until_ready()
-        times[name].append((time.perf_counter() - start) / calls * 1e3)
+    times = _median_ms(fs, lambda name: (params, x), rounds, calls)
     for name, f in fs.items():
       text = f.lower(params, x).compile().as_text()
       copies = len(re.findall(r"(?:transpose|copy)[\w.]*fusion[\w.]* = ", text))
       diff = float(jnp.abs(f(params, x) - ref).max())
-      print(f"T={t:4} {name:6} {np.median(times[name]):8.2f} ms  transpose/copy fusions {copies:3}  "
+      print(f"T={t:4} {name:6} {times[name]:8.2f} ms  transpose/copy fusions {copies:3}  "
             f"max |diff| vs btnh {diff:.1e}", flush=True)
+    ms = rope_share(t, 1 if args.smoke else 9, calls)
+    print(f"T={t:4} RoFormerModel: rope {ms['rope']:.2f} ms, none {ms['none']:.2f} ms "
+          f"(RoPE {100 * (ms['rope'] - ms['none']) / ms['rope']:.1f}%)", flush=True)
 
 
 if __name__ == "__main__":
