@@ -140,9 +140,3 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if "smoke_runs" in getattr(item, "fixturenames", ()):
       item.add_marker(pytest.mark.slow)
-  # The slow tests first (a stable sort: each group keeps its order). pytest-xdist hands tests
-  # out in this order, one or two at a time to whichever worker is free (--maxschedchunk=1 in
-  # pyproject.toml; its default sends each worker a quarter of its share as one block, which
-  # would give one worker every slow test), so the long ones (the documented commands' groups
-  # run up to ~80 s) start early and the workers finish together.
-  items.sort(key=lambda item: item.get_closest_marker("slow") is None)
