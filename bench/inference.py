@@ -55,7 +55,7 @@ SHAPES = {  # HF RoFormerConfig fields; B, T; rounds x calls per round
     "short": dict(model=_SMALL, batch=8, seq=8, rounds=7, calls=10),  # per-call overhead dominates
     "a": dict(model=_SMALL, batch=8, seq=128, rounds=7, calls=3),
     "b": dict(model=_SMALL, batch=8, seq=512, rounds=5, calls=2),
-    "tiny": dict(model=dict(vocab_size=1000, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+    "tiny": dict(model=dict(vocab_size=1000, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
                             intermediate_size=256), batch=2, seq=16, rounds=1, calls=1),
 }
 CHECK_ATOL = {"jax": 1e-5, "torch": 1e-3}

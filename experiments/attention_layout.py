@@ -28,13 +28,13 @@ B, D, N, L, F = 8, 256, 4, 4, 1024
 H = D // N
 
 
-def init(key):
+def init(key, layers: int = L):
   k = jax.random.split(key, 6)
   return [dict(wq=jax.random.normal(k[0], (D, N, H)) * .05, wk=jax.random.normal(k[1], (D, N, H)) * .05,
                wv=jax.random.normal(k[2], (D, N, H)) * .05, wo=jax.random.normal(k[3], (N, H, D)) * .05,
                bq=jnp.zeros((N, H)), bk=jnp.zeros((N, H)), bv=jnp.zeros((N, H)),
                w1=jax.random.normal(k[4], (D, F)) * .05, w2=jax.random.normal(k[5], (F, D)) * .05)
-          for _ in range(L)]
+          for _ in range(layers)]
 
 
 def _norm(x):
@@ -84,14 +84,14 @@ def _median_ms(fs: dict, args_of, rounds: int, calls: int) -> dict:
   return {name: float(np.median(ts)) for name, ts in times.items()}
 
 
-def rope_share(t: int, rounds: int, calls: int) -> dict:
+def rope_share(t: int, rounds: int, calls: int, layers: int = L) -> dict:
   """ms per forward of the real encoder with RoPE and without any position encoding."""
   from flax import nnx
 
   from roformer_jax import models
   fs = {}
   for position in ("rope", "none"):
-    cfg = models.ModelConfig(vocab_size=30522, d_model=D, num_layers=L, num_heads=N, d_ff=F, max_position=1024,
+    cfg = models.ModelConfig(vocab_size=30522, d_model=D, num_layers=layers, num_heads=N, d_ff=F, max_position=1024,
                              dropout=0.0, attention_dropout=0.0, position=position)
     fs[position] = models.jitted(models.RoFormerModel(cfg, rngs=nnx.Rngs(0)), "encode")
   ids = jnp.asarray(np.random.default_rng(0).integers(1, 30522, (B, t)), jnp.int32)
@@ -101,10 +101,11 @@ def rope_share(t: int, rounds: int, calls: int) -> dict:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument("--lengths", default="128,512")
-  parser.add_argument("--smoke", action="store_true", help="T=16, 1 round of 1 call")
+  parser.add_argument("--smoke", action="store_true", help="one layer, T=16, 1 round of 1 call")
   args = parser.parse_args()
   rounds, calls = (1, 1) if args.smoke else (7, 5)
-  params = init(jax.random.key(0))
+  layers = 1 if args.smoke else L
+  params = init(jax.random.key(0), layers)
   for t in [16] if args.smoke else [int(s) for s in args.lengths.split(",")]:
     x = jax.random.normal(jax.random.key(1), (B, t, D))
     fs = {name: encoder(a) for name, a in (("btnh", btnh), ("bnth", bnth), ("fused", fused))}
@@ -116,7 +117,7 @@ def main() -> None:
       diff = float(jnp.abs(f(params, x) - ref).max())
       print(f"T={t:4} {name:6} {times[name]:8.2f} ms  transpose/copy fusions {copies:3}  "
             f"max |diff| vs btnh {diff:.1e}", flush=True)
-    ms = rope_share(t, 1 if args.smoke else 9, calls)
+    ms = rope_share(t, 1 if args.smoke else 9, calls, layers)
     print(f"T={t:4} RoFormerModel: rope {ms['rope']:.2f} ms, none {ms['none']:.2f} ms "
           f"(RoPE {100 * (ms['rope'] - ms['none']) / ms['rope']:.1f}%)", flush=True)
 
