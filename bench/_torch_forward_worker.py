@@ -7,7 +7,8 @@ bench/inference.py starts it and drives it over stdin/stdout, one JSON object pe
   {"cmd": "init", "config": {RoFormerConfig kwargs}, "seed": int, "save_dir": str, "threads": int}
       -> builds the encoder (seeded), writes it with save_pretrained(save_dir) (safetensors)
          so that the JAX side loads the same weights.
-  {"cmd": "forward", "input_ids": [[int]], "dtype": "float32" | "bfloat16", "n": int}
+  {"cmd": "forward", "input_ids": [[int]] (optional: else the last ids sent), "dtype": "float32" |
+   "bfloat16", "n": int}
       -> n forwards under torch.inference_mode() in that dtype; returns {"seconds": [wall time
          of each], "sample": the last hidden state's [0, :4, :4] as float32 lists}.
   {"cmd": "quit"}  exits.
@@ -47,7 +48,9 @@ def _forward(msg) -> dict:
   if dtype not in _state:  # a copy in that dtype, made once (Module.to converts in place)
     _state[dtype] = copy.deepcopy(_state["float32"]).to(getattr(torch, dtype))
   model = _state[dtype]
-  ids = torch.tensor(msg["input_ids"], dtype=torch.long)
+  if "input_ids" in msg:
+    _state["input_ids"] = torch.tensor(msg["input_ids"], dtype=torch.long)
+  ids = _state["input_ids"]
   seconds = []
   with torch.inference_mode():
     for _ in range(int(msg["n"])):

@@ -47,6 +47,7 @@ from flax import nnx  # noqa: E402
 
 from bench import _record, harness  # noqa: E402
 from roformer_jax import hf, models  # noqa: E402
+from roformer_jax.training import metrics  # noqa: E402
 
 SEED = 0
 VOCAB = 30522  # BERT's
@@ -98,7 +99,7 @@ def bench_shape(name: str, spec: dict, worker, args, workdir: str) -> dict:
   else:  # --smoke without torch: our own seeded init, written as an HF checkpoint
     model = models.RoFormerModel(hf.config_from_hf({"model_type": "roformer", **config}), rngs=nnx.Rngs(SEED))
     hf.save_pretrained(model, model_dir)
-    info = {"params": sum(x.size for x in jax.tree.leaves(nnx.state(model, nnx.Param)))}
+    info = {"params": metrics.count_params(model)}
   ids = jax.numpy.asarray(ids_np, jax.numpy.int32)
   calls = jax_contenders(model_dir, ids)
   outputs = {k: np.asarray(c(), np.float32)[0, :4, :4] for k, c in calls.items()}  # also compiles
@@ -108,8 +109,8 @@ def bench_shape(name: str, spec: dict, worker, args, workdir: str) -> dict:
       out = worker.call("forward", input_ids=ids_np.tolist(), dtype=dtype, n=1)
       if dtype == "float32":
         check["jitted vs torch"] = float(np.abs(outputs["jitted"] - np.asarray(out["sample"], np.float32)).max())
-      calls[key] = (lambda d: lambda: harness.Seconds(worker.call("forward", input_ids=ids_np.tolist(), dtype=d,
-                                                                  n=1)["seconds"][0]))(dtype)
+      # the worker keeps the ids of the last call that sent them: the timed calls send none
+      calls[key] = (lambda d: lambda: harness.Seconds(worker.call("forward", dtype=d, n=1)["seconds"][0]))(dtype)
   bad = {k: v for k, v in check.items() if not v <= CHECK_ATOL["torch" if "torch" in k else "jax"]}
   if bad:
     raise SystemExit(f"OUTPUT MISMATCH on shape {name}: {bad} (tolerances {CHECK_ATOL}); the contenders do not "

@@ -903,6 +903,9 @@ class TransformerSeq2Seq(nnx.Module):
     return self._logits(x), new_cache
 
 
+_STATIC_TYPES = (bool, int, float, str, type(None))  # keyword values models.jitted compiles in
+
+
 def jitted(model: nnx.Module, method: str = "__call__"):
   """`model.<method>` as a compiled function of its inputs: the fast path for inference.
 
@@ -934,9 +937,13 @@ def jitted(model: nnx.Module, method: str = "__call__"):
     return getattr(model, method)(*args, **dict(static_kwargs), **array_kwargs)
 
   def call(*args, **kwargs):
-    static = tuple(sorted((k, v) for k, v in kwargs.items() if isinstance(v, (bool, int, float, str, type(None)))))
-    arrays = {k: v for k, v in kwargs.items() if not isinstance(v, (bool, int, float, str, type(None)))}
-    return run(leaves, static, args, arrays)
+    static, arrays = [], {}
+    for k, v in kwargs.items():
+      if isinstance(v, _STATIC_TYPES):
+        static.append((k, v))
+      else:
+        arrays[k] = v
+    return run(leaves, tuple(sorted(static)), args, arrays)
 
   call.__doc__ = f"{type(model).__name__}.{method}, compiled (roformer_jax.models.jitted)."
   return call
