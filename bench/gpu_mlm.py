@@ -42,8 +42,10 @@ recomputation); the "temp GiB" column is XLA's temporary buffer size of the comp
 (`memory_analysis`), mostly the activations kept for the backward pass. --smoke
 --base-on-cpu runs the full model on a CPU (slow), e.g. to read that column there.
 
---trace DIR writes a profiler trace of one round of the "auto" and "xla" variants (Perfetto
-JSON as well as XPlane), for reading kernel times by hand.
+--trace DIR writes a profiler trace of one round of the "auto" and "xla" variants, each in
+DIR/<variant> (Perfetto JSON, XPlane and the compiled step's HLO), and prints where the device
+time went (bench/trace_summary.py: the top kernels, and the time under the "rope", "attention"
+and "optimizer" named scopes: RoPE's share read off the profile, beside the no-rope ablation).
 The last line printed is one JSON object with every figure, the machine and the versions.
 """
 
@@ -53,6 +55,7 @@ import argparse
 import contextlib
 import datetime
 import functools
+import gzip
 import json
 import os
 import statistics
@@ -187,6 +190,20 @@ class Variant:
     return harness.Seconds(seconds)
 
 
+def profile(variant: Variant, trace_dir: str, steps: int) -> dict:
+  """Traces `steps` steps of a variant, saves its compiled HLO beside, prints where the time went."""
+  from bench import trace_summary
+  with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+    variant.run(steps)
+  hlo = variant.compiled.as_text()
+  with gzip.open(os.path.join(trace_dir, "step.hlo.txt.gz"), "wt") as f:
+    f.write(hlo)
+  summary = trace_summary.summarise(trace_dir, [hlo])
+  print(f"--- profile of {steps} steps of {variant.name!r} ({trace_dir}) ---")
+  print(trace_summary.format_summary(summary))
+  return summary
+
+
 def attention_kernel(stablehlo: str) -> str:
   """"cudnn" if the lowered step calls cuDNN's fused attention, else "xla"."""
   return "cudnn" if "__cudnn$fmha" in stablehlo else "xla"
@@ -265,11 +282,10 @@ def main(argv=None) -> int:
   for v in variants:
     for _ in range(args.warmup):
       v.run(1)
+  profiles = {}
   if args.trace:
-    traced = [v for v in variants if v.name in ("auto", "xla")] or variants[:1]
-    with jax.profiler.trace(args.trace, create_perfetto_trace=True):
-      for v in traced:
-        v.run(steps)
+    for v in [v for v in variants if v.name in ("auto", "xla")] or variants[:1]:
+      profiles[v.name] = profile(v, os.path.join(args.trace, v.name), steps)
   times = harness.round_robin({v.name: functools.partial(v.run, steps) for v in variants}, rounds, rewarm=0)
   for v in variants:
     v.round_ms = [1000 * t for t in times[v.name]]
@@ -343,6 +359,7 @@ def main(argv=None) -> int:
       "warmup": args.warmup, "flops_per_token": flops, "peak": peak, "datasheet_peak": datasheet, "matmul_tflops": matmul_rate,
       "matmul_tflops_before_after": [matmul_before, matmul_after], "matmul": {"dtype": unit, "n": matmul_n},
       "rows": rows, "rope_share": rope_share, "loss_check": loss_check,
+      "profiles": {name: {k: p[k] for k in ("top", "scopes", "lines") if k in p} for name, p in profiles.items()},
       "compile_s_all_variants": sum(r["lower_s"] + r["compile_s"] for r in rows.values()),
       "goal_mfu_ge_45pct": (rows["auto"]["mfu"] >= GOAL_MFU) if "auto" in rows and "mfu" in rows["auto"] else None,
       "goal_rope_share_le_2pct": None if rope_share is None else rope_share <= GOAL_ROPE_SHARE,

@@ -118,6 +118,8 @@ def main() -> None:
   parser.add_argument("--shape", default="8,2048,16,128", help="B,T,N,H of x")
   parser.add_argument("--rounds", type=int, default=7)
   parser.add_argument("--inner", type=int, default=3)
+  parser.add_argument("--tables-in", action="store_true",
+                      help="add rows that rotate with cos/sin tables computed outside the timed op")
   parser.add_argument("--no-dense", action="store_true", help="skip the (slow) dense-matrix method")
   parser.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON,
                       help="interpreter with torch + transformers for the HF row ('' skips it); default: the "
@@ -162,6 +164,14 @@ def main() -> None:
     fn = jax.jit(functools.partial(lambda x, p, sl, sections: rope.apply_rotary(
         x, p, layout="half", sections=sections, section_layout=sl), sl=sl, sections=sections))
     cases[name] = (fn, (x32, mpos), "fp32", "exact half fp32")
+  if args.tables_in:
+    # The rotation alone, its cos/sin tables computed once outside the timed function (as the
+    # models do, once per forward): against the exact rows it shows what computing the tables
+    # inside the op's fusion costs (cos/sin per element of x on a GPU, not per [T, K] entry).
+    cos, sin = jax.jit(lambda p: rope.rotary_cos_sin(p, h))(positions)
+    rotate = jax.jit(lambda x, c, s: rope.rotate(x, c, s))
+    for tag, x in (("fp32", x32), ("bf16", x16)):
+      cases[f"rotate {tag} tables in"] = (rotate, (x, cos, sin), tag, f"plain {tag}")
   if not args.no_dense:
     cases["dense eq.16 fp32"] = (jax.jit(_dense_rotation_fn(h)), (x32, positions), "fp32", "plain fp32")
 

@@ -11,11 +11,12 @@
 # orbax-checkpoint and chex travel too, so that the code runs against what its CPU tests used.
 #
 #   device run:  bash scripts/gpu_session.sh          (carry: [".whl"], timeout_s about 590)
+#                GPU_SESSION_STEPS="env b3 b1" bash scripts/gpu_session.sh   (a subset, in the script's order)
 #   dry run on a CPU (every step's plumbing, tiny shapes, minutes):
 #                OUT=/tmp/gpu_dry GPU_SESSION_SMOKE=1 PYTHON=.venv/bin/python bash scripts/gpu_session.sh
 #
 # Steps, in order, with their limits in seconds (what a 590-second call holds):
-#   env 20 | b3 170 | b3_b128 50 | b1 45 | attention 95 | run 90 | suite: the rest of $BUDGET (565)
+#   env 20 | b3 180 | b3_b128 60 | b1 45 | attention 100 | run 100 | suite: the rest of $BUDGET (565)
 # (the fast tier took 101 s on 8 workers of the H100 machine)
 set -u
 OUT=${OUT:-/tmp/gpu_session}
@@ -26,11 +27,14 @@ mkdir -p "$R" "$R/bench_results"
 export PYTHONUNBUFFERED=1 ROFORMER_BENCH_RESULTS=$R/bench_results
 T0=$(date +%s)
 BUDGET=${GPU_SESSION_BUDGET:-565}  # seconds for all steps; the call's timeout_s must leave a margin
+STEPS=" ${GPU_SESSION_STEPS:-env b3 b3_b128 b1 attention run suite} "
+want() { [[ "$STEPS" == *" $1 "* ]]; }
 
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$R/steps.log"; }
 pack() { tar czf "$OUT/results.tgz.tmp" -C "$OUT" r && mv "$OUT/results.tgz.tmp" "$OUT/results.tgz"; }
 step() {  # step NAME LIMIT_S CMD...: runs CMD under the limit, its output in $R/NAME.log
   local name=$1 limit=$2; shift 2
+  want "$name" || return 0
   log "start $name (limit ${limit}s): $*"
   timeout -k 3 "$limit" "$@" > "$R/$name.log" 2>&1
   local rc=$?
@@ -58,32 +62,39 @@ optax.__version__, t.__version__)'; nproc; free -g"
 # 2. B3: RoFormer-base MLM at 512 in bf16, every attention variant. On 2026-11-26 (H100) it did
 #    not finish in 150 s before create_state used jaxlib's threefry kernel on GPUs; with it,
 #    three variants took 75 s, so five need about 125 (170 leaves room).
-step b3 170 "$PY" bench/gpu_mlm.py $S --rounds 3 --steps 4 --record --json-out "$R/b3.json"
+#    --trace: a profile of "auto" and "xla" (4 steps each) and where their device time goes
+#    (bench/trace_summary.py, printed into b3.log); the small Chrome traces come back too.
+step b3 180 "$PY" bench/gpu_mlm.py $S --rounds 3 --steps 4 --record --json-out "$R/b3.json" --trace /tmp/b3_trace
+want b3 && for v in auto xla; do
+  f=$(ls -t /tmp/b3_trace/$v/plugins/profile/*/*.trace.json.gz 2>/dev/null | head -1)
+  [ -n "$f" ] && [ "$(stat -c %s "$f")" -lt 6000000 ] && cp "$f" "$R/b3_trace_$v.json.gz"
+  cp /tmp/b3_trace/$v/step.hlo.txt.gz "$R/b3_hlo_$v.txt.gz" 2>/dev/null
+done; want b3 && pack
 #    and twice the batch on the fused path (MFU grows with the matmuls' size), not recorded
-step b3_b128 50 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 4 || echo 128) --variants auto \
+step b3_b128 60 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 4 || echo 128) --variants auto \
   --rounds 3 --steps 4 --json-out "$R/b3_b128.json"
 
 # 3. B1: the RoPE op against a same-run copy, 1-D and multi-axis, HF's op on the GPU beside it.
 B1_SHAPE=8,4096,32,128  # 512 MiB of fp32: ten times the L2
-step b1 45 "$PY" bench/rope.py $S --shape $B1_SHAPE --no-dense --rounds 9 --record --torch-python "$(command -v "$PY")" \
+step b1 45 "$PY" bench/rope.py $S --shape $B1_SHAPE --no-dense --tables-in --rounds 9 --record --torch-python "$(command -v "$PY")" \
   --torch-device "$([ "$SMOKE" = 1 ] && echo cpu || echo cuda)"
 
 # 4. Attention scaling to 64K in bf16: dense (mask array), XLA causal, cuDNN, chunked, linear, windowed.
 METHODS=dense,chunked,linear,causal,cudnn
 [ "$SMOKE" = 1 ] && METHODS=dense,chunked,linear,causal
-step attention 95 "$PY" bench/long_context.py $S --dtype bfloat16 --methods $METHODS --min-len 4096 \
+step attention 100 "$PY" bench/long_context.py $S --dtype bfloat16 --methods $METHODS --min-len 4096 \
   --max-len 65536 --max-time-len 65536 --no-train --cp-sizes "" --skip-lens 16384 --tile-lens "" \
   --window-lens 16384,65536 --rounds 2 --record --figure "$R/attention_gpu.png"
 
 # 5. A real run: train (with checkpoints), resume to a later step, evaluate and generate.
 W=/tmp/gpu_default
-STEPS=$([ "$SMOKE" = 1 ] && echo 4 || echo 200)
+N=$([ "$SMOKE" = 1 ] && echo 4 || echo 100)
 CFG=configs/default.py$([ "$SMOKE" = 1 ] && echo :smoke)
-step run 90 bash -c "set -e; rm -rf $W; \
-  $PY train.py --config $CFG --workdir $W --config.total_steps=$STEPS \
-    --config.checkpoint_every_steps=$((STEPS / 2)) --config.eval_every_steps=$((STEPS / 2)); \
-  $PY train.py --config $CFG --workdir $W --config.total_steps=$((STEPS + STEPS / 2)) \
-    --config.checkpoint_every_steps=$((STEPS / 2)) --config.eval_every_steps=$((STEPS / 2)); \
+step run 100 bash -c "set -e; rm -rf $W; \
+  $PY train.py --config $CFG --workdir $W --config.total_steps=$N \
+    --config.checkpoint_every_steps=$((N / 2)) --config.eval_every_steps=$((N / 2)); \
+  $PY train.py --config $CFG --workdir $W --config.total_steps=$((N + N / 2)) \
+    --config.checkpoint_every_steps=$((N / 2)) --config.eval_every_steps=$((N / 2)); \
   $PY eval.py --config $CFG --workdir $W; \
   $PY generate.py --config $CFG --workdir $W --prompt 'def ' --max_new_tokens 64; \
   cp $W/metrics.jsonl $R/run_metrics.jsonl || true"
@@ -98,7 +109,7 @@ SUITE_ARGS=(-n 8 -v -m "not slow" -p no:cacheprovider --timeout 120)
 for f in "${LIB[@]}"; do SUITE_ARGS+=("tests/test_$f.py"); done
 SUITE_ARGS+=(tests)
 [ "$SMOKE" = 1 ] && SUITE_ARGS=(-n 2 -v -p no:cacheprovider tests/test_rope.py)
-XLA_PYTHON_CLIENT_PREALLOCATE=false step suite $(( BUDGET - ($(date +%s) - T0) )) "$PY" -m pytest "${SUITE_ARGS[@]}"
+want suite && XLA_PYTHON_CLIENT_PREALLOCATE=false step suite $(( BUDGET - ($(date +%s) - T0) )) "$PY" -m pytest "${SUITE_ARGS[@]}"
 
 log "done"
 pack

@@ -43,6 +43,7 @@ def attention_implementation(*, backend: str, dtype, head_dim: int, dense_mask: 
   return "chunked" if kv_length >= CHUNKED_MIN_LENGTH else "xla"
 
 
+@jax.named_scope("attention")  # profiles group attention's ops (bench/trace_summary.py)
 def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=None,
                           rotary: RotaryConfig | None = None, rotary_value: bool = False,
                           scale: float | None = None, dropout_rate: float = 0.0,

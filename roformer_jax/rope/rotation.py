@@ -85,6 +85,7 @@ def _compute_dtype(dtype) -> jnp.dtype:
   return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
 
 
+@jax.named_scope("rope")  # profiles group the rotation's ops under "rope" (bench/trace_summary.py)
 def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
                    scaling: Mapping[str, Any] | None = None, seq_len: int | None = None,
                    exact: bool = True, dtype=jnp.float32, sections=None, section_layout: str = "chunked",
@@ -248,6 +249,7 @@ def xpos_amplitude(positions, dim: int, *, scale_base: float = 512.0, center=0, 
 # --------------------------------------------------------------------------------------
 
 
+@jax.named_scope("rope")
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "interleaved",
            rotary_dim: int | None = None, blocks: int = 1) -> jax.Array:
   """Rotates feature pairs of x by precomputed angles (eq. 34): R x = x * cos + x' * sin.

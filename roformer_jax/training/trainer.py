@@ -253,7 +253,8 @@ def train_step(graphdef, state, batch, *, task: str | tasks.Task, label_smoothin
       return sums["loss"] / jnp.maximum(sums["weight"], 1.0), sums
 
     (loss, sums), grads = nnx.value_and_grad(loss_fn, has_aux=True)(model)
-    optimizer.update(model, grads)
+    with jax.named_scope("optimizer"):  # profiles group the update's ops (bench/trace_summary.py)
+      optimizer.update(model, grads)
     # The updated parameters' norm: a finite loss can still be followed by an update to inf,
     # and such a state must never be checkpointed.
     param_norm = optax.tree.norm(nnx.state(model, nnx.Param))
