@@ -343,6 +343,33 @@ def _embed(cfg: ModelConfig, rows: int, dim: int, axes, *, rngs):
                    embedding_init=partitioned(init, axes), rngs=rngs)
 
 
+# Tables with at most this many rows (token types) are read by selection, not by a gather.
+SMALL_TABLE_ROWS = 16
+
+
+def embedding_lookup(table: nnx.Embed, ids: jax.Array, dtype) -> jax.Array:
+  """table's rows at ids, cast to `dtype`: what nnx.Embed(ids) returns, with a faster backward.
+
+  nnx.Embed casts the whole table to its compute dtype and then gathers, so the backward pass
+  scatter-adds the gradient into a bfloat16 table: bf16 atomics, and a bf16 sum. Here the rows
+  are gathered in the parameter dtype and cast afterwards (the same values), so the scatter-add
+  runs in float32. A table of at most SMALL_TABLE_ROWS rows (BERT's 2 token types) is read by
+  selection (`where` per row): its gradient is then a reduction per row, where a gather's
+  would be a scatter in which every token of the batch adds into the same row, serialised on a
+  GPU. Measured on an H100 (RoFormer-base MLM, B = 64 x T = 512, bf16; issue 27): the two
+  scatters took 110 ms (token types) and 81 ms (words) of a 280 ms step.
+  """
+  w = table.embedding[...]
+  if w.shape[0] <= SMALL_TABLE_ROWS:
+    ids = ids[..., None]
+    out = jnp.broadcast_to(w[0], ids.shape[:-1] + w.shape[1:])
+    for row in range(1, w.shape[0]):
+      out = jnp.where(ids == row, w[row], out)
+  else:
+    out = jnp.take(w, ids, axis=0)
+  return out.astype(dtype)
+
+
 class Embedder(nnx.Module):
   """Token (+ token-type, + absolute position) embeddings, as in HF RoFormerEmbeddings.
 
@@ -361,16 +388,18 @@ class Embedder(nnx.Module):
 
   def __call__(self, ids, *, positions, token_type_ids=None, deterministic: bool = True) -> jax.Array:
     cfg = self.cfg
-    x = self.word(ids)
+    dtype = cfg.compute_dtype
+    x = embedding_lookup(self.word, ids, dtype)
     if cfg.scale_embeddings:
       x = x * math.sqrt(cfg.d_model)
     if self.token_type is not None:
-      x = x + self.token_type(jnp.zeros_like(ids) if token_type_ids is None else token_type_ids)
+      x = x + embedding_lookup(self.token_type, jnp.zeros_like(ids) if token_type_ids is None else token_type_ids,
+                               dtype)
     if cfg.position == "learned":
       if ids.shape[-1] > cfg.max_position:
         raise ValueError(f"sequence length {ids.shape[-1]} exceeds max_position={cfg.max_position}, the rows "
                          "of the learned position table; raise max_position or use position='rope'.")
-      x = x + self.position(positions)
+      x = x + embedding_lookup(self.position, positions, dtype)
     elif cfg.position == "sinusoidal":
       x = x + positional.sinusoidal_embedding(positions, x.shape[-1], dtype=x.dtype)
     if self.norm is not None:
