@@ -12,13 +12,16 @@ import threading
 import zipfile
 
 import grain
+import ml_collections
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
 from roformer_jax import rope
 from roformer_jax.training import data
-from roformer_jax.training.data import corpus, datasets, enwik8, packing
+from roformer_jax.errors import UserError
+from roformer_jax.training import tasks
+from roformer_jax.training.data import corpus, datasets, enwik8, packing, pipeline
 
 T = 64  # row length in these tests.
 DOCS, BYTES = 60, 400_000  # the capped stdlib corpus of these tests.
@@ -491,3 +494,38 @@ def test_prepare_command_builds_the_stdlib_corpus(tmp_path):
   assert "prepared python_stdlib_bytes" in out.stdout
   version = str(corpus.PythonStdlibBytes.VERSION)
   assert (tmp_path / corpus.NAME / corpus.stdlib_config().name / version / "dataset_info.json").exists()
+
+
+@pytest.mark.parametrize("task", ["mlm", "lm"])
+def test_rows_across_documents_carry_no_mask_in_training_and_mask_only_padding_in_evaluation(data_dir, task):
+  # data.document_mask=False: a packed row is one sequence. Training batches (an endless
+  # stream: rows always full) have no segment_ids at all, and positions 0..T-1; the tokens are
+  # those of the default (document-masked) pipeline. A finite pass keeps 0/1 segment ids, so
+  # that only its padding is masked, with positions running on across documents.
+  masked = take(data.make_iterator(stdlib_cfg(data_dir), task=task, split="train", batch_size=4, seed=1), 12)
+  cfg = stdlib_cfg(data_dir, document_mask=False)
+  rows = take(data.make_iterator(cfg, task=task, split="train", batch_size=4, seed=1), 12)
+  for a, b in zip(masked, rows):
+    assert "segment_ids" not in b and "segment_ids" in a
+    np.testing.assert_array_equal(b["inputs"], a["inputs"])
+    np.testing.assert_array_equal(b["positions"], np.broadcast_to(np.arange(T), b["inputs"].shape))
+  # the default restarts positions in the rows that hold several documents' tails
+  assert any((a["positions"] != b["positions"]).any() for a, b in zip(masked, rows))
+  assert tasks.tokens_in(rows[0], task) == 4 * T
+  ev = list(data.make_iterator(cfg, task=task, split="validation", batch_size=4, seed=1))
+  seg = np.concatenate([b["segment_ids"] for b in ev])
+  assert set(np.unique(seg)) == {0, 1}  # the last rows are padded
+  for row_seg, row_pos in zip(seg, np.concatenate([b["positions"] for b in ev])):
+    n = int(row_seg.sum())
+    assert (row_seg[:n] == 1).all() and (row_pos[:n] == np.arange(n)).all()
+
+
+def test_document_mask_is_checked_at_config_load(data_dir):
+  loose = stdlib_cfg(data_dir).to_dict()  # a config built by hand, not typed by default_data_config
+  loose["document_mask"] = "no"
+  with pytest.raises(UserError, match="document_mask='no' must be True"):
+    data.check_data(ml_collections.ConfigDict(loose), task="lm")
+  with pytest.raises(UserError, match="task 'seq2seq' has none"):
+    pipeline.document_mask(stdlib_cfg(data_dir, document_mask=False), "seq2seq")
+  with pytest.raises(UserError, match="passkey_fraction=0.1"):
+    pipeline.document_mask(stdlib_cfg(data_dir, document_mask=False, passkey_fraction=0.1), "lm")

@@ -28,14 +28,15 @@ from roformer_jax.attention.linear import (FEATURE_MAPS, LinearAttentionState, e
                                            favor_projection, init_linear_state, linear_attention,
                                            linear_attention_step)
 from roformer_jax.attention.masks import MaskFactors, check_window, make_attention_mask, mask_factors, window_allows
-from roformer_jax.attention.softmax import (ATTENTION_IMPLEMENTATIONS, CHUNKED_MIN_LENGTH, attention_implementation,
-                                            dot_product_attention)
+from roformer_jax.attention.softmax import (ATTENTION_IMPLEMENTATIONS, CHUNKED_MIN_LENGTH, GPU_DENSE_LOGITS_BYTES,
+                                            attention_implementation, dot_product_attention)
 
 _LAYER = frozenset({"ATTENTION_KINDS", "FeatureProjection", "MultiHeadAttention", "cross_attend", "cross_kv"})
 
 __all__ = [
     "ATTENTION_KINDS", "FEATURE_MAPS", "FeatureProjection", "LinearAttentionState",
-    "ATTENTION_IMPLEMENTATIONS", "CHUNKED_MIN_LENGTH", "MaskFactors", "MultiHeadAttention", "chunked_attention",
+    "ATTENTION_IMPLEMENTATIONS", "CHUNKED_MIN_LENGTH", "GPU_DENSE_LOGITS_BYTES", "MaskFactors", "MultiHeadAttention",
+    "chunked_attention",
     "mask_factors", "attention_implementation", "cross_attend", "cross_kv", "dot_product_attention",
     "elu_feature_map", "favor_feature_map", "favor_projection", "init_linear_state",
     "linear_attention", "linear_attention_step", "make_attention_mask", "check_window", "window_allows",

@@ -24,22 +24,32 @@ ATTENTION_IMPLEMENTATIONS = ("auto", "xla", "cudnn", "chunked")  # ModelConfig.a
 # forward+backward, and its memory stays linear (docs/benchmarks.md, B8); shorter rows were
 # not measured below 1024 and keep the dense path, which the default 128-token model uses.
 CHUNKED_MIN_LENGTH = 1024
+# On a GPU, "auto" keeps XLA's dense attention while one call's float32 logits stay under this
+# (4 GiB: [1, 4, 32K, 32K]; the dense forward then peaks near 6 GiB, its backward near 10 GiB
+# on an H100), and only then takes the slower, O(T + S)-memory chunked kernel.
+GPU_DENSE_LOGITS_BYTES = 4 * 2 ** 30
 
 
 def attention_implementation(*, backend: str, dtype, head_dim: int, dense_mask: bool, dropout: bool,
-                             kv_length: int = 0) -> str:
+                             kv_length: int = 0, logits_bytes: int = 0) -> str:
   """What "auto" runs: "cudnn", "chunked" or "xla".
 
   `jax.nn.dot_product_attention(implementation=None)` always takes the XLA path in the JAX
   versions this project pins, so cuDNN's fused (flash) kernel must be requested. It is
   requested on a GPU for bf16/fp16 inputs with a head size cuDNN supports (a multiple of 8, at
   most 128), no dense mask (causal attention is passed as `is_causal`) and no dropout.
-  Otherwise keys of `CHUNKED_MIN_LENGTH` or more take `chunked_attention` (exact, O(T + S)
-  memory), and shorter ones XLA's dense path.
+  Otherwise, on a CPU (or TPU), keys of `CHUNKED_MIN_LENGTH` or more take `chunked_attention`
+  (exact, O(T + S) memory; faster than dense there from 1K keys), shorter ones XLA's dense
+  path. On a GPU the chunked kernel's tile loop was 7-8x slower than XLA's dense attention
+  at 4K-32K keys (an H100, docs/benchmarks.md), so there the dense path runs until its float32
+  logits (`logits_bytes` = B x N x T x S x 4 of one call) pass `GPU_DENSE_LOGITS_BYTES`, and
+  chunked attention only beyond, for its memory.
   """
   half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
   if backend == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128 and not dense_mask and not dropout:
     return "cudnn"
+  if backend == "gpu":
+    return "chunked" if kv_length >= CHUNKED_MIN_LENGTH and logits_bytes > GPU_DENSE_LOGITS_BYTES else "xla"
   return "chunked" if kv_length >= CHUNKED_MIN_LENGTH else "xla"
 
 
@@ -114,7 +124,8 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
   if implementation is None:
     implementation = attention_implementation(
         backend=jax.default_backend(), dtype=q.dtype, head_dim=q.shape[-1], dense_mask=mask is not None,
-        dropout=dropout or v.shape[-1] != q.shape[-1], kv_length=k.shape[1] if factored or mask is None else 0)
+        dropout=dropout or v.shape[-1] != q.shape[-1], kv_length=k.shape[1] if factored or mask is None else 0,
+        logits_bytes=4 * q.shape[0] * q.shape[2] * q.shape[1] * k.shape[1])
   if implementation == "chunked":
     if mask is not None and not factored:
       raise ValueError("implementation='chunked' builds its mask tiles from MaskFactors (see mask_factors); "
@@ -205,5 +216,5 @@ def _xla_attention_with_dropout(q, k, v, mask, scale, rate, rng):
 
 
 
-__all__ = ["ATTENTION_IMPLEMENTATIONS", "CHUNKED_MIN_LENGTH", "attention_implementation", "dot_product_attention",
-           "rotate_qkv"]
+__all__ = ["ATTENTION_IMPLEMENTATIONS", "CHUNKED_MIN_LENGTH", "GPU_DENSE_LOGITS_BYTES", "attention_implementation",
+           "dot_product_attention", "rotate_qkv"]

@@ -105,6 +105,8 @@ class Task:
 
   def tokens_in(self, batch: dict[str, Any]) -> int:
     """Real input tokens in a (local numpy) batch, for throughput."""
+    if "segment_ids" not in batch:  # data.document_mask=False training rows: always full
+      return int(np.size(batch["inputs"]))
     return int((batch["segment_ids"] != 0).sum())
 
   def sequence_lengths(self, config, max_length: int, key: str) -> list[tuple[str, int, bool, str]]:
@@ -159,7 +161,7 @@ class LM(Task):
     return models.CausalLM(cfg, rngs=rngs)
 
   def _logits(self, model, batch, deterministic):
-    logits = model(batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"],
+    logits = model(batch["inputs"], segment_ids=batch.get("segment_ids"), positions=batch["positions"],
                    deterministic=deterministic)
     return logits, batch["targets"], batch["weights"]
 
@@ -181,7 +183,7 @@ class MLM(Task):
     # With the pipeline's masked_positions the head scores M positions per row, not T: the
     # same loss and gradients, without most of the vocabulary projection.
     masked = "masked_positions" in batch
-    logits = model(batch["inputs"], segment_ids=batch["segment_ids"], positions=batch["positions"],
+    logits = model(batch["inputs"], segment_ids=batch.get("segment_ids"), positions=batch["positions"],
                    token_type_ids=batch.get("token_type_ids"), deterministic=deterministic,
                    masked_positions=batch["masked_positions"] if masked else None)
     targets, weights = ((batch["masked_targets"], batch["masked_weights"]) if masked

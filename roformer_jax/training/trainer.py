@@ -70,6 +70,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     raise ValueError(f"config.init_from starts the encoder tasks (mlm, classification) from a pre-trained "
                      f"encoder and the causal LM (lm) from a trained LM; task={config.task!r} cannot use it.")
   pipeline.passkey_fraction(config.data, task.batches)  # a number in [0, 1), lm only
+  pipeline.document_mask(config.data, task.batches)  # a bool, lm/mlm only
   mesh_lib.rules_from_config(config.logical_axis_rules)
   check_context_parallel(config)
   make_optimizer(config)  # schedule errors (warmup_steps > total_steps, ...) before any work

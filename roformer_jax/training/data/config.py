@@ -38,6 +38,11 @@ def default_data_config() -> ml_collections.ConfigDict:
     mlm_probability, mlm_mask_ratio, mlm_random_ratio: BERT masking, 15% with 80/10/10.
     mlm_max_predictions: masked positions scored per row (M); 0 = the expected count plus 6
       standard deviations, rounded up to 8 (48 at T=128, 128 at T=512).
+    document_mask: lm/mlm: True (default) = a token of a packed row attends only to its own
+      document (a segment mask; positions restart per document). False = a packed row is one
+      sequence (positions run on; BERT's and RoBERTa's FULL-SENTENCES rows); the training
+      batches then carry no mask at all, which lets cuDNN's fused attention run on a GPU
+      (B3 on an H100: 60 ms per step unmasked vs 98 ms with the packed rows' segment mask).
     pack_pairs: seq2seq training packs several whole pairs into each row (Grain's first-fit
       packer; segment ids keep them apart). Evaluation never packs.
     drop_long_pairs: seq2seq training drops pairs longer than the lengths (evaluation always
@@ -81,6 +86,7 @@ def default_data_config() -> ml_collections.ConfigDict:
   c.mlm_max_predictions = 0
   c.drop_long_pairs = True
   c.pack_pairs = False
+  c.document_mask = True
   c.passkey_fraction = 0.0
   c.image_size = 32
   c.image_channels = 3

@@ -334,8 +334,27 @@ def make_dataset(data_cfg: ml_collections.ConfigDict, *, task: str | BatchFormat
 
   it_ds, fmt_rows = fmt.rows(ds, data_cfg, spec=spec, tok=tok, batch_size=batch_size, seed=seed,
                              process_index=process_index, shuffle=shuffle, training=training)
+  if not document_mask(data_cfg, fmt):
+    fmt_rows = functools.partial(_across_documents, fmt_rows, endless=repeat)
   it_ds = it_ds.batch(batch_size, drop_remainder=False)
   return it_ds.map(lambda b: fmt_rows(_pad_rows(b, batch_size)))
+
+
+def _across_documents(fmt_rows: Callable[[Batch], Batch], rows: Batch, *, endless: bool) -> Batch:
+  """``data.document_mask=False``: a packed row is one sequence (documents see each other).
+
+  Every real token gets segment 1 (padding keeps 0), so positions run on across the documents
+  of a row and only padding is masked. An endless stream (the train split) has no padding: its
+  rows are always full, so its batches carry no ``segment_ids`` at all, and the model attends
+  without a mask, the form cuDNN's fused attention takes on a GPU.
+  """
+  rows = dict(rows, segment_ids=(rows["segment_ids"] != 0).astype(np.int32))
+  batch = fmt_rows(rows)
+  if endless:
+    if not (batch["segment_ids"] != 0).all():  # cannot happen: ConcatThenSplit fills every row
+      raise RuntimeError("data.document_mask=False: an endless stream gave a row with padding.")
+    del batch["segment_ids"]
+  return batch
 
 
 # --------------------------------------------------------------------------------------
@@ -429,15 +448,17 @@ class BatchFormat:
     rows: ``rows(ds, data_cfg, *, spec, tok, batch_size, seed, process_index, shuffle, training)``
       -> (an IterDataset of rows, the function that formats a batch of them).
     passkey_rows: causal-LM rows, into which ``data.passkey_fraction`` may mix pass-key rows.
+    document_rows: rows packed from documents (lm, mlm), which ``data.document_mask`` governs.
   """
   name: str
   records: str
   rows: Callable[..., tuple[grain.IterDataset, Callable[[Batch], Batch]]]
   passkey_rows: bool = False
+  document_rows: bool = False
 
 
-LM = BatchFormat("lm", "text", _lm_rows, passkey_rows=True)
-MLM = BatchFormat("mlm", "text", _mlm_rows)
+LM = BatchFormat("lm", "text", _lm_rows, passkey_rows=True, document_rows=True)
+MLM = BatchFormat("mlm", "text", _mlm_rows, document_rows=True)
 SEQ2SEQ = BatchFormat("seq2seq", "translation", _seq2seq_rows)
 CLASSIFICATION = BatchFormat("classification", "classification", _classification_rows)
 IMAGE = BatchFormat("image", "image", _image_rows)
@@ -509,6 +530,32 @@ def passkey_fraction(data_cfg: ml_collections.ConfigDict, task: str | BatchForma
     raise UserError(f"data.passkey_fraction={value!r} mixes pass-key rows into causal-LM training; task "
                     f"{batch_format(task).name!r} cannot use them. Set --config.data.passkey_fraction=0.")
   return float(value)
+
+
+def document_mask(data_cfg: ml_collections.ConfigDict, task: str | BatchFormat | None = None) -> bool:
+  """``data.document_mask`` (True when absent), checked.
+
+  True: each token of a packed row attends only to its own document (a segment mask). False:
+  a packed row is one sequence, as BERT's and RoBERTa's pre-training rows are (FULL-SENTENCES),
+  and training batches need no mask at all, which lets cuDNN's fused attention run on a GPU.
+
+  Raises:
+    UserError: not a bool, or False for a batch format (``task``) whose rows are not packed
+      from documents.
+  """
+  from roformer_jax.errors import UserError
+  value = data_cfg.get("document_mask", True)
+  if not isinstance(value, bool):
+    raise UserError(f"data.document_mask={value!r} must be True (a token sees only its own document in a "
+                    "packed row) or False (a packed row is one sequence).")
+  if not value and task is not None and not batch_format(task).document_rows:
+    raise UserError(f"data.document_mask=False applies to rows packed from documents (lm, mlm); task "
+                    f"{batch_format(task).name!r} has none. Remove it or set --config.data.document_mask=True.")
+  if not value and data_cfg.get("passkey_fraction"):
+    raise UserError("data.document_mask=False makes every training row one unmasked sequence, but the "
+                    f"pass-key rows (data.passkey_fraction={data_cfg.passkey_fraction!r}) are padded documents "
+                    "of their own; set one of --config.data.document_mask=True or --config.data.passkey_fraction=0.")
+  return value
 
 
 def _check_passkey_row(tok: Tokenizer, row: int, add_bos: bool, max_length: int) -> None:
@@ -643,6 +690,7 @@ def check_data(data_cfg: ml_collections.ConfigDict, *, splits: tuple[str, ...] =
   """Fails fast, before any training, if a dataset split or the tokenizer is missing, or
   ``data.passkey_fraction`` is out of range (or set for a batch format ``task`` without lm rows)."""
   passkey_fraction(data_cfg, task)
+  document_mask(data_cfg, task)
   spec = datasets.get_spec(data_cfg.dataset)
   for split in splits:
     _open(data_cfg, spec, split)
