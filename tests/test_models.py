@@ -238,12 +238,21 @@ def test_lm_cached_prediction_equals_the_full_forward_of_its_prefix(name, attent
   tokens = jnp.where(mask, ids(13, b, t), 0)
   cache = model.init_cache(b, t)
   logits, cache = model.decode_step(tokens[:, :p], cache, token_mask=mask[:, :p])
-  cached, prefixes = [], []
+  cached = []
   for i in range(p - 1, t):
     if i >= p:
       logits, cache = model.decode_step(tokens[:, i:i + 1], cache)
     cached.append(logits[:, -1])
-    prefixes.append(model(tokens[:, :i + 1], attention_mask=mask[:, :i + 1])[:, -1])
+  # The reference, model(prefix)[:, -1] for every prefix, in one forward: each prefix is
+  # right-padded to t (a row's length is its own, padding never adds to it:
+  # test_a_rows_logits_do_not_depend_on_the_other_rows_of_its_batch), which compiles one
+  # shape instead of one per prefix length. One prefix is also run alone, unpadded.
+  lengths = range(p, t + 1)
+  keep = [mask & (jnp.arange(t) < n) for n in lengths]
+  out = model(jnp.concatenate([jnp.where(k, tokens, 0) for k in keep]), attention_mask=jnp.concatenate(keep))
+  prefixes = [out[j * b:(j + 1) * b, n - 1] for j, n in enumerate(lengths)]
+  alone = model(tokens[:, :p + 2], attention_mask=mask[:, :p + 2])[:, -1]
+  np.testing.assert_allclose(prefixes[2], alone, atol=2e-5)
   gaps = [float(jnp.abs(c - r).max()) for c, r in zip(cached, prefixes)]
   assert max(gaps) < 2e-5, [f"{g:.1e}" for g in gaps]
   # For these two the whole sequence's forward is a different function at earlier slots: the
@@ -288,10 +297,18 @@ def test_seq2seq_cached_prediction_equals_the_teacher_forced_forward_of_its_pref
   src = ids(18, 2, 9).at[1, 6:].set(0)
   tgt = ids(19, 2, 10)
   cache = model.init_cache(model.encode(src), src != 0, 10)
-  gaps = []
+  steps = []
   for i in range(10):
     logits, cache = model.decode_step(tgt[:, i:i + 1], cache)
-    gaps.append(float(jnp.abs(logits[:, -1] - model(src, tgt[:, :i + 1])[:, -1]).max()))
+    steps.append(logits[:, -1])
+  # The teacher-forced forward of every prefix in one call: target[:n] right-padded to 10 (a
+  # row's length is its own; the prefix of 4 is also run alone, unpadded).
+  keep = [jnp.broadcast_to(jnp.arange(10) < n, tgt.shape) for n in range(1, 11)]
+  out = model(jnp.tile(src, (10, 1)), jnp.concatenate([jnp.where(k, tgt, 0) for k in keep]),
+              tgt_mask=jnp.concatenate(keep))
+  forced = [out[2 * i:2 * i + 2, i] for i in range(10)]
+  np.testing.assert_allclose(forced[3], model(src, tgt[:, :4])[:, -1], atol=2e-5)
+  gaps = [float(jnp.abs(a - b).max()) for a, b in zip(steps, forced)]
   assert max(gaps) < 2e-5, [f"{g:.1e}" for g in gaps]
 
 
