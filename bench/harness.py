@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -254,3 +255,15 @@ class TorchWorker:
         self.proc.wait(timeout=30)
       except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired):
         self.proc.kill()
+
+
+def cpu_kind(name: str) -> str:
+  """A file-name slug for the CPU family: "amd_epyc", "intel_xeon", else the model name's.
+
+  The benches that compare CPUs (B2 train_step, B9 inference) record one file per kind.
+  """
+  lower = name.lower()
+  for kind in ("amd epyc", "intel xeon"):
+    if kind.split()[1] in lower:
+      return kind.replace(" ", "_")
+  return re.sub(r"[^a-z0-9]+", "_", lower).strip("_")[:40] or "cpu"

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -68,13 +67,6 @@ def hf_config(model: dict) -> dict:
               attention_probs_dropout_prob=0.0, type_vocab_size=2, rotary_value=False)
 
 
-def cpu_kind(name: str) -> str:
-  """A file-name slug for the CPU family: "amd_epyc", "intel_xeon", else the model name's."""
-  lower = name.lower()
-  for kind in ("amd epyc", "intel xeon"):
-    if kind.split()[1] in lower:
-      return kind.replace(" ", "_")
-  return re.sub(r"[^a-z0-9]+", "_", lower).strip("_")[:40] or "cpu"
 
 
 def jax_contenders(model_dir: str, ids) -> dict:
@@ -183,7 +175,7 @@ def main() -> None:
       worker.close()
   text = table(results)
   print("\n" + text)
-  bench = f"inference.{cpu_kind(machine['cpu'])}"
+  bench = f"inference.{harness.cpu_kind(machine['cpu'])}"
   name = _record.record_name(bench, args)
   if name:
     summary = {"results": results, "torch": None if worker is None else worker.info, "threads": args.threads}

@@ -593,7 +593,7 @@ def main() -> None:
       json.dump(summary, f, indent=1)
       f.write("\n")
   print(json.dumps(summary))
-  bench = _record.record_name("train_step", args)
+  bench = _record.record_name(f"train_step.{harness.cpu_kind(machine['cpu'])}", args)  # one record per CPU kind
   if bench:
     path = _record.save(bench, figures=_figures(results), table="\n".join(table), result=summary)
     print(f"# recorded {path}", file=sys.stderr)

@@ -24,10 +24,13 @@ from roformer_jax import models  # noqa: E402
 def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
   out = tmp_path / "b3.json"
   monkeypatch.setenv("ROFORMER_BENCH_RESULTS", str(tmp_path / "results"))
-  assert gpu_mlm.main(["--smoke", "--variants", ",".join(gpu_mlm.VARIANTS), "--rounds", "1", "--warmup", "0",
+  # Every variant but "config", whose step is "bert-dropout"'s with another rate (one compile
+  # less; test_variant_configs checks its settings).
+  variants = [v for v in gpu_mlm.VARIANTS if v != "config"]
+  assert gpu_mlm.main(["--smoke", "--variants", ",".join(variants), "--rounds", "1", "--warmup", "0",
                        "--json-out", str(out), "--record"]) == 0
   summary = json.loads(out.read_text())
-  assert summary["smoke"] and list(summary["rows"]) == list(gpu_mlm.VARIANTS)
+  assert summary["smoke"] and list(summary["rows"]) == variants
   rows = summary["rows"]
   assert all(r["attention_kernel"] == "xla" and r["tokens_per_s"] > 0 for r in rows.values())  # CPU
   # "auto" and "xla" are the same computation on a CPU: same weights, batch and first loss.
@@ -45,6 +48,16 @@ def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
   assert {"B3.auto.tokens_per_s", "B3.rope_share", "B3.xla.compile_s"} <= ids
   assert "RoPE share" in recorded["table"]
   assert "python bench/gpu_mlm.py --smoke" in recorded["command"]  # not pytest's command line
+
+
+def test_variant_configs():
+  config = gpu_mlm.load_config(True, batch=2, seq=16)
+  dropouts = {name: (c.model.dropout, c.model.attention_dropout, c.model.attention_implementation)
+              for name in gpu_mlm.VARIANTS for c in [gpu_mlm.variant_config(config, name)]}
+  assert dropouts["auto"] == (0.0, 0.0, "auto") and dropouts["xla"] == (0.0, 0.0, "xla")
+  assert dropouts["bert-dropout"] == (0.1, 0.1, "auto")
+  # "config" is configs/bert_base_mlm.py's own: hidden dropout 0.1, attention dropout 0 (cuDNN)
+  assert dropouts["config"] == (0.1, 0.0, "auto") and config.data.document_mask is False
 
 
 def test_without_a_gpu_it_skips(capsys):

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-from bench import _record, report
+from bench import _record, harness, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARGV = [os.path.join(ROOT, "bench", "rope.py"), "--record", "--shape", "1,2,3,4"]
@@ -332,9 +332,9 @@ def test_a_cpu_device_names_its_instruction_sets_and_huge_pages():
 
 def test_inference_bench_names_its_record_per_cpu_kind_and_states_its_goals():
   from bench import inference
-  assert inference.cpu_kind("AMD EPYC 9B14 96-Core Processor") == "amd_epyc"
-  assert inference.cpu_kind("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz") == "intel_xeon"
-  assert inference.cpu_kind("Apple M2") == "apple_m2"
+  assert harness.cpu_kind("AMD EPYC 9B14 96-Core Processor") == "amd_epyc"
+  assert harness.cpu_kind("Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz") == "intel_xeon"
+  assert harness.cpu_kind("Apple M2") == "apple_m2"
   row = lambda ms, ratio=None: {"ms": ms, "torch_over_this": ratio, "nnx_jit_over_this": 2.0}
   results = {"a": {"batch": 8, "seq": 128, "rows": {"jitted": row(40.0, 1.25), "jitted bf16": row(30.0, 0.9)}}}
   figures = {f["id"]: f for f in inference.figures(results)}

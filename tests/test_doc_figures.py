@@ -135,7 +135,7 @@ def _precision_table():
 
 
 def _train_step(kind: str) -> list[float]:
-  return [fig("train_step", f"B2.{shape}.jax_{kind}.torch_over_ours") for shape in "abc"]
+  return [fig("train_step.amd_epyc", f"B2.{shape}.jax_{kind}.torch_over_ours") for shape in "abc"]
 
 
 def _remat(shape: str, mode: str, what: str) -> float:
