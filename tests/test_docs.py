@@ -383,18 +383,9 @@ def _tracked_files():
 
 def _scratch_copy(dest):
   names = _tracked_files()
-  tag = sys.implementation.cache_tag
   for name in names:
     (dest / name).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(ROOT / name, dest / name)
-    # The bytecode the test processes already compiled, beside its source (copy2 keeps the
-    # source's mtime, which the .pyc is checked against): each documented command's process
-    # then skips compiling the project's modules (about 0.5 s each, PYTHONDONTWRITEBYTECODE
-    # being set for the copies).
-    pyc = (ROOT / name).parent / "__pycache__" / f"{pathlib.Path(name).stem}.{tag}.pyc"
-    if name.endswith(".py") and pyc.is_file():
-      (dest / name).parent.joinpath("__pycache__").mkdir(exist_ok=True)
-      shutil.copy2(pyc, (dest / name).parent / "__pycache__" / pyc.name)
   venv = pathlib.Path(sys.prefix)
   (dest / ".venv").symlink_to(venv)  # `.venv/bin/python ...` as the docs write it
   (dest / "tmp").mkdir()
