@@ -67,8 +67,6 @@ def hf_config(model: dict) -> dict:
               attention_probs_dropout_prob=0.0, type_vocab_size=2, rotary_value=False)
 
 
-
-
 def jax_contenders(model_dir: str, ids) -> dict:
   """name -> a call that runs one forward and waits for it; the first output of each, for the check."""
   fp32 = hf.from_pretrained(model_dir, head="encoder")

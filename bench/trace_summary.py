@@ -76,8 +76,11 @@ def hlo_scopes(hlo_text: str) -> dict[str, str]:
   current = None
   instr: dict[str, tuple[str, list[str]]] = {}  # name -> (called computation or "", op_names)
   for line in hlo_text.splitlines():
-    head = re.match(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$", line)
-    if head and "=" not in line.split("{")[0]:
+    # A computation's header: `[ENTRY] %name (params) -> type {`, whose types may hold
+    # `/*index=5*/` comments; an instruction has ` = ` before its first parenthesis.
+    clean = re.sub(r"/\*.*?\*/", "", line)
+    head = re.match(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s*\(", clean)
+    if head and clean.rstrip().endswith("{") and " = " not in clean.split("(")[0]:
       current = head.group(1)
       computations.setdefault(current, [])
       continue

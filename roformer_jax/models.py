@@ -357,8 +357,11 @@ def embedding_lookup(table: nnx.Embed, ids: jax.Array, dtype) -> jax.Array:
   selection (`where` per row): its gradient is then a reduction per row, where a gather's
   would be a scatter in which every token of the batch adds into the same row, serialised on a
   GPU. Measured on an H100 (RoFormer-base MLM, B = 64 x T = 512, bf16; issue 27): the two
-  scatters took 110 ms (token types) and 81 ms (words) of a 280 ms step.
+  scatters took 110 ms (token types) and 81 ms (words) of a 280 ms step. Ids must lie in
+  [0, rows): a small table maps others to row 0 (nnx.Embed's gather gives NaN or wraps).
   """
+  if not jnp.issubdtype(jnp.asarray(ids).dtype, jnp.integer):
+    raise ValueError(f"embedding ids must be integers, got dtype {jnp.asarray(ids).dtype}.")
   w = table.embedding[...]
   if w.shape[0] <= SMALL_TABLE_ROWS:
     ids = ids[..., None]

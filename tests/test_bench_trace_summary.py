@@ -1,4 +1,5 @@
-"""bench/trace_summary.py on a hand-made profiler trace and HLO text (what a GPU trace holds)."""
+"""bench/trace_summary.py on a hand-made profiler trace and HLO text (what a GPU trace holds;
+the ENTRY's tuple of six carries the `/*index=5*/` comment XLA prints, which once hid its header)."""
 
 import gzip
 import json
@@ -18,13 +19,14 @@ HLO = """HloModule jit_train_step
   ROOT %add.2 = f32[8,4]{1,0} add(%p0, %p0), metadata={op_name="jit(train_step)/jvp()/add"}
 }
 
-ENTRY %main (a: bf16[8,4], b: f32[8,4]) -> f32[8,4] {
+ENTRY %main (a: bf16[8,4], b: f32[8,4]) -> (f32[8,4], f32[8,4], f32[8,4], f32[8,4], f32[8,4], /*index=5*/f32[8,4]) {
   %a = bf16[8,4]{1,0} parameter(0)
   %b = f32[8,4]{1,0} parameter(1)
   %loop_multiply_fusion.3 = bf16[8,4]{1,0} fusion(%a), kind=kLoop, calls=%fused_rope
   %cudnn-fmha.1 = bf16[8,4]{1,0} custom-call(%loop_multiply_fusion.3), custom_call_target="__cudnn$fmhaSoftmax", metadata={op_name="jit(train_step)/jvp(attention)/dot_product_attention"}
   %adam.4 = f32[8,4]{1,0} add(%b, %b), metadata={op_name="jit(train_step)/optimizer/add"}
-  ROOT %loop_add_fusion = f32[8,4]{1,0} fusion(%adam.4), kind=kLoop, calls=%fused_ln
+  %loop_add_fusion = f32[8,4]{1,0} fusion(%adam.4), kind=kLoop, calls=%fused_ln
+  ROOT %tuple.9 = (f32[8,4], f32[8,4], f32[8,4], f32[8,4], f32[8,4], /*index=5*/f32[8,4]) tuple(%loop_add_fusion, %loop_add_fusion, %loop_add_fusion, %loop_add_fusion, %loop_add_fusion, /*index=5*/%loop_add_fusion)
 }
 """
 

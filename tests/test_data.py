@@ -529,3 +529,19 @@ def test_document_mask_is_checked_at_config_load(data_dir):
     pipeline.document_mask(stdlib_cfg(data_dir, document_mask=False), "seq2seq")
   with pytest.raises(UserError, match="passkey_fraction=0.1"):
     pipeline.document_mask(stdlib_cfg(data_dir, document_mask=False, passkey_fraction=0.1), "lm")
+
+
+@pytest.mark.parametrize("task", ["mlm", "lm"])
+def test_samples_read_rows_without_segment_ids(data_dir, task):
+  # The eval hooks read the validation split endlessly (repeat=True), so with
+  # data.document_mask=False their batches carry no segment_ids either: samples must cope.
+  from flax import nnx
+  from roformer_jax import models
+  cfg = stdlib_cfg(data_dir, document_mask=False)
+  batch = next(data.make_iterator(cfg, task=task, split="validation", batch_size=2, seed=0, repeat=True))
+  assert "segment_ids" not in batch
+  tok = data.ByteTokenizer()
+  model_cfg = models.ModelConfig(vocab_size=tok.vocab_size, d_model=16, num_layers=1, num_heads=2, d_ff=32)
+  model = (models.CausalLM if task == "lm" else models.RoFormerForMaskedLM)(model_cfg, rngs=nnx.Rngs(0))
+  out = tasks.get(task).samples(model, batch, tokenizer=tok, num=2, max_new_tokens=3)
+  assert len(out) == 2 and all(row["prompt"] for row in out)

@@ -42,8 +42,11 @@ def attention_implementation(*, backend: str, dtype, head_dim: int, dense_mask: 
   (exact, O(T + S) memory; faster than dense there from 1K keys), shorter ones XLA's dense
   path. On a GPU the chunked kernel's tile loop was 7-8x slower than XLA's dense attention
   at 4K-32K keys (an H100, docs/benchmarks.md), so there the dense path runs until its float32
-  logits (`logits_bytes` = B x N x T x S x 4 of one call) pass `GPU_DENSE_LOGITS_BYTES`, and
-  chunked attention only beyond, for its memory.
+  logits (`logits_bytes` = B x N x T x S x 4 of one call, from the shapes as traced: under
+  `jit` with a batch sharded over D devices that is the global batch, D times one device's
+  share, so chunked attention starts D times earlier per device) pass
+  `GPU_DENSE_LOGITS_BYTES`, and chunked attention only beyond, for its memory. 0 (the default)
+  keeps the dense path on a GPU.
   """
   half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
   if backend == "gpu" and half and head_dim % 8 == 0 and head_dim <= 128 and not dense_mask and not dropout:

@@ -34,9 +34,15 @@ def _first_segment(row_segments: np.ndarray | None, row_ids: np.ndarray, pad_id:
   return np.flatnonzero(row_segments == nonzero[0]) if nonzero.size else np.array([], np.int64)
 
 
+def _row_segments(batch, i: int) -> np.ndarray | None:
+  """Row i's segment ids, or None for rows without (data.document_mask=False: one sequence)."""
+  segments = batch.get("segment_ids")
+  return None if segments is None else segments[i]
+
+
 def lm_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
   """Greedy continuations of the first quarter of each row's first document."""
-  docs = [batch["inputs"][i][_first_segment(batch["segment_ids"][i], batch["inputs"][i], tokenizer.pad_id)]
+  docs = [batch["inputs"][i][_first_segment(_row_segments(batch, i), batch["inputs"][i], tokenizer.pad_id)]
           for i in range(n)]
   prompt_len = max(1, min(min(len(d) for d in docs), max(4, batch["inputs"].shape[1] // 4)))
   prompts = np.stack([d[:prompt_len] for d in docs]).astype(np.int32)
@@ -82,12 +88,13 @@ def mlm_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> lis
     scored = batch["weights"][:n] > 0
     truth[scored] = batch["targets"][:n][scored]
   scored = truth != inputs  # BERT also scores slots left unchanged; only changed ones show here
-  logits = model(inputs, segment_ids=batch["segment_ids"][:n], positions=batch["positions"][:n],
+  segments = batch.get("segment_ids")
+  logits = model(inputs, segment_ids=None if segments is None else segments[:n], positions=batch["positions"][:n],
                  token_type_ids=None if batch.get("token_type_ids") is None else batch["token_type_ids"][:n])
   filled = np.where(scored, np.asarray(logits).argmax(-1), inputs)
   out = []
   for i in range(n):
-    keep = _first_segment(batch["segment_ids"][i], inputs[i], tokenizer.pad_id)
+    keep = _first_segment(_row_segments(batch, i), inputs[i], tokenizer.pad_id)
     right, total = int((filled[i][keep] == truth[i][keep])[scored[i][keep]].sum()), int(scored[i][keep].sum())
     out.append({"prompt": tokenizer.decode(inputs[i][keep]), "output": tokenizer.decode(filled[i][keep]),
                 "reference": tokenizer.decode(truth[i][keep]), "filled_right": f"{right}/{total}"})
