@@ -87,7 +87,9 @@ step attention 100 "$PY" bench/long_context.py $S --dtype bfloat16 --methods $ME
   --max-len 65536 --max-time-len 65536 --no-train --cp-sizes "" --skip-lens 16384 --tile-lens "" \
   --window-lens 16384,65536 --rounds 2 --record --figure "$R/attention_gpu.png"
 
-# 5. A real run: train (with checkpoints), resume to a later step, evaluate and generate.
+# 5. A real run: train (with checkpoints), resume to a later step, generate and evaluate. In
+#    the second session the 100 s ran out in eval.py's length sweep (each length compiles),
+#    before generate.py: now generate runs first and the sweep has 2 lengths.
 W=/tmp/gpu_default
 N=$([ "$SMOKE" = 1 ] && echo 4 || echo 100)
 CFG=configs/default.py$([ "$SMOKE" = 1 ] && echo :smoke)
@@ -96,8 +98,8 @@ step run 100 bash -c "set -e; rm -rf $W; \
     --config.checkpoint_every_steps=$((N / 2)) --config.eval_every_steps=$((N / 2)); \
   $PY train.py --config $CFG --workdir $W --config.total_steps=$((N + N / 2)) \
     --config.checkpoint_every_steps=$((N / 2)) --config.eval_every_steps=$((N / 2)); \
-  $PY eval.py --config $CFG --workdir $W; \
   $PY generate.py --config $CFG --workdir $W --prompt 'def ' --max_new_tokens 64; \
+  $PY eval.py --config $CFG --workdir $W --config.eval.length_factors=1,2; \
   cp $W/metrics.jsonl $R/run_metrics.jsonl || true"
 
 # 6. The suite on the GPU backend: the fast tier, 8 workers sharing the GPU (no preallocation).
