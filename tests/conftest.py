@@ -127,6 +127,22 @@ def smoke_runs(tmp_path_factory):
   return SmokeRuns(tmp_path_factory.mktemp("smoke_runs"))
 
 
+@pytest.fixture
+def attention_calls(monkeypatch):
+  """Records each `jax.nn.dot_product_attention` call instead of running it (a GPU kernel can't
+  run here): a list of {"implementation", "masked", "dtype"}, one per call, which the tests
+  that ask which kernel "auto" picks on a GPU (with `jax.default_backend` patched) read."""
+  import jax.numpy as jnp
+  calls = []
+
+  def record(q, k, v, **kw):
+    calls.append({"implementation": kw["implementation"], "masked": kw["mask"] is not None, "dtype": q.dtype})
+    return jnp.zeros(q.shape[:-1] + v.shape[-1:], q.dtype)
+
+  monkeypatch.setattr(jax.nn, "dot_product_attention", record)
+  return calls
+
+
 # ---- tiers --------------------------------------------------------------------------------------
 # `make test` runs everything; `make test-fast` (-m "not slow") the unit tests only. A test is
 # slow when it trains, starts processes (train.py, eval.py, generate.py, benches, multi-process

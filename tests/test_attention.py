@@ -795,26 +795,20 @@ def test_forced_cudnn_with_dropout_is_refused_before_any_kernel(monkeypatch):
     attn.dot_product_attention(q, q, jnp.ones((1, 4, 2, 16)), implementation="cudnn")
 
 
-def test_an_encoder_without_padding_or_packing_asks_cudnn_on_a_gpu(monkeypatch):
+def test_an_encoder_without_padding_or_packing_asks_cudnn_on_a_gpu(monkeypatch, attention_calls):
   """B3 on an H100 ran XLA's attention for RoFormer MLM on full rows: the model passes mask
   factors that mask nothing, which counted as a dense mask. Now such factors are no mask (the
   fused kernel is eligible), while factors that mask something still take XLA's path."""
   from roformer_jax import models
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # what softmax.py calls
-  asked = []
-
-  def fake_attention(q, k, v, **kw):  # records the call instead of running a GPU kernel
-    asked.append((kw["implementation"], kw["mask"] is not None))
-    return jnp.zeros(q.shape[:-1] + v.shape[-1:], q.dtype)
-
-  monkeypatch.setattr(jax.nn, "dot_product_attention", fake_attention)
+  asked = lambda: [(c["implementation"], c["masked"]) for c in attention_calls]
   cfg = models.ModelConfig(vocab_size=64, d_model=128, num_layers=1, num_heads=2, d_ff=64, dtype="bfloat16")
   model = models.RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0))
   ids = jnp.ones((2, 16), jnp.int32)
   model(ids)
-  assert asked == [("cudnn", False)]
-  asked.clear()
+  assert asked() == [("cudnn", False)]
+  attention_calls.clear()
   model(ids, attention_mask=jnp.arange(16)[None] < jnp.array([[16], [9]]))  # padding: a dense mask
-  assert asked == [("xla", True)]
+  assert asked() == [("xla", True)]
   nothing = attn.mask_factors(2, 16, 16)
   assert nothing.masks_nothing() and not attn.mask_factors(2, 16, 16, causal=True).masks_nothing()

@@ -264,17 +264,11 @@ def test_models_with_chunked_attention_equal_xla_loss_and_gradients(family):
     _close(g, r, rtol=2e-5)
 
 
-def test_on_a_gpu_auto_keeps_dense_attention_for_masked_rows_of_moderate_size(monkeypatch):
+def test_on_a_gpu_auto_keeps_dense_attention_for_masked_rows_of_moderate_size(monkeypatch, attention_calls):
   # A packed float32 batch with 1024 keys: chunked on a CPU, XLA's dense path on a GPU.
   import roformer_jax.attention.softmax as softmax_module
-  asked = []
-
-  def fake_attention(q, k, v, **kw):
-    asked.append(kw["implementation"])
-    return jnp.zeros(q.shape[:-1] + v.shape[-1:], q.dtype)
-
-  monkeypatch.setattr(jax.nn, "dot_product_attention", fake_attention)
-  monkeypatch.setattr(softmax_module, "chunked_attention", lambda q, k, v, **kw: asked.append("chunked") or q)
+  chunked = []
+  monkeypatch.setattr(softmax_module, "chunked_attention", lambda q, k, v, **kw: chunked.append("chunked") or q)
   n = attn.CHUNKED_MIN_LENGTH
   q = jnp.zeros((1, n, 2, 8))
   seg = jnp.ones((1, n), jnp.int32).at[:, n // 2:].set(2)
@@ -282,4 +276,6 @@ def test_on_a_gpu_auto_keeps_dense_attention_for_masked_rows_of_moderate_size(mo
   for backend, want in (("cpu", "chunked"), ("gpu", "xla")):
     monkeypatch.setattr(jax, "default_backend", lambda b=backend: b)
     attn.dot_product_attention(q, q, q, mask=factors)
+    asked = chunked + [c["implementation"] for c in attention_calls]
+    chunked.clear(), attention_calls.clear()
     assert asked.pop() == want, backend
