@@ -25,7 +25,11 @@ Variants, each compiled and timed separately from the same initial weights:
   takes the explicit XLA attention path: what configs/bert_base_mlm.py ran before it set
   attention_dropout 0;
 - "config": configs/bert_base_mlm.py's own dropouts (hidden 0.1, attention 0) on its unmasked
-  rows (`data.document_mask=False`): the step that config trains with.
+  rows (`data.document_mask=False`): the step that config trains with;
+- "fused-qkv": "auto" with `model.fused_qkv` (q, k and v as one matmul over the stacked
+  kernels; the same parameters);
+- "gelu-tanh": "auto" with the tanh GELU (`activation="gelu_new"`) instead of BERT's exact erf
+  GELU: what the exact form costs (a different model function, not a drop-in for BERT).
 Timing: after compilation (lower + compile wall time, per variant) and --warmup steps, each
 of --rounds rounds runs --steps steps of every variant in turn (the order rotates,
 bench/harness.py), and a
@@ -82,7 +86,7 @@ from roformer_jax.training.data import pipeline  # noqa: E402
 
 GOAL_MFU = 0.45
 GOAL_ROPE_SHARE = 0.02
-VARIANTS = ("auto", "xla", "no-rope", "packed", "bert-dropout", "config")
+VARIANTS = ("auto", "xla", "no-rope", "packed", "bert-dropout", "config", "fused-qkv", "gelu-tanh")
 SMOKE_MODEL = dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, d_ff=256)
 
 
@@ -108,6 +112,9 @@ def variant_config(config, name: str):
     dropout = 0.1 if name == "bert-dropout" else 0.0
     c.model.dropout = c.model.attention_dropout = dropout
   c.model.attention_implementation = "xla" if name == "xla" else "auto"
+  c.model.fused_qkv = name == "fused-qkv"
+  if name == "gelu-tanh":
+    c.model.activation = "gelu_new"
   return c
 
 

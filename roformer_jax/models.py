@@ -107,6 +107,10 @@ class ModelConfig:
   # for the backward pass; "full" recomputes each layer's forward in the backward pass and
   # keeps only its input; "dots" keeps the matmul outputs and recomputes the rest.
   remat: str = "none"
+  # Self-attention's q, k and v projections as ONE matmul over their stacked kernels (not
+  # architecture: the parameters, checkpoints and HF mapping stay three projections; the
+  # kernels are stacked at trace time). Fewer, larger matmuls (a GPU lever, issue 27).
+  fused_qkv: bool = False
 
   def __post_init__(self):
     object.__setattr__(self, "rope_scaling", positional.freeze_scaling(self.rope_scaling))
@@ -131,6 +135,8 @@ class ModelConfig:
       raise ValueError(f"feature_map={self.feature_map!r}; expected one of {FEATURE_MAPS}.")
     if self.remat not in REMAT_POLICIES:
       raise ValueError(f"remat={self.remat!r}; expected one of {tuple(REMAT_POLICIES)}.")
+    if not isinstance(self.fused_qkv, bool):
+      raise ValueError(f"fused_qkv={self.fused_qkv!r} must be True or False.")
     if self.attention_implementation not in ATTENTION_IMPLEMENTATIONS:
       raise ValueError(f"attention_implementation={self.attention_implementation!r}; expected one of "
                        f"{ATTENTION_IMPLEMENTATIONS}.")
@@ -433,7 +439,7 @@ class Block(nnx.Module):
         rotary_value=cfg.rotary_value, causal=causal, feature_map=cfg.feature_map,
         num_features=cfg.num_features, dropout_rate=cfg.attention_dropout,
         implementation=cfg.attention_implementation, window=cfg.layer_window(layer),
-        temperature=cfg.layer_temperature(layer), **mha)
+        temperature=cfg.layer_temperature(layer), fused_qkv=cfg.fused_qkv, **mha)
     self.attention_norm = layer_norm(cfg, cfg.d_model, rngs=rngs)
     if cross:
       self.cross_attention = MultiHeadAttention(cfg.d_model, cfg.num_heads, kind="softmax", use_rope=False,

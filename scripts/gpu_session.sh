@@ -15,9 +15,11 @@
 #   dry run on a CPU (every step's plumbing, tiny shapes, minutes):
 #                OUT=/tmp/gpu_dry GPU_SESSION_SMOKE=1 PYTHON=.venv/bin/python bash scripts/gpu_session.sh
 #
-# Steps, in order, with their limits in seconds (what a 590-second call holds):
-#   env 20 | b3 200 | b3_b128 60 | b1 45 | attention 100 | run 100 | suite: the rest of $BUDGET (565)
-# (the fast tier took 101 s on 8 workers of the H100 machine)
+# Steps, in order, with their limits in seconds (what a 590-second call holds; the default set
+# is the third session's first call, the rest by GPU_SESSION_STEPS):
+#   env 20 | b3 160 | b3_b128 80 | b3_b256 70 | attention64 70 | run 100 | run_mlm 50
+#   b1 45 | attention 100 | suite: the rest of $BUDGET (565)
+# (the fast tier took 101-135 s on 8 workers of the H100 machine)
 set -u
 OUT=${OUT:-/tmp/gpu_session}
 PY=${PYTHON:-python3}
@@ -27,7 +29,7 @@ mkdir -p "$R" "$R/bench_results"
 export PYTHONUNBUFFERED=1 ROFORMER_BENCH_RESULTS=$R/bench_results
 T0=$(date +%s)
 BUDGET=${GPU_SESSION_BUDGET:-565}  # seconds for all steps; the call's timeout_s must leave a margin
-STEPS=" ${GPU_SESSION_STEPS:-env b3 b3_b128 b1 attention run suite} "
+STEPS=" ${GPU_SESSION_STEPS:-env run run_mlm attention64 b3 b3_b128 b3_b256} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$R/steps.log"; }
@@ -59,21 +61,25 @@ step env 20 bash -c "nvidia-smi || true; $PY -c 'import jax, flax, optax, orbax.
 tensorflow_datasets as t, ml_collections, chex; print(jax.__version__, jax.devices(), flax.__version__, \
 optax.__version__, t.__version__)'; nproc; free -g"
 
-# 2. B3: RoFormer-base MLM at 512 in bf16, every attention variant. On 2026-11-26 (H100) it did
-#    not finish in 150 s before create_state used jaxlib's threefry kernel on GPUs; with it,
-#    three variants took 75 s; five, with the two profiles, 143 s (second session), so the
-#    six of today need about 170 (200 leaves room).
-#    --trace: a profile of "auto" and "xla" (4 steps each) and where their device time goes
-#    (bench/trace_summary.py, printed into b3.log); the small Chrome traces come back too.
-step b3 200 "$PY" bench/gpu_mlm.py $S --rounds 3 --steps 4 --record --json-out "$R/b3.json" --trace /tmp/b3_trace
+# 2. B3: RoFormer-base MLM at 512 in bf16. Six variants with two profiles took 143 s (second
+#    session); the third session's four (the base, q/k/v as one matmul, the tanh GELU, the
+#    config's own step) with one profile need about 120 (160 leaves room).
+#    --trace: a profile of "auto" (4 steps) and where its device time goes
+#    (bench/trace_summary.py, printed into b3.log); its Chrome trace and compiled HLO come back.
+B3_VARIANTS=${B3_VARIANTS:-auto,fused-qkv,gelu-tanh,config}
+[ "$SMOKE" = 1 ] && B3_VARIANTS=auto,fused-qkv
+step b3 160 "$PY" bench/gpu_mlm.py $S --variants $B3_VARIANTS --rounds 3 --steps 4 --record --json-out "$R/b3.json" --trace /tmp/b3_trace
 want b3 && for v in auto xla; do
   f=$(ls -t /tmp/b3_trace/$v/plugins/profile/*/*.trace.json.gz 2>/dev/null | head -1)
   [ -n "$f" ] && [ "$(stat -c %s "$f")" -lt 6000000 ] && cp "$f" "$R/b3_trace_$v.json.gz"
   cp /tmp/b3_trace/$v/step.hlo.txt.gz "$R/b3_hlo_$v.txt.gz" 2>/dev/null
 done; want b3 && pack
-#    and twice the batch on the fused path (MFU grows with the matmuls' size), not recorded
-step b3_b128 60 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 4 || echo 128) --variants auto \
+#    and larger batches (MFU grows with the matmuls' size), not recorded: B = 128 as it is, and
+#    B = 256 with --remat dots (the matmul outputs kept, the elementwise work recomputed)
+step b3_b128 80 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 4 || echo 128) --variants auto,fused-qkv \
   --rounds 3 --steps 4 --json-out "$R/b3_b128.json"
+step b3_b256 70 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 4 || echo 256) --remat dots --variants auto \
+  --rounds 3 --steps 3 --json-out "$R/b3_b256.json"
 
 # 3. B1: the RoPE op against a same-run copy, 1-D and multi-axis, HF's op on the GPU beside it.
 B1_SHAPE=8,4096,32,128  # 512 MiB of fp32: ten times the L2
@@ -87,11 +93,17 @@ step attention 100 "$PY" bench/long_context.py $S --dtype bfloat16 --methods $ME
   --max-len 65536 --max-time-len 65536 --no-train --cp-sizes "" --skip-lens 16384 --tile-lens "" \
   --window-lens 16384,65536 --rounds 2 --record --figure "$R/attention_gpu.png"
 
+#    64K forward+backward alone (the second session's 100 s ended before it): the O(N) methods.
+L64=$([ "$SMOKE" = 1 ] && echo 2048 || echo 65536)
+step attention64 70 "$PY" bench/long_context.py $S --dtype bfloat16 --methods dense,chunked,linear$([ "$SMOKE" = 1 ] || echo ,cudnn) \
+  --min-len $L64 --max-len $L64 --max-time-len $L64 --no-train --cp-sizes "" --skip-lens 0 --tile-lens "" \
+  --window-lens $L64 --rounds 2 --no-figure
+
 # 5. A real run: train (with checkpoints), resume to a later step, generate and evaluate. In
 #    the second session the 100 s ran out in eval.py's length sweep (each length compiles),
-#    before generate.py: now generate runs first and the sweep has 2 lengths.
+#    before generate.py: now 60 + 30 steps, generate runs first and the sweep has 2 lengths.
 W=/tmp/gpu_default
-N=$([ "$SMOKE" = 1 ] && echo 4 || echo 100)
+N=$([ "$SMOKE" = 1 ] && echo 4 || echo 60)
 CFG=configs/default.py$([ "$SMOKE" = 1 ] && echo :smoke)
 step run 100 bash -c "set -e; rm -rf $W; \
   $PY train.py --config $CFG --workdir $W --config.total_steps=$N \
@@ -101,6 +113,16 @@ step run 100 bash -c "set -e; rm -rf $W; \
   $PY generate.py --config $CFG --workdir $W --prompt 'def ' --max_new_tokens 64; \
   $PY eval.py --config $CFG --workdir $W --config.eval.length_factors=1,2; \
   cp $W/metrics.jsonl $R/run_metrics.jsonl || true"
+#    configs/bert_base_mlm.py's smoke model in bf16 on the offline byte corpus (its wikipedia
+#    needs a download): train with checkpoints, resume, evaluate.
+WM=/tmp/gpu_mlm
+MLM="configs/bert_base_mlm.py:smoke --config.data.dataset=python_stdlib_bytes"
+step run_mlm 50 bash -c "set -e; rm -rf $WM; \
+  $PY train.py --config $MLM --workdir $WM --config.total_steps=40 --config.checkpoint_every_steps=20 \
+    --config.eval_every_steps=20; \
+  $PY train.py --config $MLM --workdir $WM --config.total_steps=60 --config.checkpoint_every_steps=20 \
+    --config.eval_every_steps=20; \
+  $PY eval.py --config $MLM --workdir $WM"
 
 # 6. The suite on the GPU backend: the fast tier, 8 workers sharing the GPU (no preallocation).
 #    It runs last and takes what is left of $BUDGET (a cut benchmark loses its table; a cut suite

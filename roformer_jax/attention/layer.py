@@ -60,7 +60,7 @@ class MultiHeadAttention(nnx.Module):
                num_features: int = 256, dropout_rate: float = 0.0, use_bias: bool = True,
                init_std: float | None = 0.02, dtype=jnp.float32, param_dtype=jnp.float32,
                implementation: str = "auto", window: int | None = None,
-               temperature: dict[str, float] | None = None, rngs: nnx.Rngs):
+               temperature: dict[str, float] | None = None, fused_qkv: bool = False, rngs: nnx.Rngs):
     if kind not in ATTENTION_KINDS:
       raise ValueError(f"attention kind={kind!r}; expected one of {ATTENTION_KINDS}.")
     if head_dim is None:
@@ -79,6 +79,7 @@ class MultiHeadAttention(nnx.Module):
     if window is not None and kind != "softmax":
       raise ValueError("a window needs softmax attention (linear attention has none).")
     self.window, self.temperature = window, (None if temperature is None else dict(temperature))
+    self.fused_qkv = fused_qkv
     if use_rope and self.rotary.learned:  # RoPE-Mixed: this layer's own 2-D frequencies per head
       if kind != "softmax":
         raise ValueError("learned RoPE frequencies (frequencies='mixed') need softmax attention.")
@@ -102,6 +103,19 @@ class MultiHeadAttention(nnx.Module):
       f, h = self.projection[...].shape
       self.projection[...] = favor_projection(key, f, h)
 
+  def _qkv(self, x):
+    """q, k, v [B, T, N, H] of self-attention as one matmul: the three kernels stacked on a new
+    axis (not concatenated along the heads, which a tensor-parallel mesh shards), the same
+    dot products as the three projections (nnx.LinearGeneral's promotion and dot_general)."""
+    mods = (self.query, self.key, self.value)
+    kernel = jnp.stack([m.kernel[...] for m in mods], axis=1)  # [D, 3, N, H]
+    bias = None if self.query.bias is None else jnp.stack([m.bias[...] for m in mods], axis=0)  # [3, N, H]
+    x, kernel, bias = self.query.promote_dtype((x, kernel, bias), dtype=self.query.dtype)
+    y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())), precision=self.query.precision)
+    if bias is not None:
+      y = y + bias  # [B, T, 3, N, H]
+    return tuple(y[..., i, :, :] for i in range(3))
+
   def _learned(self):
     """The learned RoPE frequencies [2, N, R/2] (float32), or None for a fixed spec."""
     return self.rope_frequencies[...] if (self.use_rope and self.rotary.learned) else None
@@ -122,7 +136,7 @@ class MultiHeadAttention(nnx.Module):
       segment_ids: int[B, T] packed segments (causal linear attention).
     """
     src = x if context is None else context
-    q, k, v = self.query(x), self.key(src), self.value(src)
+    q, k, v = self._qkv(x) if (self.fused_qkv and context is None) else (self.query(x), self.key(src), self.value(src))
     if self.temperature is not None and context is None:
       q = temperature_scale(q, positions, **self.temperature)
     rotate = self.use_rope and context is None

@@ -558,7 +558,7 @@ ENCODER = "roformer"  # the shared encoder's attribute in RoFormerForMaskedLM / 
 # fields may differ, every other field must match.
 _ROPE_FIELDS = tuple(config_key(f) for f in RotaryConfig.RETUNABLE)
 _FREE_FIELDS = {"dropout", "attention_dropout", "dtype", "param_dtype", "max_position", "attention_implementation",
-               "remat", *MODEL_CONFIG_KEYS.values(), EXTRA_KEY,
+               "remat", "fused_qkv", *MODEL_CONFIG_KEYS.values(), EXTRA_KEY,
                "layer_types", "layer_settings"}  # compared layer by layer (`_layer_changes`)
 
 
