@@ -18,7 +18,7 @@
 # Steps, in order, with their limits in seconds (what a 590-second call holds; the default set
 # is the third session's first call, the rest by GPU_SESSION_STEPS):
 #   env 20 | b3 160 | b3_b128 80 | b3_b256 70 | attention64 70 | run 100 | run_mlm 50
-#   b1 45 | attention 100 | suite: the rest of $BUDGET (565)
+#   b1 45 | attention 100 | cpu_b9 120 | cpu_b2 220 | suite: the rest of $BUDGET (565)
 # (the fast tier took 101-135 s on 8 workers of the H100 machine)
 set -u
 OUT=${OUT:-/tmp/gpu_session}
@@ -123,6 +123,15 @@ step run_mlm 50 bash -c "set -e; rm -rf $WM; \
   $PY train.py --config $MLM --workdir $WM --config.total_steps=60 --config.checkpoint_every_steps=20 \
     --config.eval_every_steps=20; \
   $PY eval.py --config $MLM --workdir $WM"
+
+# 6. Issue 28 on the GPU machine's host CPU (an Intel Xeon with AVX-512 and AMX; 16 cores):
+#    B9 (the encoder forward) and B2 (the MLM train step) against the image's torch on the
+#    CPU, JAX on its CPU backend, huge pages on for both sides; recorded per CPU kind.
+TP=$(command -v "$PY")
+CPU_ENV=(env JAX_PLATFORMS=cpu CUDA_VISIBLE_DEVICES= GLIBC_TUNABLES=glibc.malloc.hugetlb=1)
+step cpu_b9 120 "${CPU_ENV[@]}" "$PY" bench/inference.py $S $([ "$SMOKE" = 1 ] || echo --record) --torch-python "$TP"
+step cpu_b2 220 "${CPU_ENV[@]}" "$PY" bench/train_step.py $S $([ "$SMOKE" = 1 ] || echo --record) --torch-python "$TP" \
+  --wait-quiet 5 --quiet-budget 30
 
 # 6. The suite on the GPU backend: the fast tier, 8 workers sharing the GPU (no preallocation).
 #    It runs last and takes what is left of $BUDGET (a cut benchmark loses its table; a cut suite

@@ -194,7 +194,9 @@ def test_rope_encoder_is_shift_invariant_but_absolute_ones_are_not():
                                 # YaRN past its original length: its attention factor (1.14) scales
                                 # cos and sin in the cached steps as in the full forward.
                                 dict(rope_scaling={"rope_type": "yarn", "factor": 4.0,
-                                                   "original_max_position_embeddings": 4})])
+                                                   "original_max_position_embeddings": 4}),
+                                # the full forward fuses q/k/v, the cached steps project them apart
+                                pytest.param(dict(fused_qkv=True), id="fused_qkv")])
 def test_lm_cached_decode_equals_full_forward_left_padded(kw):
   model = M.CausalLM(tiny(**kw), rngs=nnx.Rngs(10))
   b, p, t = 2, 6, 14
@@ -406,6 +408,10 @@ BUILDERS = {
     "seq2seq": (lambda r: M.TransformerSeq2Seq(M.preset("transformer-base", **TINY), rngs=r),
                 lambda m, x: m(x, x[:, ::-1])),
     "causal_lm": (lambda r: M.CausalLM(tiny(norm="pre"), rngs=r), lambda m, x: m(x)),
+    # the stacked kernels [D, 3, N, H] keep the heads' tensor sharding; the decoder's
+    # cross-attention stays unfused
+    "seq2seq_fused_qkv": (lambda r: M.TransformerSeq2Seq(M.preset("transformer-base", **TINY, fused_qkv=True), rngs=r),
+                          lambda m, x: m(x, x[:, ::-1])),
     "linear_lm": (lambda r: M.CausalLM(tiny(attention="linear", feature_map="favor", num_features=16), rngs=r),
                   lambda m, x: m(x)),
 }
@@ -515,6 +521,90 @@ def test_mlm_loss_from_masked_positions_equals_the_full_logits_loss():
   lm, gm = nnx.value_and_grad(loss)(model, masked)
   np.testing.assert_allclose(lm, lf, rtol=1e-6)
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7), gm, gf)
+
+
+# --------------------------------------------------------------------------------------
+# fused_qkv: self-attention's q, k, v as one matmul: the same parameters, the same numbers.
+# --------------------------------------------------------------------------------------
+
+# Larger weights than the default 0.02 so that q, k and v each move the logits (a swapped or
+# misplaced projection shows far above the tolerances); a padded row exercises the masks.
+FUSED_FAMILIES = {
+    "mlm": (lambda **kw: M.RoFormerForMaskedLM(tiny(**kw), rngs=nnx.Rngs(21)),
+            lambda m, x: m(x, attention_mask=x != 0)),
+    "causal_lm": (lambda **kw: M.CausalLM(tiny(**kw), rngs=nnx.Rngs(21)), lambda m, x: m(x, attention_mask=x != 0)),
+    # the decoder's self-attention fuses, its cross-attention (context given) never does
+    "seq2seq": (lambda **kw: M.TransformerSeq2Seq(M.preset("transformer-base", **{**TINY, **kw}), rngs=nnx.Rngs(21)),
+                lambda m, x: m(x, x[:, ::-1], src_mask=x != 0)),
+}
+
+
+def _fused_pair(family):
+  build, _ = FUSED_FAMILIES[family]
+  return build(init_std=0.2, fused_qkv=False), build(init_std=0.2, fused_qkv=True)
+
+
+@pytest.mark.parametrize("family", sorted(FUSED_FAMILIES))
+def test_fused_qkv_has_the_same_parameters(family):
+  """The same state (paths, shapes, dtypes and, from the same rngs, values): a checkpoint of
+  one is a checkpoint of the other."""
+  plain, fused = _fused_pair(family)
+  raw = lambda a: jax.random.key_data(a) if jnp.issubdtype(a.dtype, jax.dtypes.prng_key) else a  # the rngs' keys
+  flat = lambda m: {path: raw(v[...]) for path, v in nnx.to_flat_state(nnx.state(m))}
+  a, b = flat(plain), flat(fused)
+  assert sorted(a) == sorted(b)
+  assert any(path[-2:] == ("query", "kernel") for path in a)  # the three projections are still there
+  for path in a:
+    assert (a[path].shape, a[path].dtype) == (b[path].shape, b[path].dtype), path
+    np.testing.assert_array_equal(a[path], b[path], err_msg=str(path))
+
+
+@pytest.mark.parametrize("family", sorted(FUSED_FAMILIES))
+def test_fused_qkv_gives_the_same_logits_and_gradients(family):
+  _, run = FUSED_FAMILIES[family]
+  plain, fused = _fused_pair(family)
+  x = ids(21, 2, 9).at[1, 6:].set(0)  # row 1 padded
+
+  def loss_and_grads(model):
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def loss(params):
+      logits = run(nnx.merge(graphdef, params, rest), x)
+      return jnp.mean(jax.nn.logsumexp(logits, -1) - logits[..., 3]), logits
+
+    (_, logits), grads = jax.value_and_grad(loss, has_aux=True)(params)
+    return logits, grads
+
+  ref_logits, ref_grads = loss_and_grads(plain)
+  logits, grads = loss_and_grads(fused)
+  assert float(jnp.abs(ref_logits).max()) > 0.1  # not a near-zero comparison
+  np.testing.assert_allclose(logits, ref_logits, atol=1e-6, rtol=1e-6)
+  assert jax.tree.structure(grads) == jax.tree.structure(ref_grads)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6, rtol=1e-6), grads, ref_grads)
+
+
+def _dot_count(model, run, x) -> int:
+  graphdef, state = nnx.split(model)
+  hlo = jax.jit(lambda state: run(nnx.merge(graphdef, state), x)).lower(state).as_text()
+  return len(re.findall(r"stablehlo\.dot_general\b", hlo))
+
+
+@pytest.mark.parametrize("family, layers, fewer", [("mlm", 1, 2), ("mlm", 2, 4),
+                                                   ("seq2seq", 1, 4)])  # encoder + decoder self-attention
+def test_fused_qkv_lowers_to_two_fewer_dots_per_self_attention(family, layers, fewer):
+  """One dot_general for q, k and v instead of three, in each self-attention (the decoder's
+  cross-attention, whose k and v read the encoder's output, keeps its own three)."""
+  build, run = FUSED_FAMILIES[family]
+  x = ids(22, 2, 8)
+  plain = _dot_count(build(num_layers=layers, fused_qkv=False), run, x)
+  fused = _dot_count(build(num_layers=layers, fused_qkv=True), run, x)
+  assert plain - fused == fewer, (plain, fused)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_fused_qkv_must_be_a_bool(value):
+  with pytest.raises(ValueError, match="fused_qkv"):
+    tiny(fused_qkv=value)
 
 
 # --------------------------------------------------------------------------------------
