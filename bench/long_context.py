@@ -510,10 +510,13 @@ def print_report(args, rows, train_rows, summ) -> str:
           cells.append(f"{cell(r)} | {fmt_mib(r and r['peak_bytes'])} | {rel}")
         out.append(f"| {n} | " + " | ".join(cells) + " |")
     fc, fl = summ[f"mem_fit_chunked_{pas}"], summ[f"mem_fit_linear_{pas}"]
-    out.append(f"\n{pas}: chunked memory vs least-squares fit a + bN (a={fc['a_bytes'] / 2**20:.2f} MiB, "
-               f"b={fc['b_bytes_per_token']:.0f} B/token): worst ratio {fc['worst']:.3f}, log-log slope "
-               f"{fc['loglog_slope']:.2f} (linear attention: {fl['worst']:.3f}, {fl['loglog_slope']:.2f}; dense: "
-               f"{_num(summ[f'mem_fit_dense_{pas}']['loglog_slope'])})")
+    if fc["a_bytes"] is None or fl["a_bytes"] is None:  # one length (e.g. --min-len = --max-len): nothing to fit
+      out.append(f"\n{pas}: no memory fit (it needs two lengths or more)")
+    else:
+      out.append(f"\n{pas}: chunked memory vs least-squares fit a + bN (a={fc['a_bytes'] / 2**20:.2f} MiB, "
+                 f"b={fc['b_bytes_per_token']:.0f} B/token): worst ratio {fc['worst']:.3f}, log-log slope "
+                 f"{fc['loglog_slope']:.2f} (linear attention: {fl['worst']:.3f}, {fl['loglog_slope']:.2f}; dense: "
+                 f"{_num(summ[f'mem_fit_dense_{pas}']['loglog_slope'])})")
     c2 = summ[f"chunked_over_dense_time_{pas}"]
     bd = summ[f"chunked_vs_dense_from_{args.beyond_len}_{pas}"]
     c2_text = "-" if c2["ratio"] is None else f"{c2['ratio']:.2f}"
@@ -692,9 +695,10 @@ def figures(args, summ) -> list[dict]:
   for pas in PASSES:
     key = pas.replace("+", "_")
     fc = summ[f"mem_fit_chunked_{pas}"]
-    out.append(_record.figure(f"B8.chunked_mem_vs_linear_fit_{key}", f"chunked attention peak memory vs a least-squares "
-                              f"fit a + bN, worst ratio ({pas}, N = {summ['lengths'][0]} ... {n_max})", fc["worst"], "x",
-                              goal="<= 1.2x", met=fc["worst"] <= 1.2))
+    if fc["worst"] is not None:  # None at a single length
+      out.append(_record.figure(f"B8.chunked_mem_vs_linear_fit_{key}", f"chunked attention peak memory vs a least-squares "
+                                f"fit a + bN, worst ratio ({pas}, N = {summ['lengths'][0]} ... {n_max})", fc["worst"],
+                                "x", goal="<= 1.2x", met=fc["worst"] <= 1.2))
     c2 = summ[f"chunked_over_dense_time_{pas}"]
     if c2["ratio"] is not None:
       goal = dict(goal="<= 1.3x", met=c2["ratio"] <= 1.3) if pas == "fwd+bwd" else {}
