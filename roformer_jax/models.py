@@ -33,11 +33,24 @@ from roformer_jax.attention import (ATTENTION_IMPLEMENTATIONS, ATTENTION_KINDS, 
 from roformer_jax.partitioning import partitioned
 from roformer_jax.positional import RotaryConfig
 
+def _recomputed(fn):
+  """`fn` (elementwise) whose backward pass recomputes it from its input (jax.checkpoint).
+
+  Autodiff of the GELUs and SiLU keeps 3-4 intermediates of the [B, T, d_ff] pre-activation
+  for the backward pass (exact GELU: 0.5·x, -x/√2 and the erfc term), where the input alone is
+  enough: the values and gradients are the same ops, recomputed. On an H100 (issue 27, RoFormer-
+  base MLM, bf16) the exact GELU's forward fusion wrote three bf16 [32768, 3072] tensors per
+  layer and ran at HBM speed, 4.0 ms of a 61 ms step each way; on the CPU the compiled MLM
+  step's temporaries drop 6.5% (d=256, T=128) at the same speed and bitwise-equal losses.
+  """
+  return jax.checkpoint(fn)
+
+
 ACTIVATIONS = {
-    "gelu": lambda x: jax.nn.gelu(x, approximate=False),  # HF "gelu" is the exact erf form
-    "gelu_new": lambda x: jax.nn.gelu(x, approximate=True),
-    "relu": jax.nn.relu,
-    "silu": jax.nn.silu,
+    "gelu": _recomputed(functools.partial(jax.nn.gelu, approximate=False)),  # HF "gelu" is the exact erf form
+    "gelu_new": _recomputed(functools.partial(jax.nn.gelu, approximate=True)),
+    "relu": jax.nn.relu,  # its backward keeps a boolean mask: nothing to save by recomputing
+    "silu": _recomputed(jax.nn.silu),
 }
 NORM_PLACEMENTS = ("post", "pre")
 # ModelConfig.remat -> the jax.checkpoint policy of each layer (None: no remat).

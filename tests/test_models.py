@@ -608,6 +608,30 @@ def test_fused_qkv_must_be_a_bool(value):
 
 
 # --------------------------------------------------------------------------------------
+# Activations: jax.nn's functions, recomputed from their input in the backward pass.
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,reference", [
+    ("gelu", lambda x: jax.nn.gelu(x, approximate=False)),
+    ("gelu_new", lambda x: jax.nn.gelu(x, approximate=True)),
+    ("silu", jax.nn.silu),
+])
+def test_activation_equals_jax_nn_and_keeps_only_its_input_for_the_backward(name, reference):
+  x = jnp.linspace(-6.0, 6.0, 3 * 64, dtype=jnp.float32).reshape(3, 64)
+  w = jnp.cos(jnp.arange(x.size, dtype=jnp.float32)).reshape(x.shape)
+  act = M.ACTIVATIONS[name]
+  np.testing.assert_array_equal(act(x), reference(x))
+  grad = lambda f: jax.grad(lambda x: jnp.sum(f(x) * w))(x)
+  np.testing.assert_allclose(grad(act), grad(reference), rtol=1e-6, atol=1e-7)
+  # The residuals the backward pass keeps (the pullback's arrays of the input's shape): the
+  # input alone, where plain autodiff of the same function keeps two or more.
+  kept = lambda f: sum(leaf.shape == x.shape for leaf in jax.tree.leaves(jax.vjp(f, x)[1]))
+  assert kept(act) == 1
+  assert kept(reference) >= 2
+
+
+# --------------------------------------------------------------------------------------
 # Rematerialisation: the same loss and gradients, less memory kept for the backward pass.
 # --------------------------------------------------------------------------------------
 
