@@ -1,8 +1,9 @@
 """The feed-forward activation recomputed in the backward pass vs plain autodiff (issue 27).
 
   GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python experiments/activation_recompute.py   # d=256, T=128, fp32
-  python experiments/activation_recompute.py --dtype bfloat16 --seq 512
   python experiments/activation_recompute.py --smoke                                # seconds
+
+(`--dtype bfloat16`, `--seq`, `--d-model`, `--layers`, `--batch` set the step's shape.)
 
 `models.ACTIVATIONS["gelu"]` is jax.nn's exact GELU under `jax.checkpoint`, so its backward pass
 keeps only its input. This compiles the MLM train step (`trainer.train_step` via

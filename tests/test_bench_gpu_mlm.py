@@ -24,9 +24,10 @@ from roformer_jax import models  # noqa: E402
 def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
   out = tmp_path / "b3.json"
   monkeypatch.setenv("ROFORMER_BENCH_RESULTS", str(tmp_path / "results"))
-  # Every variant but "config", whose step is "bert-dropout"'s with another rate (one compile
-  # less; test_variant_configs checks its settings).
-  variants = [v for v in gpu_mlm.VARIANTS if v != "config"]
+  # Every variant but those that only change a config field of another's step ("config":
+  # "bert-dropout"'s with other rates; "fused-qkv", "gelu-tanh": "auto"'s): one compile less
+  # each; test_variant_configs checks their settings.
+  variants = [v for v in gpu_mlm.VARIANTS if v not in ("config", "fused-qkv", "gelu-tanh")]
   assert gpu_mlm.main(["--smoke", "--variants", ",".join(variants), "--rounds", "1", "--warmup", "0",
                        "--json-out", str(out), "--record"]) == 0
   summary = json.loads(out.read_text())
@@ -58,6 +59,10 @@ def test_variant_configs():
   assert dropouts["bert-dropout"] == (0.1, 0.1, "auto")
   # "config" is configs/bert_base_mlm.py's own: hidden dropout 0.1, attention dropout 0 (cuDNN)
   assert dropouts["config"] == (0.1, 0.0, "auto") and config.data.document_mask is False
+  fields = {name: (c.model.fused_qkv, c.model.activation)
+            for name in gpu_mlm.VARIANTS for c in [gpu_mlm.variant_config(config, name)]}
+  assert fields["fused-qkv"] == (True, "gelu") and fields["gelu-tanh"] == (False, "gelu_new")
+  assert all(fields[name] == (False, "gelu") for name in gpu_mlm.VARIANTS if name not in ("fused-qkv", "gelu-tanh"))
 
 
 def test_without_a_gpu_it_skips(capsys):
