@@ -29,7 +29,10 @@ Variants, each compiled and timed separately from the same initial weights:
 - "fused-qkv": "auto" with `model.fused_qkv` (q, k and v as one matmul over the stacked
   kernels; the same parameters);
 - "gelu-tanh": "auto" with the tanh GELU (`activation="gelu_new"`) instead of BERT's exact erf
-  GELU: what the exact form costs (a different model function, not a drop-in for BERT).
+  GELU: what the exact form costs (a different model function, not a drop-in for BERT);
+- "gelu-saved": "auto" with the exact GELU differentiated by plain autodiff, which keeps its
+  intermediates for the backward pass, where the models recompute it from its input
+  (`models.ACTIVATIONS`): what the recomputation saves (the same values).
 Timing: after compilation (lower + compile wall time, per variant) and --warmup steps, each
 of --rounds rounds runs --steps steps of every variant in turn (the order rotates,
 bench/harness.py), and a
@@ -80,13 +83,15 @@ from flax import nnx  # noqa: E402
 
 from bench import _record as record, harness  # noqa: E402
 from bench.harness import matmul_flops  # noqa: E402
-from roformer_jax import mesh as mesh_lib, positional  # noqa: E402
+from roformer_jax import mesh as mesh_lib, models, positional  # noqa: E402
 from roformer_jax.training import metrics, trainer
 from roformer_jax.training.data import pipeline  # noqa: E402
 
 GOAL_MFU = 0.45
 GOAL_ROPE_SHARE = 0.02
-VARIANTS = ("auto", "xla", "no-rope", "packed", "bert-dropout", "config", "fused-qkv", "gelu-tanh")
+VARIANTS = ("auto", "xla", "no-rope", "packed", "bert-dropout", "config", "fused-qkv", "gelu-tanh", "gelu-saved")
+# "gelu-saved"'s activation: jax.nn's exact GELU without models.ACTIVATIONS' jax.checkpoint.
+models.ACTIVATIONS.setdefault("gelu_saved", functools.partial(jax.nn.gelu, approximate=False))
 SMOKE_MODEL = dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, d_ff=256)
 
 
@@ -113,8 +118,8 @@ def variant_config(config, name: str):
     c.model.dropout = c.model.attention_dropout = dropout
   c.model.attention_implementation = "xla" if name == "xla" else "auto"
   c.model.fused_qkv = name == "fused-qkv"
-  if name == "gelu-tanh":
-    c.model.activation = "gelu_new"
+  if name in ("gelu-tanh", "gelu-saved"):
+    c.model.activation = {"gelu-tanh": "gelu_new", "gelu-saved": "gelu_saved"}[name]
   return c
 
 

@@ -6,6 +6,7 @@ Run (from the repository root):
   .venv/bin/python bench/rope.py --torch-python /tmp/hfvenv/bin/python   # another torch venv
   .venv/bin/python bench/rope.py --record   # also save the figures for bench/report.py
   .venv/bin/python bench/rope.py --smoke    # seconds: x[1,16,2,8], 1 round; records nothing
+  .venv/bin/python bench/rope.py --smoke --pallas   # also bench/rope_pallas.py's kernel (interpreted off a GPU)
 
 Bandwidth counts bytes = read + write of x (2 * x.nbytes); the cos/sin tables and the
 positions are not counted. All methods are timed round-robin in the same run so that
@@ -120,6 +121,9 @@ def main() -> None:
   parser.add_argument("--inner", type=int, default=3)
   parser.add_argument("--tables-in", action="store_true",
                       help="add rows that rotate with cos/sin tables computed outside the timed op")
+  parser.add_argument("--pallas", action="store_true",
+                      help="add rows of bench/rope_pallas.py's Pallas kernel (half layout, tables in) beside XLA's "
+                           "same op; a kernel that fails to compile here is reported and skipped")
   parser.add_argument("--no-dense", action="store_true", help="skip the (slow) dense-matrix method")
   parser.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON,
                       help="interpreter with torch + transformers for the HF row ('' skips it); default: the "
@@ -172,6 +176,25 @@ def main() -> None:
     rotate = jax.jit(lambda x, c, s: rope.rotate(x, c, s))
     for tag, x in (("fp32", x32), ("bf16", x16)):
       cases[f"rotate {tag} tables in"] = (rotate, (x, cos, sin), tag, f"plain {tag}")
+  if args.pallas:
+    # XLA's half-layout rotation with its tables computed outside, and the Pallas kernel doing
+    # the same with blocks of 1, 2 or 4 rows of [N, H] (bf16; fp32 at 2), whose lowering may
+    # fail on a backend: such a row is reported and left out.
+    from bench import rope_pallas
+    cos_h, sin_h = jax.jit(lambda p: rope.rotary_cos_sin(p, h))(positions)
+    rotate_half = jax.jit(lambda x, c, s: rope.rotate(x, c, s, layout="half"))
+    for tag, x, blocks in (("fp32", x32, (2,)), ("bf16", x16, (1, 2, 4))):
+      cases[f"rotate half {tag} tables in"] = (rotate_half, (x, cos_h, sin_h), tag, f"plain {tag}")
+      for bt in blocks:
+        if (b * t) % bt:
+          continue
+        fn = jax.jit(functools.partial(rope_pallas.rotate_half, block_t=bt))
+        try:
+          jax.block_until_ready(fn(x, cos_h, sin_h))
+        except Exception as e:  # noqa: BLE001 - a lowering this backend lacks: say so, time the rest
+          print(f"# pallas {tag} block_t={bt} skipped: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+          continue
+        cases[f"pallas half {tag} bt={bt}"] = (fn, (x, cos_h, sin_h), tag, f"plain {tag}")
   if not args.no_dense:
     cases["dense eq.16 fp32"] = (jax.jit(_dense_rotation_fn(h)), (x32, positions), "fp32", "plain fp32")
 
@@ -225,10 +248,10 @@ def main() -> None:
                  f"{info['threads']} threads; x as [B,N,T,H] {info['q_shape']}; ms = one call on q and k / 2")
     table.append(f"check, same input, positions 0..{t - 1}: max |HF - exact| = {check['exact']:.3g}, "
                  f"max |HF - plain| = {check['plain']:.3g}")
-  table.append(f"{'method':<22}{'ms (median)':>12}{'min..max':>18}{'GB/s':>8}{'of copy':>9}{'time ratio':>12}"
+  table.append(f"{'method':<27}{'ms (median)':>12}{'min..max':>18}{'GB/s':>8}{'of copy':>9}{'time ratio':>12}"
                "  baseline")
   for name, row in rows.items():
-    table.append(f"{name:<22}{row['ms']:>12.2f}{row['ms_min']:>9.2f}..{row['ms_max']:<7.2f}{row['gb_s']:>8.2f}"
+    table.append(f"{name:<27}{row['ms']:>12.2f}{row['ms_min']:>9.2f}..{row['ms_max']:<7.2f}{row['gb_s']:>8.2f}"
                  f"{row['frac_of_copy_bw']:>9.0%}{row['time_vs_baseline']:>12.3f}  {row['baseline']}")
   if hf_ratio is not None:
     table.append(f"HF torch fp32 / exact fp32 time: {hf_ratio:.2f}x "

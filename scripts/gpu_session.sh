@@ -16,9 +16,9 @@
 #                OUT=/tmp/gpu_dry GPU_SESSION_SMOKE=1 PYTHON=.venv/bin/python bash scripts/gpu_session.sh
 #
 # Steps, in order, with their limits in seconds (what a 590-second call holds; the default set
-# is the third session's first call, the rest by GPU_SESSION_STEPS):
-#   env 20 | b3 160 | b3_b128 80 | b3_b256 70 | attention64 70 | run 100 | run_mlm 50
-#   b1 45 | attention 100 | cpu_b9 120 | cpu_b2 220 | suite: the rest of $BUDGET (565)
+# is what the fourth session should run first, the rest by GPU_SESSION_STEPS):
+#   env 20 | b3 160 | b3_b128 80 | b3_b256 70 | b1 60 | attention 100 | attention64 70 | run 130
+#   run_mlm 50 | cpu_b9 120 | cpu_b2 220 | suite: the rest of $BUDGET (565)
 # (the fast tier took 101-135 s on 8 workers of the H100 machine)
 set -u
 OUT=${OUT:-/tmp/gpu_session}
@@ -29,7 +29,7 @@ mkdir -p "$R" "$R/bench_results"
 export PYTHONUNBUFFERED=1 ROFORMER_BENCH_RESULTS=$R/bench_results
 T0=$(date +%s)
 BUDGET=${GPU_SESSION_BUDGET:-565}  # seconds for all steps; the call's timeout_s must leave a margin
-STEPS=" ${GPU_SESSION_STEPS:-env run run_mlm attention64 b3 b3_b128 b3_b256} "
+STEPS=" ${GPU_SESSION_STEPS:-env b3 b1 run suite} "
 want() { [[ "$STEPS" == *" $1 "* ]]; }
 
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$R/steps.log"; }
@@ -66,7 +66,7 @@ optax.__version__, t.__version__)'; nproc; free -g"
 #    config's own step) with one profile need about 120 (160 leaves room).
 #    --trace: a profile of "auto" (4 steps) and where its device time goes
 #    (bench/trace_summary.py, printed into b3.log); its Chrome trace and compiled HLO come back.
-B3_VARIANTS=${B3_VARIANTS:-auto,fused-qkv,gelu-tanh,config}
+B3_VARIANTS=${B3_VARIANTS:-auto,gelu-saved,fused-qkv}  # third session: auto,fused-qkv,gelu-tanh,config
 [ "$SMOKE" = 1 ] && B3_VARIANTS=auto,fused-qkv
 step b3 160 "$PY" bench/gpu_mlm.py $S --variants $B3_VARIANTS --rounds 3 --steps 4 --record --json-out "$R/b3.json" --trace /tmp/b3_trace
 want b3 && for v in auto xla; do
@@ -83,7 +83,7 @@ step b3_b256 70 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 4 |
 
 # 3. B1: the RoPE op against a same-run copy, 1-D and multi-axis, HF's op on the GPU beside it.
 B1_SHAPE=8,4096,32,128  # 512 MiB of fp32: ten times the L2
-step b1 45 "$PY" bench/rope.py $S --shape $B1_SHAPE --no-dense --tables-in --rounds 9 --record --torch-python "$(command -v "$PY")" \
+step b1 60 "$PY" bench/rope.py $S --shape $B1_SHAPE --no-dense --tables-in --pallas --rounds 9 --record --torch-python "$(command -v "$PY")" \
   --torch-device "$([ "$SMOKE" = 1 ] && echo cpu || echo cuda)"
 
 # 4. Attention scaling to 64K in bf16: dense (mask array), XLA causal, cuDNN, chunked, linear, windowed.
@@ -99,19 +99,19 @@ step attention64 70 "$PY" bench/long_context.py $S --dtype bfloat16 --methods de
   --min-len $L64 --max-len $L64 --max-time-len $L64 --no-train --cp-sizes "" --skip-lens 0 --tile-lens "" \
   --window-lens $L64 --rounds 2 --no-figure
 
-# 5. A real run: train (with checkpoints), resume to a later step, generate and evaluate. In
-#    the second session the 100 s ran out in eval.py's length sweep (each length compiles),
-#    before generate.py: now 60 + 30 steps, generate runs first and the sweep has 2 lengths.
+# 5. A real run: train (with a checkpoint), generate, resume to a later step, evaluate. The
+#    third session's 100 s ended while generate.py was starting (after 60 + 30 steps): now it
+#    runs right after the first training, and every command is timed.
 W=/tmp/gpu_default
-N=$([ "$SMOKE" = 1 ] && echo 4 || echo 60)
+N=$([ "$SMOKE" = 1 ] && echo 4 || echo 40)
 CFG=configs/default.py$([ "$SMOKE" = 1 ] && echo :smoke)
-step run 100 bash -c "set -e; rm -rf $W; \
-  $PY train.py --config $CFG --workdir $W --config.total_steps=$N \
+step run 130 bash -c "set -e; rm -rf $W; \
+  time $PY train.py --config $CFG --workdir $W --config.total_steps=$N \
+    --config.checkpoint_every_steps=$N --config.eval_every_steps=$N; \
+  time $PY generate.py --config $CFG --workdir $W --prompt 'def ' --max_new_tokens 32; \
+  time $PY train.py --config $CFG --workdir $W --config.total_steps=$((N + N / 2)) \
     --config.checkpoint_every_steps=$((N / 2)) --config.eval_every_steps=$((N / 2)); \
-  $PY train.py --config $CFG --workdir $W --config.total_steps=$((N + N / 2)) \
-    --config.checkpoint_every_steps=$((N / 2)) --config.eval_every_steps=$((N / 2)); \
-  $PY generate.py --config $CFG --workdir $W --prompt 'def ' --max_new_tokens 64; \
-  $PY eval.py --config $CFG --workdir $W --config.eval.length_factors=1,2; \
+  time $PY eval.py --config $CFG --workdir $W --config.eval.length_factors=1,2; \
   cp $W/metrics.jsonl $R/run_metrics.jsonl || true"
 #    configs/bert_base_mlm.py's smoke model in bf16 on the offline byte corpus (its wikipedia
 #    needs a download): train with checkpoints, resume, evaluate.

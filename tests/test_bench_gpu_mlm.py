@@ -25,9 +25,9 @@ def test_smoke_run_end_to_end(tmp_path, capsys, monkeypatch):
   out = tmp_path / "b3.json"
   monkeypatch.setenv("ROFORMER_BENCH_RESULTS", str(tmp_path / "results"))
   # Every variant but those that only change a config field of another's step ("config":
-  # "bert-dropout"'s with other rates; "fused-qkv", "gelu-tanh": "auto"'s): one compile less
+  # "bert-dropout"'s with other rates; "fused-qkv", "gelu-tanh", "gelu-saved": "auto"'s): one compile less
   # each; test_variant_configs checks their settings.
-  variants = [v for v in gpu_mlm.VARIANTS if v not in ("config", "fused-qkv", "gelu-tanh")]
+  variants = [v for v in gpu_mlm.VARIANTS if v not in ("config", "fused-qkv", "gelu-tanh", "gelu-saved")]
   assert gpu_mlm.main(["--smoke", "--variants", ",".join(variants), "--rounds", "1", "--warmup", "0",
                        "--json-out", str(out), "--record"]) == 0
   summary = json.loads(out.read_text())
@@ -62,7 +62,9 @@ def test_variant_configs():
   fields = {name: (c.model.fused_qkv, c.model.activation)
             for name in gpu_mlm.VARIANTS for c in [gpu_mlm.variant_config(config, name)]}
   assert fields["fused-qkv"] == (True, "gelu") and fields["gelu-tanh"] == (False, "gelu_new")
-  assert all(fields[name] == (False, "gelu") for name in gpu_mlm.VARIANTS if name not in ("fused-qkv", "gelu-tanh"))
+  assert fields["gelu-saved"] == (False, "gelu_saved")
+  others = [name for name in gpu_mlm.VARIANTS if name not in ("fused-qkv", "gelu-tanh", "gelu-saved")]
+  assert all(fields[name] == (False, "gelu") for name in others)
 
 
 def test_without_a_gpu_it_skips(capsys):
