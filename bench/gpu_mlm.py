@@ -90,8 +90,9 @@ from roformer_jax.training.data import pipeline  # noqa: E402
 GOAL_MFU = 0.45
 GOAL_ROPE_SHARE = 0.02
 VARIANTS = ("auto", "xla", "no-rope", "packed", "bert-dropout", "config", "fused-qkv", "gelu-tanh", "gelu-saved")
-# "gelu-saved"'s activation: jax.nn's exact GELU without models.ACTIVATIONS' jax.checkpoint.
-models.ACTIVATIONS.setdefault("gelu_saved", functools.partial(jax.nn.gelu, approximate=False))
+# "gelu-saved"'s activation: jax.nn's exact GELU without models.ACTIVATIONS' jax.checkpoint,
+# registered only while that variant is built and traced (`Variant`), never for the process.
+SAVED_GELU = {"gelu_saved": functools.partial(jax.nn.gelu, approximate=False)}
 SMOKE_MODEL = dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, d_ff=256)
 
 
@@ -167,7 +168,8 @@ class Variant:
   def __init__(self, name: str, config, mesh, rules):
     self.name, self.config = name, variant_config(config, name)
     tx, _, _ = trainer.make_optimizer(self.config)
-    self.graphdef, self.state = trainer.create_state(self.config, mesh, rules, tx)
+    with mock.patch.dict(models.ACTIVATIONS, SAVED_GELU if name == "gelu-saved" else {}):
+      self.graphdef, self.state = trainer.create_state(self.config, mesh, rules, tx)
     local = make_batch(self.config, name)
     self.tokens = local["inputs"].size
     sharding = mesh_lib.batch_sharding(mesh)
@@ -177,7 +179,8 @@ class Variant:
     jitted = jax.jit(step, in_shardings=(state_sharding, sharding), out_shardings=(state_sharding, None),
                      donate_argnums=(0,))
     t0 = time.perf_counter()
-    with rope_disabled() if name == "no-rope" else contextlib.nullcontext():
+    with rope_disabled() if name == "no-rope" else contextlib.nullcontext(), \
+         mock.patch.dict(models.ACTIVATIONS, SAVED_GELU if name == "gelu-saved" else {}):
       lowered = jitted.lower(self.state, self.batch)
     t1 = time.perf_counter()
     self.compiled = lowered.compile()

@@ -408,8 +408,8 @@ BUILDERS = {
     "seq2seq": (lambda r: M.TransformerSeq2Seq(M.preset("transformer-base", **TINY), rngs=r),
                 lambda m, x: m(x, x[:, ::-1])),
     "causal_lm": (lambda r: M.CausalLM(tiny(norm="pre"), rngs=r), lambda m, x: m(x)),
-    # the stacked kernels [D, 3, N, H] keep the heads' tensor sharding; the decoder's
-    # cross-attention stays unfused
+    # the stacked kernels [D, 3, N, H] on a tensor-sharded mesh give one device's outputs;
+    # the decoder's cross-attention stays unfused
     "seq2seq_fused_qkv": (lambda r: M.TransformerSeq2Seq(M.preset("transformer-base", **TINY, fused_qkv=True), rngs=r),
                           lambda m, x: m(x, x[:, ::-1])),
     "linear_lm": (lambda r: M.CausalLM(tiny(attention="linear", feature_map="favor", num_features=16), rngs=r),

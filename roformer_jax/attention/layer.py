@@ -79,6 +79,8 @@ class MultiHeadAttention(nnx.Module):
     if window is not None and kind != "softmax":
       raise ValueError("a window needs softmax attention (linear attention has none).")
     self.window, self.temperature = window, (None if temperature is None else dict(temperature))
+    if not isinstance(fused_qkv, bool):
+      raise ValueError(f"fused_qkv={fused_qkv!r} must be True or False.")
     self.fused_qkv = fused_qkv
     if use_rope and self.rotary.learned:  # RoPE-Mixed: this layer's own 2-D frequencies per head
       if kind != "softmax":

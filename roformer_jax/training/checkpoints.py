@@ -709,7 +709,7 @@ def _check_same_architecture(pretrained, cfg, source: str) -> None:
     shown = ", ".join(f"{k}: pre-trained {a!r} vs config {b!r}" for k, (a, b) in sorted(differ.items()))
     raise InitFromError(f"init_from={source!r} was trained with a different model: {shown}. Set config.model "
                         "to the pre-training model's values (only dropout, dtypes, max_position, the attention "
-                        "implementation, remat, and rope_theta / rope_scaling, the model's or a layer type's, may "
+                        "implementation, remat, fused_qkv, and rope_theta / rope_scaling, the model's or a layer type's, may "
                         "differ).")
 
 
@@ -727,7 +727,7 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
 
   Every parameter must be present in the source with the same shape, and the architectures
   must agree in everything but dropout, dtypes, max_position, the attention implementation,
-  remat, rope_theta and rope_scaling (a saved config.json in the source workdir, or the
+  remat, fused_qkv, rope_theta and rope_scaling (a saved config.json in the source workdir, or the
   transformers config, is compared field by field); anything else raises `InitFromError`
   naming the difference. The new values keep each parameter's sharding. The optimiser state,
   step and data position are the new run's own (a fresh start).
