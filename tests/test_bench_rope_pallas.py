@@ -12,17 +12,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import rope_pallas  # noqa: E402
 from roformer_jax import rope  # noqa: E402
+from tests import reference as ref  # noqa: E402
 
 B, T, N, H = 2, 16, 4, 8
 
 
-def _reference(x, positions, theta=10000.0):
-  x = np.asarray(x, np.float64)
-  k = H // 2
-  angles = np.asarray(positions, np.float64)[..., None] * theta ** (-2.0 * np.arange(k) / H)  # [.., T, K]
-  c, s = np.cos(angles)[..., None, :], np.sin(angles)[..., None, :]
-  x1, x2 = x[..., :k], x[..., k:]
-  return np.concatenate([x1 * c - x2 * s, x2 * c + x1 * s], -1)
+def _reference(x, positions):
+  """The float64 rotation of eq. (34) (tests/reference.py) in the half layout."""
+  return ref.to_half_layout(ref.rotate_interleaved64(ref.from_half_layout(np.asarray(x, np.float64)), positions))
 
 
 @pytest.mark.parametrize("per_row", [False, True])
