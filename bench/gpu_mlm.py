@@ -93,6 +93,11 @@ VARIANTS = ("auto", "xla", "no-rope", "packed", "bert-dropout", "config", "fused
 # "gelu-saved"'s activation: jax.nn's exact GELU without models.ACTIVATIONS' jax.checkpoint,
 # registered only while that variant is built and traced (`Variant`), never for the process.
 SAVED_GELU = {"gelu_saved": functools.partial(jax.nn.gelu, approximate=False)}
+
+
+def variant_activations(name: str):
+  """The context in which variant `name` is built and traced: "gelu-saved"'s activation registered."""
+  return mock.patch.dict(models.ACTIVATIONS, SAVED_GELU if name == "gelu-saved" else {})
 SMOKE_MODEL = dict(vocab_size=512, d_model=64, num_layers=2, num_heads=4, d_ff=256)
 
 
@@ -168,7 +173,7 @@ class Variant:
   def __init__(self, name: str, config, mesh, rules):
     self.name, self.config = name, variant_config(config, name)
     tx, _, _ = trainer.make_optimizer(self.config)
-    with mock.patch.dict(models.ACTIVATIONS, SAVED_GELU if name == "gelu-saved" else {}):
+    with variant_activations(name):
       self.graphdef, self.state = trainer.create_state(self.config, mesh, rules, tx)
     local = make_batch(self.config, name)
     self.tokens = local["inputs"].size
@@ -180,7 +185,7 @@ class Variant:
                      donate_argnums=(0,))
     t0 = time.perf_counter()
     with rope_disabled() if name == "no-rope" else contextlib.nullcontext(), \
-         mock.patch.dict(models.ACTIVATIONS, SAVED_GELU if name == "gelu-saved" else {}):
+         variant_activations(name):
       lowered = jitted.lower(self.state, self.batch)
     t1 = time.perf_counter()
     self.compiled = lowered.compile()

@@ -117,8 +117,9 @@ class ModelConfig:
   # checkpoints load under any value.
   attention_implementation: str = "auto"
   # Activation rematerialisation per layer (not architecture): "none" keeps every activation
-  # for the backward pass (the GELUs and SiLU keep only their input: ACTIVATIONS); "full" recomputes each layer's forward in the backward pass and
-  # keeps only its input; "dots" keeps the matmul outputs and recomputes the rest.
+  # for the backward pass (the GELUs and SiLU keep only their input: ACTIVATIONS); "full"
+  # recomputes each layer's forward in the backward pass and keeps only its input; "dots"
+  # keeps the matmul outputs and recomputes the rest.
   remat: str = "none"
   # Self-attention's q, k and v projections as ONE matmul over their stacked kernels (not
   # architecture: the parameters, checkpoints and HF mapping stay three projections; the
