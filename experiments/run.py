@@ -31,6 +31,8 @@ Where things go:
   overrides, which tests/test_configs.py and tests/test_models.py cover.
 - --plot-only redraws the figure from the JSON (the run directory's, or with --publish the
   committed one).
+- --arms runs only the named arms (comma-separated, each an arm's name or its first word, e.g.
+  --arms rope-mixed,rope-2d): to train arms in turn; publish with all of them.
 """
 
 from __future__ import annotations
@@ -172,10 +174,15 @@ def curve(workdir: str, key: str) -> list[tuple[int, float]]:
   return [(r["step"], r[key]) for r in rows if key in r and "eval_bits_per_token" not in r]
 
 
-def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False) -> dict:
+def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False, only: list[str] | None = None) -> dict:
   exp = EXPERIMENTS[name]
   out = {"title": exp["title"], "seeds": seeds, "arms": {}}
   arms = list(exp["arms"].items())[:1] if smoke else exp["arms"].items()
+  if only:
+    unknown = set(only) - {n for a in exp["arms"] for n in (a, a.split()[0])}
+    if unknown:
+      raise SystemExit(f"--arms: no arm {sorted(unknown)} in {name} (arms: {list(exp['arms'])})")
+    arms = [(a, o) for a, o in arms if a in only or a.split()[0] in only]
   scalings = list(exp.get("scalings", {}).items())[:1 if smoke else None]
   for arm_name, arm in arms:
     for seed in seeds:
@@ -339,6 +346,8 @@ def main():
                            "result, written and drawn like a run's")
   parser.add_argument("--plot-only", action="store_true",
                       help="redraw the figure from the run directory's JSON (with --publish: the committed one)")
+  parser.add_argument("--arms", default=None,
+                      help="comma-separated arms to run (a name or its first word; default all; not e6)")
   args = parser.parse_args()
   if args.smoke and args.publish:
     print("--smoke never publishes: the committed results and figures are left alone.", flush=True)
@@ -367,7 +376,7 @@ def main():
     targets = tuple(int(t) for t in args.targets.split(",")) if args.targets else None
     out = context_extension.run(seeds, args.steps, run_dir("e6", args.smoke), args.smoke, targets)
   else:
-    out = run(args.experiment, seeds, args.steps, args.smoke)
+    out = run(args.experiment, seeds, args.steps, args.smoke, args.arms.split(",") if args.arms else None)
   if not args.merge:
     out["wall_s"] = round(time.perf_counter() - t0, 1)
     out["command"] = "python experiments/run.py " + " ".join(sys.argv[1:])

@@ -5,6 +5,8 @@ import json
 import pathlib
 import sys
 
+import pytest
+
 from experiments import run as runner
 from roformer_jax import models
 
@@ -15,8 +17,8 @@ def test_results_go_to_the_run_directory_and_only_publish_updates_the_committed_
   canned = json.loads((ROOT / "experiments" / "results" / "e3.json").read_text())
   calls = []
 
-  def fake_run(name, seeds, steps, smoke=False):
-    calls.append((name, seeds, steps, smoke))
+  def fake_run(name, seeds, steps, smoke=False, only=None):
+    calls.append((name, seeds, steps, smoke) + ((only,) if only else ()))
     return dict(canned)
 
   monkeypatch.setattr(runner, "ROOT", str(tmp_path))
@@ -35,9 +37,17 @@ def test_results_go_to_the_run_directory_and_only_publish_updates_the_committed_
   assert (tmp_path / "experiments" / "runs" / "smoke" / "e3" / "e3.json").is_file()
   assert not (tmp_path / "experiments" / "results").exists() and not (tmp_path / "docs").exists()
 
+  main("e3", "--arms", "linear,linear + RoPE")  # --arms reaches run() as a list of names
+  assert calls[-1] == ("e3", [0, 1], None, False, ["linear", "linear + RoPE"])
+
   main("e3", "--publish")
   assert json.loads((tmp_path / "experiments" / "results" / "e3.json").read_text())["arms"] == canned["arms"]
   assert (tmp_path / "docs" / "figures" / "e3.png").is_file()
+
+
+def test_arms_refuses_an_unknown_arm_before_anything_trains():
+  with pytest.raises(SystemExit, match="no arm"):
+    runner.run("e7", [0], 2, only=["rope-mixed", "rope-3d"])  # refused before anything trains
 
 
 def test_smoke_arms_are_the_smoke_variants_of_their_configs():
