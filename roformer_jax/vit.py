@@ -12,7 +12,7 @@ over patches) is classified. The position encoding (`ViTConfig.position`) is one
   decay (which decays only kernels and embeddings, `training.optim.decay_mask`) leaves them out;
 - "rope_2d": the Qwen-VL vision encoders' 2-D RoPE: (row, column) halves, theta 1e4, half layout;
 - "learned": a learned absolute table of the training grid, added to the patches and resized
-  bicubically to another grid (DeiT's and the paper's baseline);
+  bicubically to another grid as DeiT does (`resize_position_table`; DeiT's and the paper's baseline);
 - "none": no position information.
 
 The CLS token takes position (0, 0): zero angle, so it is not rotated. Every RoPE variant works
@@ -28,6 +28,7 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from roformer_jax import rope
@@ -94,6 +95,50 @@ def encoder_config(model: ModelConfig, vit: ViTConfig) -> ModelConfig:
                        rope={"sections": (k // 2, k // 2), "frequencies": v["frequencies"]})
 
 
+# Keys' cubic convolution parameter of torch's (non-antialiased) bicubic, which DeiT resizes with.
+_TORCH_BICUBIC_A = -0.75
+
+
+def _bicubic_matrix(n_in: int, n_out: int) -> np.ndarray:
+  """float64 [n_out, n_in]: torch's `interpolate(mode="bicubic", align_corners=False, antialias=False)` along one
+  axis. Output i samples the input at (i + 0.5) n_in / n_out - 0.5 with Keys' cubic (a = -0.75) over 4 taps,
+  indices clamped to [0, n_in) (the edge row repeats); the same 4 taps when shrinking (no antialiasing)."""
+  a = _TORCH_BICUBIC_A
+  src = (np.arange(n_out) + 0.5) * (n_in / n_out) - 0.5
+  base = np.floor(src)
+  t = src - base
+  near = lambda x: ((a + 2) * x - (a + 3)) * x * x + 1  # |x| <= 1
+  far = lambda x: ((a * x - 5 * a) * x + 8 * a) * x - 4 * a  # 1 < |x| < 2
+  weights = np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=1)  # taps base-1 .. base+2
+  taps = np.clip(base[:, None].astype(int) + np.arange(-1, 3), 0, n_in - 1)
+  m = np.zeros((n_out, n_in))
+  np.add.at(m, (np.repeat(np.arange(n_out), 4), taps.ravel()), weights.ravel())
+  return m
+
+
+def resize_position_table(table: jax.Array, grid: tuple[int, int], *, antialias: bool = False) -> jax.Array:
+  """A learned position table [h, w, D] resized to grid (H, W) bicubically: [H, W, D] in table's dtype.
+
+  The default is DeiT's resize (facebookresearch/deit's and naver-ai/rope-vit's fine-tuning code:
+  `torch.nn.functional.interpolate(mode="bicubic", align_corners=False)`), i.e. timm's
+  `resample_abs_pos_embed(..., antialias=False)`: Keys' cubic with a = -0.75, borders clamped, no antialiasing
+  when shrinking. It is written out as two [H, h] / [W, w] matrices because `jax.image.resize` and
+  `jax.image.scale_and_translate` only have the a = -0.5 cubic. `antialias=True` is timm's own default
+  (`resample_abs_pos_embed`, its checkpoint filter, `dynamic_img_size`): torch's antialiased bicubic, PIL's
+  a = -0.5 with the kernel widened when shrinking, which is exactly `jax.image.resize(method="bicubic")`.
+  Both match timm 1.0.31 (tests/golden/pos_embed_resize.*, scripts/make_pos_embed_resize_golden.py). Prefix
+  tokens (CLS) have no row here: timm keeps theirs unchanged.
+  """
+  h, w, d = table.shape
+  if (h, w) == tuple(grid):
+    return table
+  if antialias:
+    return jax.image.resize(table, (*grid, d), method="bicubic").astype(table.dtype)
+  my, mx = (jnp.asarray(_bicubic_matrix(n, m), jnp.float32) for n, m in zip((h, w), grid, strict=True))
+  out = jnp.einsum("Yh,hwd,Xw->YXd", my, table.astype(jnp.float32), mx, precision=jax.lax.Precision.HIGHEST)
+  return out.astype(table.dtype)
+
+
 class VisionTransformer(nnx.Module):
   """Image classifier: patches -> [CLS] + pre-LN blocks with 2-D RoPE -> logits."""
 
@@ -135,8 +180,7 @@ class VisionTransformer(nnx.Module):
     x = self.patch(patches.astype(self.config.compute_dtype))
     if self.position_table is not None:
       table = self.position_table[...]
-      if (gh, gw) != table.shape[:2]:  # another resolution: the table resized to the new grid
-        table = jax.image.resize(table, (gh, gw, table.shape[-1]), method="bicubic")
+      table = resize_position_table(table, (gh, gw))  # another resolution: resized to its grid
       x = x + table.reshape(1, gh * gw, -1).astype(x.dtype)
     if self.cls_token is not None:
       x = jnp.concatenate([jnp.broadcast_to(self.cls_token[...].astype(x.dtype), (b, 1, x.shape[-1])), x], axis=1)
@@ -151,4 +195,4 @@ class VisionTransformer(nnx.Module):
     return self.head(pooled.astype(self.config.compute_dtype)).astype(jnp.float32)
 
 
-__all__ = ["POSITIONS_2D", "ViTConfig", "VisionTransformer", "encoder_config"]
+__all__ = ["POSITIONS_2D", "ViTConfig", "VisionTransformer", "encoder_config", "resize_position_table"]

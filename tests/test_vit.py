@@ -2,6 +2,9 @@
 resolution, the learned table's interpolation, RoPE-Mixed's trained frequencies (outside weight
 decay), and what position information each variant gives."""
 
+import json
+import pathlib
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -44,13 +47,45 @@ def test_every_variant_runs_at_the_training_and_higher_resolutions(position):
     assert logits.shape == (2, 4) and bool(jnp.isfinite(logits).all())
 
 
-def test_learned_table_is_used_as_is_at_the_training_grid_and_resized_elsewhere():
-  model = build("learned")
-  table = model.position_table[...]
-  resized = jax.image.resize(table, (4, 4, 32), "bicubic")
-  np.testing.assert_allclose(resized, table, atol=1e-6)  # same grid: the table itself
-  bigger = jax.image.resize(table, (6, 6, 32), "bicubic")
-  assert bigger.shape == (6, 6, 32)
+GOLDEN = pathlib.Path(__file__).parent / "golden" / "pos_embed_resize"  # scripts/make_pos_embed_resize_golden.py
+
+
+def golden_resize_cases():
+  """timm's resample_abs_pos_embed cases: (case, {array name: array}) with the grids [h, w, D] / [H, W, D]."""
+  arrays = np.load(GOLDEN.with_suffix(".npz"))
+  for case in json.loads(GOLDEN.with_suffix(".json").read_text())["cases"]:
+    p, d = case["num_prefix_tokens"], case["dim"]
+    grids = {k: arrays[v][0, p:].reshape(*(case["old_size"] if k == "posemb" else case["new_size"]), d)
+             for k, v in case["arrays"].items()}
+    prefixes = {k: arrays[v][0, :p] for k, v in case["arrays"].items()}
+    yield case, grids, prefixes
+
+
+@pytest.mark.parametrize("antialias,anchor", [(False, "out_deit"), (True, "out_timm")])
+def test_the_learned_table_resizes_as_timm_resample_abs_pos_embed(antialias, anchor):
+  # DeiT's resize (antialias off: Keys a = -0.75, clamped borders) is the ViT's; timm's default (antialias on)
+  # is jax.image.resize's. Up, down, non-square and same-size grids, against float64 and timm's float32 output.
+  for case, grids, prefixes in golden_resize_cases():
+    got = np.asarray(vit.resize_position_table(jnp.asarray(grids["posemb"]), tuple(case["new_size"]),
+                                               antialias=antialias))
+    np.testing.assert_allclose(got, grids[f"{anchor}_f64"], atol=3e-6, err_msg=case["name"])
+    np.testing.assert_allclose(got, grids[anchor], atol=3e-6, err_msg=case["name"])
+    np.testing.assert_array_equal(prefixes[anchor], prefixes["posemb"])  # timm keeps prefix rows: ours have none
+
+
+def test_the_learned_vit_at_another_grid_uses_deits_resized_table():
+  """At 24 px (6 x 6 patches) a ViT trained at 16 px (4 x 4) adds DeiT's resize of its table: the logits are
+  those of a 24-px ViT holding timm's resized table (`jax.image.resize`'s a = -0.5 cubic differed by 7e-2)."""
+  case, grids, _ = next(c for c in golden_resize_cases() if c[0]["name"] == "up_4x4_to_6x6")
+  cfg = MODEL.replace(d_model=case["dim"], d_ff=16)
+  small = vit.VisionTransformer(cfg, vit.ViTConfig(image_size=16, patch_size=4, position="learned"), rngs=nnx.Rngs(0))
+  large = vit.VisionTransformer(cfg, vit.ViTConfig(image_size=24, patch_size=4, position="learned"), rngs=nnx.Rngs(0))
+  small.position_table[...] = jnp.asarray(grids["posemb"])
+  large.position_table[...] = jnp.asarray(grids["out_deit_f64"], jnp.float32)
+  images = jax.random.normal(jax.random.key(1), (2, 24, 24, 3))
+  np.testing.assert_allclose(small(images), large(images), atol=1e-5)
+  np.testing.assert_array_equal(vit.resize_position_table(small.position_table[...], (4, 4)),
+                                small.position_table[...])  # the training grid: the table itself
 
 
 def test_patch_order_matters_with_positions_and_not_without():
