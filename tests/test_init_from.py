@@ -148,6 +148,30 @@ def test_a_causal_lm_starts_from_a_trained_lm_at_a_new_length_and_rope(lm_run, m
 
 
 @pytest.mark.slow
+def test_a_layer_types_rope_retune_is_reported(lm_run):
+  # Issue 37 item 5: a fine-tune that changes only a layer type's theta reported `{}` (the smoke LM has one layer).
+  config = extend_config(lm_run, layer_types=("g", "l"), layer_settings={"g": {"rope": {"theta": 5e6}}},
+                         rope_scaling=None)
+  info = checkpoints.init_from(tasks.build_model(config, nnx.Rngs(0)), str(lm_run))
+  assert info["rope"] == {"layer_settings['g'].rope.theta": (10000.0, 5e6)}
+
+
+def test_the_rope_report_lists_each_layer_types_retune():
+  base = models.ModelConfig(vocab_size=32, d_model=16, num_layers=4, num_heads=2, d_ff=32, layer_types=("l", "g"),
+                            layer_settings={"l": {"window": 8}, "g": {"rope": {"theta": 1e6}}})
+  settings = lambda g: {"l": {"window": 8}, "g": {"rope": g}}
+  yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+  report = lambda **kw: checkpoints._rope_report(base, base.replace(**kw))
+  assert report() == {}
+  assert report(layer_settings=settings({"theta": 5e6})) == {"layer_settings['g'].rope.theta": (1e6, 5e6)}
+  assert report(layer_settings=settings({"theta": 1e6, "scaling": yarn})) == {
+      "layer_settings['g'].rope.scaling": (None, yarn)}
+  # The model's theta: its own line, and type g (which keeps 1e6) is not listed; a type's override dropped is.
+  assert report(rope_theta=2e4) == {"rope_theta": (1e4, 2e4)}
+  assert report(layer_settings=settings(None)) == {"layer_settings['g'].rope.theta": (1e6, 1e4)}
+
+
+@pytest.mark.slow
 def test_a_causal_lm_run_or_an_empty_directory_is_refused(lm_run, tmp_path):
   import shutil
   shutil.copytree(lm_run, tmp_path / "lm")

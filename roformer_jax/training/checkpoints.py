@@ -562,11 +562,34 @@ _FREE_FIELDS = {"dropout", "attention_dropout", "dtype", "param_dtype", "max_pos
                "layer_types", "layer_settings"}  # compared layer by layer (`_layer_changes`)
 
 
+def _shown(spec, field: str):
+  """A RoPE spec field as a report shows it (scaling: a dict, not frozen items)."""
+  return spec.scaling_dict if field == "scaling" else getattr(spec, field)
+
+
 def _rope_changes(pretrained, cfg, fields) -> dict[str, tuple[Any, Any]]:
   """{config key: (pre-trained, new)} for the RoPE spec fields among `fields` that differ."""
-  shown = lambda spec, f: spec.scaling_dict if f == "scaling" else getattr(spec, f)  # scaling: frozen items
   a, b = pretrained.rotary, cfg.rotary
-  return {config_key(f): (shown(a, f), shown(b, f)) for f in fields if getattr(a, f) != getattr(b, f)}
+  return {config_key(f): (_shown(a, f), _shown(b, f)) for f in fields if getattr(a, f) != getattr(b, f)}
+
+
+def _rope_report(pretrained, cfg) -> dict[str, tuple[Any, Any]]:
+  """The retuned RoPE settings (`RotaryConfig.RETUNABLE`) {what: (pre-trained, new)}: the model's
+  (`rope_theta`, `rope_scaling`) and each layer type's (`layer_settings['g'].rope.theta`) whose layers
+  end up with values other than the model's change gives them (a type's own theta changed, set or unset)."""
+  report = _rope_changes(pretrained, cfg, RotaryConfig.RETUNABLE)
+  if pretrained.num_layers != cfg.num_layers:
+    return report  # refused by the architecture check
+  for i in range(cfg.num_layers):
+    a, b = pretrained.layer_rotary(i), cfg.layer_rotary(i)
+    if a is None or b is None:
+      continue  # rope or none per layer is architecture: checked, never retuned
+    kind = cfg.layer_type(i) or pretrained.layer_type(i)
+    for f in RotaryConfig.RETUNABLE:
+      pair, model_pair = (_shown(a, f), _shown(b, f)), (_shown(pretrained.rotary, f), _shown(cfg.rotary, f))
+      if pair[0] != pair[1] and pair != model_pair:
+        report.setdefault(f"layer_settings[{kind!r}].rope.{f}", pair)
+  return report
 
 
 class InitFromError(UserError, ValueError):
@@ -739,7 +762,8 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
 
   Returns:
     {"source": description, "loaded": number of tensors, "fresh": paths left as initialised,
-     "rope": {field: (source's, new)} for the RoPE settings that changed}.
+     "rope": {what: (source's, new)} for the RoPE settings that changed: the model's rope_theta /
+     rope_scaling and a layer type's (`layer_settings['g'].rope.theta`)}.
   """
   from flax import nnx
   from roformer_jax import models
@@ -781,7 +805,7 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
   nnx.update(target, params)
   everything = _flat(nnx.to_pure_dict(nnx.state(model, nnx.Param)), strip_value=False)
   fresh = sorted("/".join(k) for k in everything if prefix and k[0] != ENCODER)
-  rope = {} if pretrained_cfg is None else _rope_changes(pretrained_cfg, model.config, RotaryConfig.RETUNABLE)
+  rope = {} if pretrained_cfg is None else _rope_report(pretrained_cfg, model.config)
   return {"source": description, "loaded": len(values), "fresh": fresh, "rope": rope}
 
 
