@@ -20,6 +20,15 @@ def smoke(task: str | None = None, **overrides):
   return common.set_dotted(config, overrides)
 
 
+def vit_config(position: str, data_dir: str | os.PathLike = ""):
+  """configs/vit_shapes.py's smoke variant (16 px, a 4 x 4 grid) with position encoding `position`."""
+  from configs import vit_shapes
+  config = vit_shapes.get_config("smoke")
+  config.vit.position = position
+  config.data.data_dir = str(data_dir)
+  return config
+
+
 def s2s_config(root: pathlib.Path):
   """configs/gettext_translate.py's smoke variant on the catalogues in root/locale and the data
   dir root/data (tests.gettext_fixture.make_locale_dir writes the catalogues)."""
@@ -43,6 +52,8 @@ class SmokeRuns:
   - "mlm": smoke("mlm"), two steps; returns the workdir.
   - "seq2seq": s2s_config(root) on tests.gettext_fixture's catalogues; returns root, which
     holds locale/, data/ and the workdir work/.
+  - "vit_<position>" (vit_learned, vit_rope_mixed, ...): vit_config(position, root / "data"), the
+    ViT at 16 px; returns root, which holds the shapes2d data/ and the workdir work/.
   """
 
   def __init__(self, root: pathlib.Path):
@@ -65,7 +76,9 @@ class SmokeRuns:
         from tests import gettext_fixture
         gettext_fixture.make_locale_dir(path / "locale")
         trainer.train_and_evaluate(s2s_config(path), str(path / "work"))
+      elif kind.startswith("vit_"):
+        trainer.train_and_evaluate(vit_config(kind[len("vit_"):], path / "data"), str(path / "work"))
       else:
-        raise ValueError(f"no smoke run {kind!r}; expected lm, mlm or seq2seq")
+        raise ValueError(f"no smoke run {kind!r}; expected lm, mlm, seq2seq or vit_<position>")
       self._trained[kind] = path
     return self._trained[kind]

@@ -484,16 +484,16 @@ def test_a_seq2seq_source_of_a_multiple_of_c_trains_under_context_parallelism(tm
 
 @pytest.mark.slow
 @pytest.mark.parametrize("position", ["learned", "rope_mixed"])
-def test_a_vit_evaluates_at_another_resolution_on_its_trained_model(position, tmp_path, no_network):
+def test_a_vit_evaluates_at_another_resolution_on_its_trained_model(position, tmp_path, no_network, smoke_runs):
   """E7's evaluation: a ViT trained at 16 px is evaluated at 32 px by overriding data.image_size
   only; the model keeps its grid (vit.image_size: a learned table of the trained 4 x 4 grid,
   resized at 8 x 8), so its checkpoint restores. Before vit.image_size, the learned arm's
   checkpoint did not match the model built for the new resolution."""
+  root = smoke_runs.copy(f"vit_{position}", tmp_path / "vit")  # vit_shapes:smoke with this position, trained
   config = load("vit_shapes", "smoke")
   config.vit.position = position
-  config.data.data_dir = str(tmp_path / "data")
-  trainer.train_and_evaluate(config, str(tmp_path / "work"))
+  config.data.data_dir = str(root / "data")
   config.data.image_size = 32
   config.eval.max_batches = 1
-  metrics = evaluate.evaluate(config, str(tmp_path / "work"))["metrics"]
+  metrics = evaluate.evaluate(config, str(root / "work"))["metrics"]
   assert math.isfinite(metrics["loss"]) and 0.0 <= metrics["accuracy"] <= 1.0 and metrics["images"] > 0

@@ -15,6 +15,7 @@ from flax import nnx
 from configs import default
 from roformer_jax import hf, models
 from roformer_jax.training import checkpoints, tasks, trainer
+from tests import smoke
 
 FIXTURE = Path(__file__).parent / "fixtures" / "hf_roformer_tiny" / "factorized"
 
@@ -234,3 +235,103 @@ def test_a_damaged_checkpoint_is_skipped_from_a_workdir_and_refused_by_name(mlm_
   assert f"step {newest}" in capsys.readouterr().err
   with pytest.raises(checkpoints.InitFromError, match="damaged checkpoint: file .*SHA-256"):
     checkpoints.init_from(model, str(copy / "checkpoints" / str(newest)))
+
+
+# ---- the ViT (issue 37 item 8): train low, fine-tune high -------------------------------------------------------
+
+
+def vit_config(position: str, size: int = 16, init_from: str = "", **vit):
+  """vit_shapes:smoke (the smoke_runs' "vit_<position>" runs are its 16-px, 4 x 4 grid) at `size` px."""
+  c = smoke.vit_config(position)
+  c.data.image_size = c.vit.image_size = size
+  c.vit.update(vit)
+  c.init_from = init_from
+  c.async_checkpoints = False
+  return c
+
+
+@pytest.fixture(scope="module")
+def vit_runs(smoke_runs, tmp_path_factory):
+  """position -> the workdir of a trained vit_shapes:smoke run (its data/ beside it), copied on first use."""
+  root, runs = tmp_path_factory.mktemp("vit"), {}
+
+  def get(position: str) -> Path:
+    if position not in runs:
+      runs[position] = smoke_runs.copy(f"vit_{position}", root / position) / "work"
+    return runs[position]
+  return get
+
+
+def model_of_checkpoint(workdir) -> dict[str, np.ndarray]:
+  ckdir = os.path.join(workdir, "checkpoints")
+  with ocp.CheckpointManager(ckdir, options=ocp.CheckpointManagerOptions(read_only=True)) as mgr:
+    state = mgr.restore(mgr.latest_step(), args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+  return flat(state["0"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("position", ["learned", "rope_mixed"])
+def test_a_vit_starts_at_a_higher_resolution_from_a_trained_vit(vit_runs, position):
+  # The learned 4 x 4 table is resized to 6 x 6 as DeiT does; RoPE-Mixed's frequencies carry over unchanged.
+  from roformer_jax import vit
+  source = vit_runs(position)
+  model = tasks.build_model(vit_config(position, size=24, init_from=str(source)), nnx.Rngs(1))
+  info = checkpoints.init_from(model, str(source))
+  got, trained = flat(nnx.to_pure_dict(nnx.state(model, nnx.Param))), model_of_checkpoint(source)
+  assert info["loaded"] == len(got) and info["fresh"] == [] and info["rope"] == {}
+  if position == "learned":
+    assert info["resized"] == ["position_table 4x4 -> 6x6"]
+    np.testing.assert_allclose(got.pop("position_table"),
+                               vit.resize_position_table(trained.pop("position_table"), (6, 6)), atol=1e-6)
+  else:
+    assert info["resized"] == [] and "layers/0/attention/rope_frequencies" in got
+  assert_same(got, trained)
+
+
+@pytest.mark.slow
+def test_a_vit_for_another_number_of_classes_keeps_a_fresh_head(vit_runs):
+  import dataclasses
+
+  from roformer_jax import vit
+  c = vit_config("rope_mixed", size=24)
+  model = vit.VisionTransformer(tasks.model_config(c), dataclasses.replace(tasks.vit_config(c), num_classes=3),
+                                rngs=nnx.Rngs(1))
+  head = flat(nnx.to_pure_dict(nnx.state(model.head)))
+  info = checkpoints.init_from(model, str(vit_runs("rope_mixed")))
+  assert info["fresh"] == ["head/bias", "head/kernel"] and info["resized"] == []
+  assert_same(head, flat(nnx.to_pure_dict(nnx.state(model.head))))
+  trained = {k: v for k, v in model_of_checkpoint(vit_runs("rope_mixed")).items() if not k.startswith("head/")}
+  assert_same({k: v for k, v in flat(nnx.to_pure_dict(nnx.state(model, nnx.Param))).items()
+               if not k.startswith("head/")}, trained)
+  assert info["loaded"] == len(trained)
+
+
+@pytest.mark.slow
+def test_what_a_vit_cannot_carry_over_is_named(vit_runs, lm_run):
+  learned = str(vit_runs("learned"))
+  for position, patch, match in [("rope_axial", 4, r"vit.position: pre-trained 'learned' vs config 'rope_axial'"),
+                                 ("learned", 8, r"vit.patch_size: pre-trained 4 vs config 8")]:
+    model = tasks.build_model(vit_config(position, size=32, patch_size=patch), nnx.Rngs(0))
+    with pytest.raises(checkpoints.InitFromError, match=match):
+      checkpoints.init_from(model, learned)
+  with pytest.raises(checkpoints.InitFromError, match=r"d_model: pre-trained 32 vs config 48"):
+    c = vit_config("learned", size=24)
+    c.model.d_model = 48
+    checkpoints.init_from(tasks.build_model(c, nnx.Rngs(0)), learned)
+  with pytest.raises(checkpoints.InitFromError, match=r"is a task='lm' run; a 'image' run starts from a 'image'"):
+    checkpoints.init_from(tasks.build_model(vit_config("learned"), nnx.Rngs(0)), str(lm_run))
+
+
+@pytest.mark.slow
+def test_a_vit_fine_tuning_run_logs_what_it_resized(vit_runs, tmp_path, capsys):
+  source = vit_runs("learned")
+  config = vit_config("learned", size=24, init_from=str(source))
+  config.optim.learning_rate = 0.0  # no update: the run's table stays the resized one
+  config.data.data_dir = str(source.parent / "data")
+  trainer.check_config(config)  # task image may name an init_from
+  trainer.train_and_evaluate(config, str(tmp_path / "ft"))
+  assert "resized: position_table 4x4 -> 6x6; fresh: nothing" in capsys.readouterr().out
+  from roformer_jax import vit
+  np.testing.assert_allclose(model_of_checkpoint(tmp_path / "ft")["position_table"],
+                             vit.resize_position_table(model_of_checkpoint(source)["position_table"], (6, 6)),
+                             atol=1e-6)

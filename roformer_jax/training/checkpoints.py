@@ -655,13 +655,13 @@ def _saved_config(step_dir: str) -> dict[str, Any] | None:
     return json.load(f)
 
 
-def _pretrained(source: str, cfg, prefix: tuple[str, ...], task: str | None = None
+def _pretrained(source: str, cfg, prefix: tuple[str, ...], task: str | None = None, vit_config=None
                 ) -> tuple[dict[tuple[str, ...], np.ndarray], str, Any]:
   """The source's parameters below `prefix` of the saved model, a description, and its ModelConfig.
 
   prefix ("roformer",) takes the encoder of an MLM/classification run (or of a transformers
-  RoFormer directory); () takes the whole model (a causal LM run: `task` names the task it must
-  have been trained for).
+  RoFormer directory); () takes the whole model (a causal LM or image run: `task` names the task
+  it must have been trained for). `vit_config`: the new ViT's `vit.ViTConfig` (image runs).
   """
   from roformer_jax import models
   if _is_transformers_dir(source):
@@ -684,6 +684,11 @@ def _pretrained(source: str, cfg, prefix: tuple[str, ...], task: str | None = No
       raise InitFromError(f"init_from={source!r} is a task={saved.get('task')!r} run; a {task!r} run starts "
                           f"from a {task!r} run (same model family). Name a workdir trained with task={task!r}.")
     pretrained_cfg = models.ModelConfig.from_dict(saved.get("model", {}))
+    if vit_config is not None:  # a ViT: its image side first, then the encoder it was built with
+      pretrained_vit = _saved_vit(saved)
+      _check_same_vit(pretrained_vit, vit_config, source)
+      from roformer_jax import vit
+      pretrained_cfg = vit.encoder_config(pretrained_cfg, pretrained_vit)
     _check_same_architecture(pretrained_cfg, cfg, source)
   metadata = ocp.StandardCheckpointer().metadata(state_dir).item_metadata.tree
   device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
@@ -699,6 +704,57 @@ def _pretrained(source: str, cfg, prefix: tuple[str, ...], task: str | None = No
     raise InitFromError(f"the checkpoint {step_dir} has no '{ENCODER}' encoder (it is not a RoFormerModel-based "
                         "MLM or classification run, e.g. a causal LM); pre-train with task='mlm'.")
   return params, f"checkpoint {step_dir}", pretrained_cfg
+
+
+# A ViT's image side that its parameters depend on: the source's must be the new run's. The
+# resolution (vit.image_size: a learned table is resized), the number of classes (a fresh head)
+# and vit.rope_theta (RETUNABLE, as every RoPE base) may change.
+_VIT_FIXED = {"patch_size": "vit.patch_size", "channels": "data.image_channels", "cls_token": "vit.cls_token",
+              "position": "vit.position"}
+
+
+def _saved_vit(saved: dict[str, Any]):
+  """The `vit.ViTConfig` an image run's saved config.json built its model with (`tasks.vit_config`)."""
+  import ml_collections
+  from roformer_jax.training import tasks
+  return tasks.vit_config(ml_collections.ConfigDict(saved))
+
+
+def _check_same_vit(pretrained, new, source: str) -> None:
+  differ = {key: (getattr(pretrained, f), getattr(new, f)) for f, key in _VIT_FIXED.items()
+            if getattr(pretrained, f) != getattr(new, f)}
+  if differ:
+    shown = ", ".join(f"{k}: pre-trained {a!r} vs config {b!r}" for k, (a, b) in sorted(differ.items()))
+    raise InitFromError(f"init_from={source!r} is a ViT with another image side: {shown}. Set them to the trained "
+                        "run's values (--config.vit.position=..., ...); only the resolution (vit.image_size / "
+                        "data.image_size: a learned table is resized), the number of classes (a fresh head) and "
+                        "vit.rope_theta may differ.")
+
+
+def _fit_vit(pretrained: dict, ours: dict, source: str) -> tuple[dict, list[str], list[tuple[str, ...]]]:
+  """A trained ViT's tensors fitted to a new one: (tensors, resized, fresh keys).
+
+  The learned position table of another grid is resized to the new one as DeiT fine-tunes at a
+  higher resolution (`vit.resize_position_table`); a head for another number of classes is left
+  out (the new run's stays fresh, as DeiT drops it). RoPE-Mixed's learned frequencies do not
+  depend on the grid and load unchanged.
+  """
+  from roformer_jax import vit
+  out, resized, fresh = dict(pretrained), [], []
+  key = ("position_table",)
+  if key in out and key in ours and out[key].shape != ours[key].shape:
+    (h, w, d), (gh, gw, d_new) = out[key].shape, ours[key].shape
+    if d != d_new:
+      raise InitFromError(f"init_from={source!r}: its position table is [{h}, {w}, {d}], this model's "
+                          f"[{gh}, {gw}, {d_new}]; set config.model.d_model={d} (only the grid may differ).")
+    out[key] = np.asarray(vit.resize_position_table(out[key], (gh, gw)))
+    resized.append(f"position_table {h}x{w} -> {gh}x{gw}")
+  head = [k for k in ours if k[0] == "head"]
+  if any(k in out and out[k].shape != ours[k].shape for k in head):  # kernel [D, classes], bias [classes]
+    for k in head:
+      out.pop(k, None)
+    fresh = head
+  return out, resized, fresh
 
 
 def _layer_changes(pretrained, cfg, fixed) -> dict[str, tuple[Any, Any]]:
@@ -747,6 +803,12 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
   - The causal LM (`CausalLM`): the whole model is copied from an LM run. This is how a model
     is extended to a longer context: the new run sets its own data.max_length and RoPE
     (rope_theta, rope_scaling) and fine-tunes from the trained weights.
+  - The ViT (`vit.VisionTransformer`): the whole model is copied from an image run, to
+    fine-tune at another resolution (RoPE-ViT and DeiT train low and fine-tune high) or for
+    another number of classes. A learned position table is resized to the new grid
+    (`vit.resize_position_table`, DeiT's bicubic); RoPE-Mixed's frequencies load unchanged; a
+    head of another number of classes stays fresh. The patch size, channels, CLS token and
+    position encoding must be the source's.
 
   Every parameter must be present in the source with the same shape, and the architectures
   must agree in everything but dropout, dtypes, max_position, the attention implementation,
@@ -761,12 +823,13 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
       directory, or (encoder tasks) a transformers RoFormer directory (config.json + safetensors).
 
   Returns:
-    {"source": description, "loaded": number of tensors, "fresh": paths left as initialised,
+    {"source": description, "loaded": number of tensors copied (resized ones included),
+     "resized": what was resized ("position_table 8x8 -> 12x12"), "fresh": paths left as initialised,
      "rope": {what: (source's, new)} for the RoPE settings that changed: the model's rope_theta /
      rope_scaling and a layer type's (`layer_settings['g'].rope.theta`)}.
   """
   from flax import nnx
-  from roformer_jax import models
+  from roformer_jax import models, vit
   # Normalised (absolute, no trailing slash or `.`): the workdir's config.json is looked up two
   # directories above the step directory, which `W/checkpoints/1/` would miss, skipping the
   # architecture check.
@@ -780,23 +843,36 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
     # continues the same function. RNG streams are never copied.
     prefix, task, target = (), "lm", model
     state_filter = nnx.Not(nnx.RngState)
+  elif isinstance(model, vit.VisionTransformer):
+    # The whole ViT (patch embedding, CLS, table, blocks, RoPE-Mixed frequencies, head), fitted
+    # to a new resolution and number of classes (`_fit_vit`).
+    prefix, task, target = (), "image", model
+    state_filter = nnx.Param
   else:
     raise InitFromError(f"{type(model).__name__} cannot be initialised from another run; init_from serves the "
-                        "RoFormerModel-based tasks (mlm, classification) and the causal LM (lm).")
-  pretrained, description, pretrained_cfg = _pretrained(source, model.config, prefix, task)
+                        "RoFormerModel-based tasks (mlm, classification), the causal LM (lm) and the ViT (image).")
+  is_vit = task == "image"
+  pretrained, description, pretrained_cfg = _pretrained(source, model.config, prefix, task,
+                                                        vit_config=model.vit if is_vit else None)
   params = nnx.state(target, state_filter)
   ours = _flat(nnx.to_pure_dict(params), strip_value=False)
-  missing = sorted("/".join(k) for k in ours if k not in pretrained)
+  resized, fresh_keys = [], []
+  if is_vit:
+    pretrained, resized, fresh_keys = _fit_vit(pretrained, ours, source)
+    ours_to_load = {k: v for k, v in ours.items() if k not in fresh_keys}
+  else:
+    ours_to_load = ours
+  missing = sorted("/".join(k) for k in ours_to_load if k not in pretrained)
   unused = sorted("/".join(k) for k in pretrained if k not in ours)
-  shapes = sorted(f"{'/'.join(k)}: {pretrained[k].shape} vs {ours[k].shape}" for k in ours
+  shapes = sorted(f"{'/'.join(k)}: {pretrained[k].shape} vs {ours[k].shape}" for k in ours_to_load
                   if k in pretrained and pretrained[k].shape != ours[k].shape)
   if missing or unused or shapes:
     what = "encoder" if prefix else "model"
     raise InitFromError(f"the {what} in {description} does not fit this model: missing {missing[:5]}, "
                         f"unexpected {unused[:5]}, shape mismatches {shapes[:5]}.")
-  values = {k: jax.device_put(pretrained[k].astype(ours[k].dtype), ours[k].sharding) for k in ours}
+  values = {k: jax.device_put(pretrained[k].astype(ours[k].dtype), ours[k].sharding) for k in ours_to_load}
   nested: dict = {}
-  for k, v in values.items():
+  for k, v in {**values, **{k: ours[k] for k in fresh_keys}}.items():
     d = nested
     for part in k[:-1]:
       d = d.setdefault(part, {})
@@ -804,9 +880,9 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
   nnx.replace_by_pure_dict(params, _rekey(nnx.to_pure_dict(params), nested))
   nnx.update(target, params)
   everything = _flat(nnx.to_pure_dict(nnx.state(model, nnx.Param)), strip_value=False)
-  fresh = sorted("/".join(k) for k in everything if prefix and k[0] != ENCODER)
+  fresh = sorted("/".join(k) for k in everything if (prefix and k[0] != ENCODER) or k in fresh_keys)
   rope = {} if pretrained_cfg is None else _rope_report(pretrained_cfg, model.config)
-  return {"source": description, "loaded": len(values), "fresh": fresh, "rope": rope}
+  return {"source": description, "loaded": len(values), "resized": resized, "fresh": fresh, "rope": rope}
 
 
 def _rekey(like, nested):

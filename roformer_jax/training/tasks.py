@@ -290,6 +290,7 @@ class ImageClassification(Task):
   reports loss and accuracy over the split. Throughput counts images."""
   name = "image"
   batches = pipeline.IMAGE
+  init_from = True  # from a trained image run: another resolution or number of classes (checkpoints.init_from)
   reads_tokens = False
   eval_metrics = (IMAGE_METRICS,)
   sample_fn = samples_lib.image_samples

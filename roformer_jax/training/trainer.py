@@ -68,7 +68,8 @@ def check_config(config: ml_collections.ConfigDict) -> None:
                      "directory (or \"\" to start from scratch).")
   if source and not task.init_from:
     raise ValueError(f"config.init_from starts the encoder tasks (mlm, classification) from a pre-trained "
-                     f"encoder and the causal LM (lm) from a trained LM; task={config.task!r} cannot use it.")
+                     f"encoder, the causal LM (lm) from a trained LM and the ViT (image) from a trained image run; "
+                     f"task={config.task!r} cannot use it.")
   pipeline.passkey_fraction(config.data, task.batches)  # a number in [0, 1), lm only
   pipeline.document_mask(config.data, task.batches)  # a bool, lm/mlm only
   mesh_lib.rules_from_config(config.logical_axis_rules)
@@ -398,7 +399,8 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
     graphdef, state = nnx.split((model, optimizer))
     if process == 0:
       rope = "".join(f"; {k}: {a!r} -> {b!r}" for k, (a, b) in loaded["rope"].items())
-      print(f"init_from: {loaded['loaded']} tensors from {loaded['source']}; fresh: "
+      resized = f"; resized: {', '.join(loaded['resized'])}" if loaded["resized"] else ""
+      print(f"init_from: {loaded['loaded']} tensors from {loaded['source']}{resized}; fresh: "
             f"{', '.join(loaded['fresh']) or 'nothing'}{rope}", flush=True)
   state_sharding = jax.tree.map(lambda x: x.sharding, state)
   batch_sharding = mesh_lib.batch_sharding(mesh)
