@@ -7,6 +7,7 @@ Run (from the repository root):
   .venv/bin/python bench/rope.py --record   # also save the figures for bench/report.py
   .venv/bin/python bench/rope.py --smoke    # seconds: x[1,16,2,8], 1 round; records nothing
   .venv/bin/python bench/rope.py --smoke --pallas   # also bench/rope_pallas.py's kernel (interpreted off a GPU)
+  .venv/bin/python bench/rope.py --dynamic --record  # only the dynamic-NTK rows; records rope_dynamic
 
 Bandwidth counts bytes = read + write of x (2 * x.nbytes); the cos/sin tables and the
 positions are not counted. All methods are timed round-robin in the same run so that
@@ -25,6 +26,14 @@ the JAX ones. HF's op always rotates a query and a key together; the row times o
 q and k (two tensors of x's size) and reports half of it, the time for one tensor. Once,
 before timing, the rotated query is compared with ours (interleaved layout, as HF RoFormer)
 on the same input and the max abs difference is printed.
+
+The dynamic-NTK rows ("... dynamic fp32", issue 37) rotate x with rope_type 'dynamic' (factor 4,
+max_position_embeddings T / 4) at positions [B, T] left-padded by a different amount per row,
+so each row's length, and with it its base, is taken from its positions at run time, as a
+model does. "exact" forms those frequencies' phase words per row in float-float
+(rope/float2.py); "plain" is the float32 fallback it replaced (the float32 base and product,
+HF's formula); "exact ... static" passes seq_len=T (float64 words at trace time) for the cost
+of the exact path without run-time frequencies. --dynamic times only these rows and the copy.
 The last line printed is one JSON object with every figure.
 """
 
@@ -125,6 +134,9 @@ def main() -> None:
                       help="add rows of bench/rope_pallas.py's Pallas kernel (half layout, tables in) beside XLA's "
                            "same op; a kernel that fails to compile here is reported and skipped")
   parser.add_argument("--no-dense", action="store_true", help="skip the (slow) dense-matrix method")
+  parser.add_argument("--dynamic", action="store_true",
+                      help="time only the dynamic-NTK rows (per-row lengths from traced positions: exact vs the "
+                           "float32 fallback vs a static length) and the copy; --record saves them as rope_dynamic")
   parser.add_argument("--torch-python", default=DEFAULT_TORCH_PYTHON,
                       help="interpreter with torch + transformers for the HF row ('' skips it); default: the "
                            "bench-torch-venv if it exists, else the row is skipped")
@@ -150,20 +162,34 @@ def main() -> None:
   copy = jax.jit(lambda x: -x)  # reads and writes x once: the effective memory bandwidth
   # name -> (fn, args, dtype tag, baseline row for the time ratio)
   cases = {}
-  for tag, x in (("fp32", x32), ("bf16", x16)):
+  # Dynamic NTK with each row's length read from its positions at run time (issue 37).
+  dyn = {"rope_type": "dynamic", "factor": 4.0, "max_position_embeddings": max(t // 4, 1)}
+  dyn_pos = jnp.asarray(np.maximum(np.arange(t) - rng.integers(0, t // 2 + 1, (b, 1)), 0), jnp.int32)
+  dynamic_rows = {
+      "plain dynamic fp32": jax.jit(lambda x, p: rope.apply_rotary(x, p, scaling=dyn, exact=False)),
+      "exact dynamic fp32": jax.jit(lambda x, p: rope.apply_rotary(x, p, scaling=dyn)),
+      "exact dynamic static fp32": jax.jit(lambda x, p: rope.apply_rotary(x, p, scaling=dyn, seq_len=t)),
+  }
+  if args.dynamic:
+    args.torch_python, args.no_dense, args.tables_in, args.pallas = "", True, False, False
+    cases["copy fp32"] = (copy, (x32,), "fp32", "plain dynamic fp32")
+  for tag, x in (("fp32", x32), ("bf16", x16)) if not args.dynamic else ():
     cases[f"copy {tag}"] = (copy, (x,), tag, f"plain {tag}")
     cases[f"plain {tag}"] = (plain, (x, positions), tag, f"plain {tag}")
     cases[f"exact {tag}"] = (exact, (x, positions), tag, f"plain {tag}")
     cases[f"exact half {tag}"] = (exact_half, (x, positions), tag, f"plain {tag}")
-  cases["plain pos[B,T] fp32"] = (plain, (x32, per_example), "fp32", "plain pos[B,T] fp32")
-  cases["exact pos[B,T] fp32"] = (exact, (x32, per_example), "fp32", "plain pos[B,T] fp32")
+  if not args.dynamic:
+    cases["plain pos[B,T] fp32"] = (plain, (x32, per_example), "fp32", "plain pos[B,T] fp32")
+    cases["exact pos[B,T] fp32"] = (exact, (x32, per_example), "fp32", "plain pos[B,T] fp32")
+  for name, fn in dynamic_rows.items():
+    cases[name] = (fn, (x32, dyn_pos), "fp32", "plain dynamic fp32")
   # Multi-axis (M-RoPE) rows: positions [T, 3] (t, h, w), Qwen2-VL's chunked sections (16, 24, 24)
   # and Qwen3-VL's interleaved (24, 20, 20) at H = 128 (scaled to other H); baseline: the 1-D
   # half-layout op on the same x.
   k = h // 2
   mpos = jnp.asarray(np.stack([np.arange(t), rng.integers(0, 64, t), rng.integers(0, 64, t)], -1), jnp.int32)
   for name, sl, hw in (("exact M-RoPE fp32", "chunked", 3 * k // 8), ("exact M-RoPE intl fp32", "interleaved",
-                                                                       5 * k // 16)):
+                                                                       5 * k // 16)) if not args.dynamic else ():
     sections = (k - 2 * hw, hw, hw)
     fn = jax.jit(functools.partial(lambda x, p, sl, sections: rope.apply_rotary(
         x, p, layout="half", sections=sections, section_layout=sl), sl=sl, sections=sections))
@@ -225,6 +251,16 @@ def main() -> None:
       hf[0].close()
     shutil.rmtree(tmpdir, ignore_errors=True)
   nbytes = {"fp32": 2 * x32.nbytes, "bf16": 2 * x16.nbytes}
+  if args.dynamic:
+    # The float64 check of the dynamic rows' phases: max |cos - cos64|, |sin - sin64| over the batch.
+    lengths = np.asarray(dyn_pos).max(-1) + 1
+    base = 10000.0 * (4.0 * np.maximum(lengths, dyn["max_position_embeddings"]) / dyn["max_position_embeddings"]
+                      - 3.0) ** (h / (h - 2))
+    angles = np.asarray(dyn_pos, np.float64)[..., None] * base[:, None, None] ** (-np.arange(0, h, 2) / h)
+    for label, exact_phases in (("exact", True), ("plain", False)):
+      cos, sin = jax.jit(lambda p, e=exact_phases: rope.rotary_cos_sin(p, h, scaling=dyn, exact=e))(dyn_pos)
+      check[label] = float(max(np.abs(np.asarray(cos) - np.cos(angles)).max(),
+                               np.abs(np.asarray(sin) - np.sin(angles)).max()))
   rows = {}
   for name in cases:
     ts = times[name]
@@ -241,7 +277,11 @@ def main() -> None:
   device = jax.devices()[0]
   table = [f"RoPE op on x[{b},{t},{n},{h}], device {device.device_kind} ({jax.device_count()} x "
            f"{device.platform}), jax {jax.__version__}, {args.rounds} rounds x {args.inner}",
-           "positions [T] shared by the batch unless the row says pos[B,T] (random, up to 2^24)"]
+           "positions [T] shared by the batch unless the row says pos[B,T] (random, up to 2^24); dynamic rows: "
+           f"factor 4, max_position_embeddings {dyn['max_position_embeddings']}, positions [B,T] 0..T-1 left-padded "
+           "per row, each row's length from its positions"]
+  if args.dynamic:
+    table.append(f"check vs float64, dynamic rows' cos/sin: exact {check['exact']:.3g}, plain {check['plain']:.3g}")
   if hf is not None:
     info = hf[1]
     table.append(f"HF torch: transformers {info['transformers']}, torch {info['torch']}, python {info['python']}, "
@@ -261,9 +301,10 @@ def main() -> None:
       "bench": "rope_op", "shape": [b, t, n, h], "device": device.device_kind, "platform": device.platform,
       "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "jax": jax.__version__,
       "command": "python bench/rope.py " + " ".join(sys.argv[1:]), "results": rows,
-      "goal_exact_overhead_le_15pct": max(rows["exact fp32"]["time_vs_baseline"],
-                                          rows["exact pos[B,T] fp32"]["time_vs_baseline"]) <= 1.15,
-      "goal_exact_ge_50pct_copy_bw": rows["exact fp32"]["frac_of_copy_bw"] >= 0.5,
+      "goal_exact_overhead_le_15pct": max(rows[name]["time_vs_baseline"] for name in (
+          ("exact dynamic fp32",) if args.dynamic else ("exact fp32", "exact pos[B,T] fp32"))) <= 1.15,
+      "goal_exact_ge_50pct_copy_bw": None if args.dynamic else rows["exact fp32"]["frac_of_copy_bw"] >= 0.5,
+      "dynamic_cos_sin_error_vs_float64": check if args.dynamic else None,
       "hf": None if hf is None else {**hf[1], "timing": "one call rotates q and k; ms = per call / 2",
                                      "max_abs_diff_vs_exact": check["exact"],
                                      "max_abs_diff_vs_plain": check["plain"]},
@@ -271,9 +312,10 @@ def main() -> None:
       "goal_ge_8x_faster_than_hf": None if hf_ratio is None else hf_ratio >= 8,
   }
   print(json.dumps(summary))
-  name = _record.record_name("rope", args)
+  name = _record.record_name("rope_dynamic" if args.dynamic else "rope", args)
   if name:
-    path = _record.save(name, figures=_figures(rows, hf_ratio), table="\n".join(table), result=summary)
+    figures = _dynamic_figures(rows, check) if args.dynamic else _figures(rows, hf_ratio)
+    path = _record.save(name, figures=figures, table="\n".join(table), result=summary)
     print(f"# recorded {path}", file=sys.stderr)
 
 
@@ -298,6 +340,22 @@ def _figures(rows: dict, hf_ratio: float | None) -> list[dict]:
     out.append(fig("B1.exact_fp32_vs_hf", "HF torch fp32 time / exact fp32 time", hf_ratio, "x", goal=">= 8x",
                    met=hf_ratio >= 8))
   return out
+
+
+def _dynamic_figures(rows: dict, check: dict) -> list[dict]:
+  """--dynamic's figures (issue 37): the cost of exact phases when the frequencies are traced."""
+  fig = _record.figure
+  ratio = rows["exact dynamic fp32"]["time_vs_baseline"]
+  return [
+      fig("B1.exact_over_plain_dynamic_fp32_time", "dynamic NTK, length from traced positions: exact / float32 time",
+          ratio, "x", goal="<= 1.15", met=ratio <= 1.15),
+      fig("B1.exact_dynamic_over_static_fp32_time", "dynamic NTK: traced-length exact / static-length exact time",
+          rows["exact dynamic fp32"]["ms"] / rows["exact dynamic static fp32"]["ms"], "x"),
+      fig("B1.dynamic_exact_cos_sin_error", "dynamic NTK, traced length: max cos/sin error vs float64, exact",
+          check["exact"], ""),
+      fig("B1.dynamic_plain_cos_sin_error", "dynamic NTK, traced length: max cos/sin error vs float64, float32",
+          check["plain"], ""),
+  ]
 
 
 if __name__ == "__main__":

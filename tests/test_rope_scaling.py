@@ -33,8 +33,30 @@ def test_longrope_picks_factors_from_traced_positions(t, long):
 def test_dynamic_traced_length_matches_static(t):
   x, pos = _x(t), jnp.arange(t)
   derived = jax.jit(lambda x, p: rope.apply_rotary(x, p, scaling=DYNAMIC))(x, pos)
-  static = rope.apply_rotary(x, pos, scaling=DYNAMIC, seq_len=t)  # exact phases
-  np.testing.assert_allclose(derived, static, atol=1e-4)  # traced base: float32 phases
+  static = rope.apply_rotary(x, pos, scaling=DYNAMIC, seq_len=t)
+  np.testing.assert_allclose(derived, static, atol=1e-6)  # both phase-exact
+  if t <= 64:  # no longer than max_position_embeddings: the static words, bit for bit
+    np.testing.assert_array_equal(derived, rope.apply_rotary(x, pos))
+
+
+def _dynamic_ntk64(x, positions, length, dim, theta, factor, mpe):
+  """Dynamic NTK in float64 NumPy (transformers' formula, not ours): the base grows with the length."""
+  base = theta * (factor * max(length, mpe) / mpe - (factor - 1)) ** (dim / (dim - 2))
+  return ref.rotate_interleaved64(x, positions, inv_freq=base ** (-np.arange(0, dim, 2, dtype=np.float64) / dim))
+
+
+def test_dynamic_traced_length_is_phase_exact_over_5000_tokens():
+  """Issue 37 item 10: a length taken from traced positions (as a model does) gives the float64
+  rotation to the static path's 2e-5 (was 2.4e-4 to 4.1e-4: the float32 product)."""
+  dim, theta, factor, mpe, t = 128, 10000.0, 2.0, 2048, 5000
+  scaling = {"rope_type": "dynamic", "factor": factor, "max_position_embeddings": mpe}
+  x = np.random.default_rng(0).uniform(-1, 1, (3, t, 1, dim)).astype(np.float32)
+  # Row lengths 5000, 3950 (left padding at position 0) and 1000 (<= mpe: the base stays theta).
+  pos = np.stack([np.arange(t), np.maximum(np.arange(t) - 1050, 0), np.maximum(np.arange(t) - 4000, 0)])
+  out = np.asarray(jax.jit(lambda x, p: rope.apply_rotary(x, p, theta, scaling=scaling))(x, pos))
+  for row, length in enumerate((5000, 3950, 1000)):
+    want = _dynamic_ntk64(x[row], pos[row], length, dim, theta, factor, mpe)
+    np.testing.assert_allclose(out[row], want, atol=2e-5, rtol=0, err_msg=f"row {row}, length {length}")
 
 
 def test_dynamic_grows_base_only_beyond_max_len():

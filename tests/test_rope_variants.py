@@ -189,7 +189,7 @@ def test_multi_axis_length_dependent_scaling_reads_the_largest_position_on_any_a
   pos = np.array([[[0, 0, 0], [1, 20, 3], [2, 2, 2]]], np.int32)
   assert np.asarray(spec.seq_len(pos)).tolist() == [21]
   x = RNG.normal(size=(1, 3, 1, 16)).astype(np.float32)
-  # the dynamic base at length 21 (per row: a float32 base, so to float32 rounding), not at 3
+  # the dynamic base at length 21 (per row, traced: phase-exact like the static length), not at 3
   np.testing.assert_allclose(spec.apply(x, pos), spec.apply(x, pos, seq_len=21), rtol=1e-6, atol=1e-6)
   assert not np.allclose(spec.apply(x, pos), spec.apply(x, pos, seq_len=3), atol=1e-3)
 

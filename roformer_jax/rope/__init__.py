@@ -34,7 +34,8 @@ optional amplitudes (xPos, YaRN's attention factor). `RotaryConfig` is the spec 
 choice; `from_hf_config` builds it from a HuggingFace config.json.
 
 Modules: `frequencies` (validation, scalings, pair tables), `rotation` (exact phases, cos/sin,
-`rotate`, `apply_rotary`, xPos), `positions` (1-D, multimodal and grid positions), `spec`
+`rotate`, `apply_rotary`, xPos), `float2` (float-float arithmetic for dynamic NTK's run-time
+frequencies), `positions` (1-D, multimodal and grid positions), `spec`
 (`RotaryConfig`), `hf_config` (`from_hf_config`), `layouts` (q/k weight permutations) and
 `analysis` (the dense eq. 15 and the decay bound of eq. 37). `import roformer_jax.rope` loads
 jax and numpy only.

@@ -10,9 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from roformer_jax.rope import float2
 from roformer_jax.rope.frequencies import (LENGTH_DEPENDENT_TYPES, check_dim, check_layout, check_seq_len,
                                            check_theta, dynamic_base, inv_freq_f64, normalise_scaling,
-                                           pair_axes, pair_frequencies, row_lengths)
+                                           pair_axes, pair_frequencies, positive, row_lengths)
 
 _TWO_PI = 2.0 * math.pi
 
@@ -32,6 +33,41 @@ def _turn_words(inv_freq: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
   a = np.floor(scaled)
   c = np.floor((scaled - a) * 2.0**32)
   return a.astype(np.uint32), c.astype(np.uint32), turns.astype(np.float32)
+
+
+def _dynamic_turn_words(lengths: jax.Array, dim: int, theta: float,
+                        params: Mapping[str, Any]) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """`_turn_words` of dynamic NTK's frequencies at traced per-row lengths, formed at run time.
+
+  inv_freq_i = base ** (-2i / R) with base = theta * s ** (R / (R - 2)) and
+  s = factor * max(L, mpe) / mpe - (factor - 1) (`frequencies.dynamic_base`), so
+  ln(inv_freq_i / 2pi) = -(2i / R) ln(theta) - ln(2pi) - (2i / (R - 2)) ln(s). s, its log and the
+  exponential are taken in float-float (`float2`, ~1e-14), then split into the words: the same
+  exact phase reduction as a static length gets, to a word error of ~2^-52 turns per position.
+  Rows no longer than mpe keep the static words (base = theta), bit for bit.
+
+  lengths: int[...] per-row lengths (float for float positions). Returns uint32 a, c and float32
+  f, each [..., K].
+  """
+  static = _turn_words(inv_freq_f64(dim, theta, params, None)[0])  # also checks the keys and R > 2
+  factor = positive(params, "factor", "dynamic")
+  mpe = positive(params, "max_position_embeddings", "dynamic")
+  length = jnp.asarray(lengths)[..., None]  # [..., 1]
+  if jnp.issubdtype(length.dtype, jnp.integer):
+    longer, length = length > math.floor(mpe), float2.from_int(length)  # L > mpe for an integer L
+  else:  # float positions give a float length (max position + 1)
+    length = length.astype(jnp.float32)
+    longer, length = length > mpe, (length, jnp.zeros_like(length))
+  d = float2.add(length, float2.const(-mpe))  # L - mpe, exact for an integer mpe
+  s = float2.add(float2.const(1.0), float2.mul(float2.const(factor / mpe), d))
+  s = float2.where(longer, s, float2.const(2.0))  # any s >= 1 for short rows (discarded below)
+  i2 = np.arange(0, dim, 2, dtype=np.float64)
+  log_f = float2.add(float2.const(-i2 / dim * math.log(theta) - math.log(_TWO_PI)),
+                     float2.mul(float2.const(-i2 / (dim - 2)), float2.log(s)))
+  f = float2.exp(log_f)  # [..., K] turns per position
+  a, c = float2.turn_words(f)
+  return (jnp.where(longer, a, static[0]), jnp.where(longer, c, static[1]),
+          jnp.where(longer, f[0], static[2]))
 
 
 def _phase_turns_int(pos: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
@@ -104,11 +140,11 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
       lengths, broadcastable to positions.shape[:-1]; or None (default), which gives each row
       its own length, max(positions of that row) + 1, as a full forward over that row alone
       would (padding has position 0, so it never adds length). A row's rotation therefore
-      never depends on its neighbours in the batch. 'longrope' stays phase-exact either way
-      (both factor sets are precomputed and selected per row); 'dynamic' with a traced length
-      has a traced base, so its angles fall back to the float32 product (a static seq_len
-      keeps exact phases). Other scalings ignore it. With several axes a row's length is its
-      largest position on any axis + 1.
+      never depends on its neighbours in the batch. Both are phase-exact either way:
+      'longrope' precomputes both factor sets and selects per row; 'dynamic' with a traced
+      length forms each row's frequency words at run time in float-float (`float2`), to
+      ~3e-7 rad up to position 2^24 like a static length. Other scalings ignore it. With several
+      axes a row's length is its largest position on any axis + 1.
     exact: True (default) reduces the phase exactly (module docstring). False uses the
       common float32 product positions * inv_freq, as HF/MaxText do; kept for comparison.
     dtype: float32 (default) or float64 (with jax_enable_x64) for the result.
@@ -161,10 +197,15 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
   pp = _pair_positions(positions, axes)  # [..., T, 1] or [..., T, K]
 
   if per_row and rope_type == "dynamic":
-    # Traced base per row (float32, as HF computes it at run time): not phase-exact.
-    base = dynamic_base(dim, theta, params, lengths.astype(jnp.float32))
-    angles = _plain_angles(pp, 1.0 / base[..., None] ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
     attention_factor = 1.0
+    if exact:  # the traced base's frequencies in float-float, split into words per row: exact phases
+      # The barrier keeps the words [..., 1, K] out of the [..., T, K] phase fusion: fused, XLA
+      # would redo the float-float exp and log at every position (2.3x the op's time on CPU).
+      words = jax.lax.optimization_barrier(_dynamic_turn_words(lengths, dim, theta, params))
+      angles = _exact_angles(pp, *words, dtype)
+    else:  # a float32 base per row, as HF computes it at run time
+      base = dynamic_base(dim, theta, params, lengths.astype(jnp.float32))
+      angles = _plain_angles(pp, 1.0 / base[..., None] ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
   elif per_row:  # longrope: the long factors for rows longer than the original length
     short, attention_factor = inv_freq_f64(dim, theta, params, None, long=False)
     long, _ = inv_freq_f64(dim, theta, params, None, long=True)
