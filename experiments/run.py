@@ -6,6 +6,7 @@
   python experiments/run.py e5            # En->De translation on gettext catalogues, RoPE vs sinusoidal (C4)
   python experiments/run.py e6            # context extension: L=128 -> 4L, 8L; PI/YaRN/ABF fine-tunes vs scratch
   python experiments/run.py e7 --seeds 0,1,2   # ViT on shapes2d at 32 px, evaluated at 32/48/64 px: 2-D RoPE vs learned vs none
+                                               #   (+ rows fine-tuned at 48 px from the 32-px runs)
   python experiments/run.py e8            # train at L=128, evaluate to 16L: RoPE, xPos+window, p-RoPE, NoPE-hybrid, local/global, NoPE
   python experiments/run.py e2 --steps 200 --seeds 0   # a quick look
   python experiments/run.py e2 --smoke    # seconds: the first arm's code path, 2 steps, one seed
@@ -18,6 +19,13 @@ arms, and each arm runs with the same seeds.
 
 E6 (experiments/context_extension.py) trains a base and fine-tunes it in several ways; its arms
 and settings are described there.
+
+E7 also trains low and fine-tunes high (RoPE-ViT's recipe): after its arms, each arm in
+E7's "fine_tune" starts from its 32-px run of the same seed (config.init_from: the learned table
+resized, RoPE-Mixed's frequencies carried over), trains 100 steps at 48 px (warmup 10, peak
+2e-4, cosine; --steps leaves it alone) and is evaluated at 32/48/64 px like the arms: its own row
+"<arm>, fine-tuned at 48 px", run directory <arm>-ft48_s<seed>. With --arms, an arm's fine-tune
+runs with it.
 
 Where things go:
 - Runs go to experiments/runs/<exp>/<arm>_s<seed> (git-ignored; resumable: re-running skips
@@ -124,6 +132,13 @@ EXPERIMENTS = {
                  "learned (resized)": {"vit.position": "learned"}, "none": {"vit.position": "none"}},
         "length_factors": (),
         "resolutions": (32, 48, 64),  # data.image_size at evaluation: the same scenes, rendered larger
+        # Train low, fine-tune high (RoPE-ViT, DeiT): these arms' 32-px runs, fine-tuned at 48 px (`fine_tune_config`)
+        "fine_tune": {"arms": ("rope-mixed", "rope-axial", "learned (resized)"), "label": "fine-tuned at 48 px",
+                      "dir": "ft48", "overrides": {
+                          "data.image_size": 48, "vit.image_size": 48,  # a 12 x 12 grid: the learned table resized
+                          "total_steps": 100, "optim.warmup_steps": 10,  # short, whatever --steps says
+                          "optim.learning_rate": 2e-4,  # a fifth of the 32-px peak, cosine to 0
+                          "eval_every_steps": 100, "checkpoint_every_steps": 100, "log_every_steps": 10}},
     },
     "e5": {
         "title": "E5 (C4): En->De on the gettext catalogues, 3+3 layers d=256",
@@ -168,6 +183,15 @@ def make_config(exp: dict, arm: dict, seed: int, steps: int | None, smoke: bool 
   return config
 
 
+def fine_tune_config(exp: dict, config, source: str, smoke: bool = False):
+  """`config` (an arm's) fine-tuned from the trained run `source` as exp["fine_tune"] says; the smoke
+  variant keeps its own 2 steps and changes only the resolution."""
+  overrides = dict(exp["fine_tune"]["overrides"])
+  if smoke:
+    overrides = {k: v for k, v in overrides.items() if k.startswith(("data.", "vit."))}
+  return _with(config, {**overrides, "init_from": source})
+
+
 def curve(workdir: str, key: str) -> list[tuple[int, float]]:
   with open(os.path.join(workdir, "metrics.jsonl")) as f:
     rows = [json.loads(line) for line in f]
@@ -184,10 +208,17 @@ def run(name: str, seeds: list[int], steps: int | None, smoke: bool = False, onl
       raise SystemExit(f"--arms: no arm {sorted(unknown)} in {name} (arms: {list(exp['arms'])})")
     arms = [(a, o) for a, o in arms if a in only or a.split()[0] in only]
   scalings = list(exp.get("scalings", {}).items())[:1 if smoke else None]
-  for arm_name, arm in arms:
+  # Each arm (base None), then the fine-tunes of those arms that have one (base: the arm's run).
+  tune = exp.get("fine_tune", {})
+  jobs = [(a, o, None) for a, o in arms]
+  jobs += [(f"{a}, {tune['label']}", o, a) for a, o in arms if a in tune.get("arms", ())]
+  for arm_name, arm, base in jobs:
     for seed in seeds:
-      workdir = os.path.join(run_dir(name, smoke), f"{arm_name.split()[0]}_s{seed}")
+      workdir = os.path.join(run_dir(name, smoke), f"{(base or arm_name).split()[0]}_s{seed}")
       config = make_config(exp, arm, seed, steps, smoke)
+      if base is not None:  # from the arm's run of this seed (trained above, or by an earlier invocation)
+        config = fine_tune_config(exp, config, workdir, smoke)
+        workdir = os.path.join(run_dir(name, smoke), f"{base.split()[0]}-{tune['dir']}_s{seed}")
       resumed = os.path.isdir(os.path.join(workdir, "checkpoints"))  # an earlier invocation trained it
       t0 = time.perf_counter()
       trainer.train_and_evaluate(config, workdir)
@@ -274,12 +305,15 @@ def _save(fig, ax, plt, out: dict, name: str, directory: str) -> str:
 def _plot_resolution(name: str, out: dict, plt, colors, directory: str) -> str:
   """Accuracy against the evaluation resolution per arm: the mean over seeds, bars min..max."""
   fig, ax = plt.subplots(figsize=(8, 4.5))
+  arms, label = list(out["arms"]), EXPERIMENTS["e7"]["fine_tune"]["label"]
   for i, (arm, entries) in enumerate(out["arms"].items()):
     sizes = sorted(int(r) for r in entries[0]["resolutions"])
     acc = np.array([[e["resolutions"][str(r)]["accuracy"] for r in sizes] for e in entries])
     mean = acc.mean(0)
-    ax.errorbar(np.array(sizes) + (i - 2) * 0.4, mean, yerr=[mean - acc.min(0), acc.max(0) - mean], fmt="o-",
-                color=colors[i], capsize=3, label=arm)
+    base = arm.removesuffix(f", {label}")  # a fine-tuned row: its arm's colour, dashed
+    ax.errorbar(np.array(sizes) + (i - 2) * 0.4, mean, yerr=[mean - acc.min(0), acc.max(0) - mean],
+                fmt="o-" if base == arm else "s--", color=colors[arms.index(base) if base in arms else i],
+                capsize=3, label=arm)
   ax.axhline(0.25, color="grey", lw=0.8, ls=":", label="chance (4 classes)")
   ax.axvline(32, color="grey", lw=0.8, ls="--")
   ax.set_xticks(sizes, [f"{r} px\n({r // 4}x{r // 4} patches)" for r in sizes])

@@ -84,3 +84,34 @@ def test_e6_merges_results_per_seed_and_per_target():
   at8["base"][1]["length_curve"][0]["loss"] += 0.1
   with pytest.raises(ValueError, match="seed 1: two results evaluated different base runs"):
     context_extension.merge([at4, at8])
+
+
+def test_e7_fine_tunes_an_arm_at_48_px_from_its_32_px_run_of_the_same_seed(tmp_path, monkeypatch):
+  # Issue 37 item 8: "rope-mixed, fine-tuned at 48 px" is its own row, trained after the arm from the arm's run.
+  trained, evaluated = [], []
+
+  def fake_train(config, workdir):
+    trained.append((workdir, config))
+    pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+    (pathlib.Path(workdir) / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+
+  def fake_evaluate(config, workdir):
+    evaluated.append((workdir, config.data.image_size))
+    return {"metrics": {"loss": 1.0, "accuracy": 0.5}}
+
+  monkeypatch.setattr(runner, "ROOT", str(tmp_path))
+  monkeypatch.setattr(runner.trainer, "train_and_evaluate", fake_train)
+  monkeypatch.setattr(runner.evaluate, "evaluate", fake_evaluate)
+  out = runner.run("e7", [3], 600, only=["rope-mixed", "none"])
+  runs = tmp_path / "experiments" / "runs" / "e7"
+  assert list(out["arms"]) == ["rope-mixed", "none", "rope-mixed, fine-tuned at 48 px"]
+  assert [w for w, _ in trained] == [str(runs / "rope-mixed_s3"), str(runs / "none_s3"), str(runs / "rope-mixed-ft48_s3")]
+  base, tuned = trained[0][1], trained[2][1]
+  assert base.total_steps == 600 and base.data.image_size == base.vit.image_size == 32 and not base.init_from
+  assert tuned.init_from == str(runs / "rope-mixed_s3") and tuned.data.image_size == tuned.vit.image_size == 48
+  assert (tuned.total_steps, tuned.optim.warmup_steps, tuned.optim.learning_rate) == (100, 10, 2e-4)  # not --steps
+  assert tuned.vit.position == "rope_mixed" and tuned.seed == 3
+  assert [r for w, r in evaluated if w.endswith("ft48_s3")] == [48, 32, 48, 64]  # its own eval, then 32/48/64 px
+  assert sorted(out["arms"]["rope-mixed, fine-tuned at 48 px"][0]["resolutions"]) == ["32", "48", "64"]
+  smoke = runner.fine_tune_config(runner.EXPERIMENTS["e7"], base, "src", smoke=True)  # the smoke keeps its steps
+  assert (smoke.total_steps, smoke.data.image_size, smoke.init_from) == (base.total_steps, 48, "src")
