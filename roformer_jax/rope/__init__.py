@@ -43,10 +43,10 @@ jax and numpy only.
 
 from roformer_jax.rope.analysis import long_term_decay, rotation_matrix
 from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, LENGTH_DEPENDENT_TYPES, ROPE_TYPES,
-                                           SECTION_LAYOUTS, check_scaling, frequencies_change,
+                                           SECTION_LAYOUTS, RopeConfigWarning, check_scaling, frequencies_change,
                                            is_length_dependent, mixed_frequencies, pair_axes, pair_frequencies,
                                            pixel_frequencies,
-                                           rescaled_theta, rope_frequencies, row_lengths)
+                                           rescaled_theta, rope_frequencies, row_lengths, scaling_warnings)
 from roformer_jax.rope.hf_config import from_hf_config
 from roformer_jax.rope.layouts import convert_qk_layout, layout_permutation
 from roformer_jax.rope.positions import (grid_positions, multimodal_positions, pad_positions,
@@ -57,6 +57,7 @@ from roformer_jax.rope.spec import RotaryConfig, freeze_scaling
 __all__ = [
     "LAYOUTS", "ROPE_TYPES", "LENGTH_DEPENDENT_TYPES", "SECTION_LAYOUTS", "FREQUENCY_KINDS",
     "apply_rotary", "rotate", "rotary_cos_sin", "xpos_amplitude", "rope_frequencies", "check_scaling",
+    "scaling_warnings", "RopeConfigWarning",
     "is_length_dependent", "frequencies_change", "row_lengths", "pair_axes", "pair_frequencies",
     "pixel_frequencies", "rescaled_theta", "mixed_frequencies", "videorope_positions", "rotation_matrix", "long_term_decay", "positions_from_segments",
     "positions_from_mask", "multimodal_positions", "pad_positions", "grid_positions", "layout_permutation", "convert_qk_layout",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -122,6 +123,83 @@ def normalise_scaling(scaling: Any, theta: float) -> dict[str, Any] | None:
           "so you may pass that key instead).")
     params["original_max_position_embeddings"] = params["max_position_embeddings"]
   return params
+
+
+class RopeConfigWarning(UserWarning):
+  """A rope_parameters dict that loads and runs but is probably not what was meant: one that
+  transformers' config validation warns about (or refuses), so a config written for it behaves
+  the same here. Raised by `check_scaling` (every `RotaryConfig`, hence `ModelConfig` and
+  `from_hf_config`); silence it with `warnings.filterwarnings("ignore", category=RopeConfigWarning)`."""
+
+
+# transformers 5.24's RotaryEmbeddingConfigMixin._validate_yarn_rope_parameters: the keys it
+# requires and allows (partial_rotary_factor and the legacy "type" are allowed for every type).
+# max_position_embeddings is the model config's length, which this dict carries (HF reads it
+# from the config, not from rope_parameters).
+_YARN_REQUIRED = ("factor", "original_max_position_embeddings")
+_YARN_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor", "max_position_embeddings",
+                        *_YARN_REQUIRED, "attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+                        "truncate"})
+
+
+def scaling_warnings(params: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+  """(condition, message) for each thing transformers 5.24 warns about in this rope_parameters dict.
+
+  The conditions are exactly those of transformers' `_validate_yarn_rope_parameters` (5.24), for
+  rope_type 'yarn' (other types give none yet): "missing_keys" (no 'factor': transformers
+  refuses the config with a KeyError; here factor = max_position_embeddings / original length),
+  "unrecognized_keys", "factor" (None, not a number, or < 1), "attention_factor" (not a float,
+  or < 0), "beta_fast_type", "beta_slow_type", "beta_order" (beta_fast < beta_slow, defaults 32
+  and 1), "implicit_factor" (max_position_embeddings / original_max_position_embeddings is
+  neither factor nor 1; skipped when the dict has no max_position_embeddings, which transformers
+  takes from the model config). A missing original_max_position_embeddings is no condition:
+  both fall back to max_position_embeddings, which makes the implicit factor 1.
+
+  Args:
+    params: a dict as `normalise_scaling` returns it (rope_type set, original length filled in).
+  """
+  if not params or params.get("rope_type") != "yarn":
+    return []
+  out = []
+  where = "scaling for rope_type 'yarn'"
+  if "factor" not in params:
+    mpe, omp = params.get("max_position_embeddings"), params.get("original_max_position_embeddings")
+    implied = f" = {mpe} / {omp} = {mpe / omp:g}" if isinstance(mpe, numbers.Real) and omp else ""
+    out.append(("missing_keys", f"{where} has no 'factor'. transformers refuses such a config (KeyError: missing "
+                f"required key 'factor'); here factor = max_position_embeddings / original_max_position_embeddings"
+                f"{implied} is used. Set 'factor' explicitly (the context extension ratio)."))
+  unknown = sorted(str(k) for k in params if k not in _YARN_KEYS)
+  if unknown:
+    out.append(("unrecognized_keys", f"{where} has key(s) {unknown} that YaRN does not read (transformers warns: "
+                f"unrecognized keys); it reads {sorted(_YARN_KEYS - {'rope_type', 'type'})}. Check the spelling."))
+  factor = params.get("factor")
+  number = (float, int)
+  if "factor" in params and (factor is None or not isinstance(factor, number) or factor < 1.0):
+    out.append(("factor", f"{where}: 'factor'={factor!r} should be a number >= 1, the ratio of the extended to "
+                "the original context length (transformers warns). Set it to new length / original length."))
+  af = params.get("attention_factor")
+  if af is not None and (not isinstance(af, float) or af < 0):
+    fix = f"write it as {float(af)!r}" if isinstance(af, number) and af >= 0 else "use a float >= 0, or leave it out"
+    out.append(("attention_factor", f"{where}: 'attention_factor'={af!r} should be a float >= 0 (transformers warns "
+                f"for anything else, an int included); {fix}."))
+  beta_fast, beta_slow = params.get("beta_fast"), params.get("beta_slow")
+  for key, value, default in (("beta_fast", beta_fast, 32), ("beta_slow", beta_slow, 1)):
+    if value is not None and not isinstance(value, number):
+      out.append((f"{key}_type", f"{where}: '{key}'={value!r} should be a number (default {default}; transformers "
+                  "warns)."))
+  if all(isinstance(v, number) or v is None for v in (beta_fast, beta_slow)) and (beta_fast or 32) < (beta_slow or 1):
+    out.append(("beta_order", f"{where}: 'beta_fast'={beta_fast!r} (32 if unset) is below 'beta_slow'={beta_slow!r} "
+                "(1 if unset); YaRN ramps from beta_fast rotations down to beta_slow (transformers warns). Swap "
+                "them, or leave both out for 32 and 1."))
+  mpe, omp = params.get("max_position_embeddings"), params.get("original_max_position_embeddings")
+  if "factor" in params and isinstance(mpe, numbers.Real) and isinstance(omp, numbers.Real) and omp:
+    implicit = mpe / omp  # without a factor (missing_keys) the factor used is this one
+    if implicit != factor and implicit != 1:
+      out.append(("implicit_factor", f"{where}: 'factor'={factor!r} does not match max_position_embeddings / "
+                  f"original_max_position_embeddings = {mpe} / {omp} = {implicit:g}; the explicit factor is used (as "
+                  "in transformers, which warns). Set original_max_position_embeddings to the pre-training length "
+                  f"(max_position_embeddings / factor), or factor to {implicit:g}."))
+  return out
 
 
 # --------------------------------------------------------------------------------------
@@ -369,11 +447,18 @@ def check_scaling(scaling: Mapping[str, Any] | None, *, dim: int | None = None, 
 
   Raises:
     ValueError / TypeError: naming the bad key, its value and what was expected.
+
+  Warns:
+    RopeConfigWarning: for each condition transformers' validation warns about (or refuses):
+      `scaling_warnings`.
   """
   theta = check_theta(theta)
   params = normalise_scaling(scaling, theta)
   if params is None:
     return None
+  for _, message in scaling_warnings(params):
+    # One location: the default filter shows each message once, however often a spec is checked.
+    warnings.warn(message, RopeConfigWarning, stacklevel=1)
   rope_type = params["rope_type"]
   if dim is None:
     if rope_type != "longrope":
