@@ -150,8 +150,9 @@ def test_a_causal_lm_starts_from_a_trained_lm_at_a_new_length_and_rope(lm_run, m
 
 @pytest.mark.slow
 def test_a_layer_types_rope_retune_is_reported(lm_run):
-  # Issue 37 item 5: a fine-tune that changes only a layer type's theta reported `{}` (the smoke LM has one layer).
-  config = extend_config(lm_run, layer_types=("g", "l"), layer_settings={"g": {"rope": {"theta": 5e6}}},
+  # Issue 37 item 5: a fine-tune that changes only a layer type's theta reported `{}` (the smoke LM has one layer,
+  # of type g).
+  config = extend_config(lm_run, layer_types=("g",), layer_settings={"g": {"rope": {"theta": 5e6}}},
                          rope_scaling=None)
   info = checkpoints.init_from(tasks.build_model(config, nnx.Rngs(0)), str(lm_run))
   assert info["rope"] == {"layer_settings['g'].rope.theta": (10000.0, 5e6)}
