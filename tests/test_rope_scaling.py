@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from roformer_jax import rope
+from roformer_jax.rope import float2
 from tests import reference as ref
 
 LONGROPE = {"rope_type": "longrope", "original_max_position_embeddings": 64, "max_position_embeddings": 1024,
@@ -57,6 +58,39 @@ def test_dynamic_traced_length_is_phase_exact_over_5000_tokens():
   for row, length in enumerate((5000, 3950, 1000)):
     want = _dynamic_ntk64(x[row], pos[row], length, dim, theta, factor, mpe)
     np.testing.assert_allclose(out[row], want, atol=2e-5, rtol=0, err_msg=f"row {row}, length {length}")
+
+
+def test_dynamic_traced_length_is_phase_exact_up_to_2_24():
+  """cos/sin at sampled positions up to 2^24, rows of different lengths, against float64."""
+  dim, mpe = 64, 4096
+  scaling = {"rope_type": "dynamic", "factor": 4.0, "max_position_embeddings": mpe}
+  pos = np.sort(np.random.default_rng(1).integers(0, 2**24, (3, 256)), axis=-1)
+  pos[:, -1] = [2**24 - 1, 2**20, 100]  # lengths 2^24, 2^20 + 1, and a short row (left as theta)
+  pos[2] = np.minimum(pos[2], 100)
+  cos, sin = jax.jit(lambda p: rope.rotary_cos_sin(p, dim, scaling=scaling))(pos.astype(np.int32))
+  base = 1e4 * (4.0 * np.maximum(pos.max(-1) + 1, mpe) / mpe - 3.0) ** (dim / (dim - 2))
+  angles = pos[..., None].astype(np.float64) * base[:, None, None] ** (-np.arange(0, dim, 2) / dim)
+  np.testing.assert_allclose(cos, np.cos(angles), atol=1e-6, rtol=0)
+  np.testing.assert_allclose(sin, np.sin(angles), atol=1e-6, rtol=0)
+
+
+def test_float2_exp_log_and_words_against_float64():
+  rng = np.random.default_rng(0)
+  x = rng.uniform(-40.0, 0.5, 4000)
+  hi, lo = float2.const(x)
+  x = hi.astype(np.float64) + lo  # the pair's exact value
+  e = jax.jit(lambda a, b: float2.exp((a, b)))(hi, lo)
+  rel = np.abs(np.asarray(e[0], np.float64) + np.asarray(e[1], np.float64) - np.exp(x)) / np.exp(x)
+  assert np.all(rel <= 1e-14 * (1 + np.abs(x))), rel.max()
+  s = 1.0 + rng.uniform(0.0, 300.0, 4000)
+  hi, lo = float2.const(s)
+  y = jax.jit(lambda a, b: float2.log((a, b)))(hi, lo)
+  y = np.asarray(y[0], np.float64) + np.asarray(y[1], np.float64)
+  np.testing.assert_allclose(y, np.log(hi.astype(np.float64) + lo), atol=5e-14, rtol=0)
+  f = np.concatenate([[0.0, 1 / (2 * np.pi), 1e-17, 0.5 - 2**-40], rng.uniform(0.0, 0.16, 4000)])
+  a, c = jax.jit(lambda a, b: float2.turn_words((a, b)))(*float2.const(f))
+  words = np.asarray(a, np.float64) * 2.0**32 + np.asarray(c, np.float64)  # f in units of 2^-64
+  np.testing.assert_allclose(words, f * 2.0**64, rtol=0, atol=2.0**-48 * 2.0**64)
 
 
 def test_dynamic_grows_base_only_beyond_max_len():

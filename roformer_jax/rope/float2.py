@@ -66,8 +66,11 @@ def _two_prod(a, b) -> Pair:
 
 
 def add(x: Pair, y: Pair) -> Pair:
+  """x + y to ~2^-48 of the result, cancellation included (the lo words summed exactly too)."""
   s, e = _two_sum(x[0], y[0])
-  return _fast_two_sum(s, e + (x[1] + y[1]))
+  t, f = _two_sum(x[1], y[1])
+  s, e = _fast_two_sum(s, e + t)
+  return _fast_two_sum(s, e + f)
 
 
 def neg(x: Pair) -> Pair:
@@ -95,7 +98,10 @@ _INV_FACTORIALS = [const(1.0 / math.factorial(n)) for n in range(2, 7)]
 
 
 def exp(x: Pair) -> Pair:
-  """e^x for x in about [-85, 85] (float32's exponent range), relative error ~1e-14."""
+  """e^x for x in about [-85, 85] (float32's exponent range).
+
+  Relative error below 1e-14 (1 + |x|) (the |x| term is ln 2's pair error times the k of
+  x = k ln 2 + r: the size of the error the pair x itself carries, |x| 2^-48)."""
   k = jnp.round(x[0] * np.float32(1.0 / math.log(2.0)))
   # r = x - k ln 2, |r| <= ln(2) / 2 (plus rounding), then r / 2^8: exact scaling.
   r = add(x, neg(mul((k, jnp.zeros_like(k)), _LN2)))
