@@ -172,6 +172,9 @@ def make_config(exp: dict, arm: dict, seed: int, steps: int | None, smoke: bool 
     if config.eval.passkey_lengths:  # a prompt needs ~100 bytes: longer than the smoke rows (as E6's smoke)
       config = _with(config, {"eval.passkey_lengths": (128,), "eval.passkey_depths": (0.0,), "eval.passkey_trials": 1,
                               "data.passkey_fraction": 0.0})
+    types = config.model.get("layer_types")
+    if types and len(types) > config.model.num_layers:  # one layer per type of the arm's pattern (e8's)
+      config.model.num_layers = len(types)
     return _with(config, SMOKE_EVAL)
   if steps:
     config.total_steps = steps

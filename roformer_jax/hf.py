@@ -164,13 +164,6 @@ def rotary_problems(rotary: RotaryConfig, head_size: int) -> list[str]:
   return problems
 
 
-def _plain(frozen):
-  """Frozen (key, value) items back as nested dicts, for a message."""
-  if isinstance(frozen, tuple) and all(isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str) for i in frozen):
-    return {k: _plain(v) for k, v in frozen}
-  return frozen
-
-
 def _check_representable(cfg: ModelConfig) -> None:
   problems = []
   if cfg.position != "rope":
@@ -178,7 +171,7 @@ def _check_representable(cfg: ModelConfig) -> None:
   else:
     problems += rotary_problems(cfg.rotary, cfg.head_size)
   if cfg.layer_settings is not None:
-    problems.append(f"layer_settings={_plain(cfg.layer_settings)!r} (HF RoFormer's layers are all alike: one RoPE, "
+    problems.append(f"layer_settings={cfg.plain_layer_settings()!r} (HF RoFormer's layers are all alike: one RoPE, "
                     "no window, no temperature)")
   if cfg.norm != "post":
     problems.append(f"norm={cfg.norm!r} (HF RoFormer is post-LN)")

@@ -28,8 +28,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from roformer_jax import context_parallel, positional
-from roformer_jax.attention import (ATTENTION_IMPLEMENTATIONS, ATTENTION_KINDS, FEATURE_MAPS, MultiHeadAttention, cross_attend,
-                                    cross_kv, mask_factors)
+from roformer_jax.attention import (ATTENTION_IMPLEMENTATIONS, ATTENTION_KINDS, FEATURE_MAPS, AttentionTemperature,
+                                    MultiHeadAttention, cross_attend, cross_kv, mask_factors)
 from roformer_jax.partitioning import partitioned
 from roformer_jax.positional import RotaryConfig
 
@@ -136,6 +136,11 @@ class ModelConfig:
       value = getattr(self, name)
       if not isinstance(value, int) or value <= 0:
         raise ValueError(f"model {name}={value!r} must be a positive integer.")
+    if self.layer_types is not None and len(self.layer_types) > self.num_layers:
+      raise ValueError(f"layer_types={self.layer_types} names {len(self.layer_types)} layers, but num_layers="
+                       f"{self.num_layers}: types {self.layer_types[self.num_layers:]} would apply to no layer. Give at "
+                       "most num_layers names (a shorter pattern repeats: layer i has type layer_types[i % "
+                       "len(layer_types)]), or raise num_layers.")
     if self.head_dim is None and self.d_model % self.num_heads:
       raise ValueError(f"d_model={self.d_model} is not divisible by num_heads={self.num_heads}; "
                        "set head_dim or change one of them.")
@@ -169,9 +174,16 @@ class ModelConfig:
                      else (self.head_size, "head dim"))
       self.rotary.check(width, what)
       for i in range(self.num_layers):
-        spec = self.layer_rotary(i)
+        try:
+          spec = self.layer_rotary(i)
+          if spec is not None:
+            spec.check(width, what)
+        except (TypeError, ValueError) as e:
+          if self._layer_setting(i, "rope") is None:
+            raise
+          raise type(e)(f"layer_settings[{self.layer_type(i)!r}]['rope']="
+                        f"{self.plain_layer_settings()[self.layer_type(i)]['rope']!r}: {e}") from None
         if spec is not None:
-          spec.check(width, what)
           if spec.position_shape != self.rotary.position_shape:
             raise ValueError(f"layer_settings[{self.layer_type(i)!r}]['rope'] gives positions of shape "
                              f"{spec.position_shape}, the model {self.rotary.position_shape}: every layer reads the "
@@ -210,6 +222,10 @@ class ModelConfig:
   def compute_dtype(self):
     return jnp.dtype(self.dtype)
 
+  def plain_layer_settings(self) -> dict[str, dict[str, Any]] | None:
+    """`layer_settings` as nested dicts {type: {setting: value}} (the config keeps them frozen)."""
+    return _thawed(self.layer_settings)
+
   def layer_type(self, i: int) -> str | None:
     """Layer i's type name (`layer_types`, repeated as a pattern), or None if none are set."""
     return None if self.layer_types is None else self.layer_types[i % len(self.layer_types)]
@@ -233,13 +249,19 @@ class ModelConfig:
     """Layer i's attention window W (None = attend to every key the mask allows)."""
     return self._layer_setting(i, "window")
 
-  def layer_temperature(self, i: int) -> dict[str, float] | None:
-    """Layer i's q temperature scaling {"scale", "floor"} (Llama 4), or None."""
-    t = self._layer_setting(i, "attn_temperature")
-    return None if t is None else dict(t)
+  def layer_temperature(self, i: int) -> AttentionTemperature | None:
+    """Layer i's q temperature scaling (Llama 4's `scale` and `floor`), or None."""
+    return self._layer_setting(i, "attn_temperature")
 
 
 _LAYER_SETTING_KEYS = ("rope", "window", "attn_temperature")
+
+
+def _thawed(frozen):
+  """Frozen (key, value) items back as nested dicts."""
+  if isinstance(frozen, tuple) and all(isinstance(i, tuple) and len(i) == 2 and isinstance(i[0], str) for i in frozen):
+    return {k: _thawed(v) for k, v in frozen}
+  return frozen
 
 
 def _freeze_layer_types(types):
@@ -268,7 +290,12 @@ def _freeze_layer_settings(settings, types):
   for name, values in settings.items():
     if types is None or name not in types:
       raise ValueError(f"layer_settings names layer type {name!r}, which layer_types={types} does not have.")
-    values = dict(values or {})
+    if values is None:
+      values = {}
+    if not isinstance(values, (Mapping, tuple)):
+      raise ValueError(f"layer_settings[{name!r}]={values!r} must be a dict {{setting: value}} of {_LAYER_SETTING_KEYS}, "
+                       f"e.g. {{{name!r}: {{'rope': 'none'}}}} for layers without RoPE or {{{name!r}: {{'window': 4096}}}}.")
+    values = dict(values)
     unknown = sorted(set(values) - set(_LAYER_SETTING_KEYS))
     if unknown:
       raise ValueError(f"layer_settings[{name!r}] has unknown keys {unknown}; a layer type sets {_LAYER_SETTING_KEYS}.")
@@ -294,11 +321,8 @@ def _freeze_layer_settings(settings, types):
         raise ValueError(f"layer_settings[{name!r}]['window']={w!r} must be a positive int (tokens).")
       frozen["window"] = w
     if values.get("attn_temperature") is not None:
-      t = dict(values["attn_temperature"])
-      if set(t) != {"scale", "floor"} or not float(t["scale"]) >= 0 or not float(t["floor"]) >= 1:
-        raise ValueError(f"layer_settings[{name!r}]['attn_temperature']={t!r} must be {{'scale': >= 0, 'floor': "
-                         ">= 1}} (Llama 4: {'scale': 0.1, 'floor': 8192}).")
-      frozen["attn_temperature"] = tuple(sorted((k, float(v)) for k, v in t.items()))
+      frozen["attn_temperature"] = AttentionTemperature.of(values["attn_temperature"],
+                                                           f"layer_settings[{name!r}]['attn_temperature']")
     out.append((name, tuple(sorted(frozen.items()))))
   return tuple(sorted(out))
 
@@ -486,13 +510,14 @@ class Block(nnx.Module):
       x = self._residual(x, self.cross_norm, cross, deterministic)
     return self._residual(x, self.mlp_norm, self._mlp, deterministic)
 
-  def decode(self, x, cache, *, positions, index, kv_valid, cross_mask=None):
-    """Incremental forward of new tokens x [B, L, D]; returns (y, new layer cache)."""
+  def decode(self, x, cache, *, positions, index, kv_valid, cross_mask=None, end=None):
+    """Incremental forward of new tokens x [B, L, D]; returns (y, new layer cache). `end`:
+    see `MultiHeadAttention.decode` (a cache rebuild)."""
     new = {}
 
     def attn(h):
       y, new["self"] = self.attention.decode(h, cache["self"], positions=positions, index=index,
-                                             kv_valid=kv_valid)
+                                             kv_valid=kv_valid, end=end)
       return y
 
     x = self._residual(x, self.attention_norm, attn, True)
@@ -682,9 +707,17 @@ class RoFormerForSequenceClassification(nnx.Module):
 # --------------------------------------------------------------------------------------
 
 
+def _length_dependent_specs(cfg: ModelConfig) -> tuple[RotaryConfig, ...]:
+  """The distinct RoPE specs among cfg's layers (the model's, and each layer type's own) whose
+  frequencies follow the sequence's length (dynamic, longrope)."""
+  specs = dict.fromkeys(cfg.layer_rotary(i) for i in range(cfg.num_layers))
+  return tuple(spec for spec in specs if spec is not None and spec.length_dependent)
+
+
 def _keeps_tokens(cfg: ModelConfig) -> bool:
-  """A length-dependent RoPE (dynamic, longrope) needs the tokens to rebuild its cache from."""
-  return cfg.position == "rope" and cfg.rotary.length_dependent
+  """A length-dependent RoPE (dynamic, longrope) on any layer needs the tokens to rebuild the
+  cache from."""
+  return bool(_length_dependent_specs(cfg))
 
 
 def _new_cache(layers, batch: int, max_len: int, dtype) -> dict[str, Any]:
@@ -724,12 +757,13 @@ def _advance(cache, token_mask, length: int):
   return positions, valid, counts[:, -1]
 
 
-def _decode_stack(layers, x, cache, advanced, *, cross_mask=None):
+def _decode_stack(layers, x, cache, advanced, *, cross_mask=None, end=None):
   positions, valid, count = advanced
   index = cache["index"]
   new_layers = []
-  for layer, layer_cache in zip(layers, cache["layers"]):
-    x, new = layer.decode(x, layer_cache, positions=positions, index=index, kv_valid=valid, cross_mask=cross_mask)
+  for layer, layer_cache in zip(layers, cache["layers"], strict=True):
+    x, new = layer.decode(x, layer_cache, positions=positions, index=index, kv_valid=valid, cross_mask=cross_mask,
+                          end=end)
     new_layers.append(new)
   new_cache = {**cache, "layers": new_layers, "index": index + x.shape[1], "valid": valid,
                "position": cache["position"] + _trailing(count, cache["position"])}
@@ -761,7 +795,8 @@ def _decode(layers, embed, tokens, cache, token_mask, *, cross_mask=None):
   history = jax.lax.dynamic_update_slice_in_dim(cache["tokens"], jnp.asarray(tokens, jnp.int32), index, axis=1)
   cache = {**cache, "tokens": history}
   old_len = cache["position"].reshape(cache["position"].shape[0], -1).max(axis=1)  # each row's length so far
-  changed = cfg.rotary.frequencies_change(old_len, old_len + advanced[2]) & (old_len > 0)
+  changed = functools.reduce(jnp.logical_or, [spec.frequencies_change(old_len, old_len + advanced[2])
+                                               for spec in _length_dependent_specs(cfg)]) & (old_len > 0)
 
   def rebuilt(cache):
     b, slots = history.shape
@@ -769,9 +804,10 @@ def _decode(layers, embed, tokens, cache, token_mask, *, cross_mask=None):
     fresh = {**cache, "index": jnp.zeros((), jnp.int32), "valid": jnp.zeros_like(cache["valid"]),
              "position": jnp.zeros_like(cache["position"]),
              "layers": [{**lc, "self": layer.attention.init_cache(b, slots, dtype)}
-                        for layer, lc in zip(layers, cache["layers"])]}
+                        for layer, lc in zip(layers, cache["layers"], strict=True)]}
     every = _advance(fresh, advanced[1], slots)  # all real slots so far, this step's included
-    x, new = _decode_stack(layers, embed(history, every[0]), fresh, every, cross_mask=cross_mask)
+    x, new = _decode_stack(layers, embed(history, every[0]), fresh, every, cross_mask=cross_mask,
+                           end=index + length)  # window layers keep the slots before it, not the last empty ones
     return jax.lax.dynamic_slice_in_dim(x, index, length, axis=1), {**new, "index": index + length}
 
   return jax.lax.cond(jnp.any(changed), rebuilt, cached, cache)

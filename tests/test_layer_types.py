@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from roformer_jax import hf
-from roformer_jax.attention.layer import temperature_scale
-from roformer_jax.models import CausalLM, ModelConfig, RoFormerForMaskedLM
+from roformer_jax import decoding, hf, models, vit
+from roformer_jax.attention.layer import AttentionTemperature, temperature_scale
+from roformer_jax.models import (CausalLM, ModelConfig, RoFormerForMaskedLM, RoFormerForSequenceClassification,
+                                 TransformerSeq2Seq)
 from roformer_jax.rope import RotaryConfig
 from roformer_jax.training import checkpoints
 
@@ -44,11 +45,31 @@ def test_layer_specs_come_from_their_types():
     ({"a": {"window": 0}}, "must be a positive int"),
     ({"a": {"rope": {"thet": 2.0}}}, r"sets \['thet'\], which are not RoPE spec fields"),
     ({"a": {"rope": {"sections": (2, 2)}}}, "every layer reads the same positions"),
-    ({"a": {"attn_temperature": {"scale": 0.1}}}, "must be {'scale'"),
+    ({"a": {"attn_temperature": {"scale": 0.1}}}, "must be a dict {'scale'"),
+    # issue 37 item 6: each names the type, the key and the value, and says what to write
+    ({"a": "none"}, r"layer_settings\['a'\]='none' must be a dict .*\{'a': \{'rope': 'none'\}\}"),
+    ({"a": {"attn_temperature": 0.1}}, r"layer_settings\['a'\]\['attn_temperature'\]=0.1 must be a dict "
+                                       r"\{'scale': >= 0, 'floor': >= 1\}"),
+    ({"a": {"attn_temperature": {"scale": -1, "floor": 8}}}, r"\['attn_temperature'\].*scale=-1 must be"),
+    ({"a": {"rope": {"rotary_dim": 7}}}, r"layer_settings\['a'\]\['rope'\]=\{'rotary_dim': 7\}: rope rotary_dim "
+                                         r"must be a positive even integer"),
 ])
 def test_bad_layer_settings_are_refused_at_config_time(settings, match):
   with pytest.raises(ValueError, match=match):
     ModelConfig(**BASE, layer_types=("a", "b"), layer_settings=settings)
+
+
+def test_an_odd_rotary_dim_on_the_model_is_refused_at_config_time():
+  with pytest.raises(ValueError, match="rotary_dim must be a positive even integer .* got 7"):
+    ModelConfig(**BASE, rotary_dim=7)
+
+
+def test_a_pattern_longer_than_the_model_is_refused():
+  """Six type names for four layers would drop types 'e' and 'f' and their settings silently."""
+  with pytest.raises(ValueError, match=r"names 6 layers, but num_layers=4: types \('e', 'f'\) would apply to no "
+                                       r"layer.*a shorter pattern repeats"):
+    ModelConfig(**BASE, layer_types=("a", "b", "c", "d", "e", "f"), layer_settings={"f": {"window": 2}})
+  assert ModelConfig(**BASE, layer_types=("a", "b", "c", "d")).layer_type(3) == "d"  # one name per layer
 
 
 def test_same_settings_for_every_type_are_the_plain_model():
@@ -104,26 +125,96 @@ COMBOS = {
                              layer_settings={"w": {"window": 2}, "n": {"rope": "none", "window": 5}}),
     "window_chunked": dict(layer_types=("w",), layer_settings={"w": {"window": 4}}, attention_implementation="chunked"),
 }
+# Every layer setting of COMBOS in three models, so that each compiles the jitted paths once,
+# with length-dependent scalings (the frequencies follow each row's length; original length 6,
+# so 14 tokens cross it) per layer type and on the model beside window layers narrower than the
+# cache (issue 37 items 2 and 3).
+DYNAMIC = {"rope_type": "dynamic", "factor": 4.0, "max_position_embeddings": 6}
+LONGROPE = {"rope_type": "longrope", "factor": 4.0, "original_max_position_embeddings": 6,
+            "short_factor": [1.0, 1.2, 1.5, 2.0], "long_factor": [1.0, 2.0, 4.0, 8.0]}
+JITTED = {
+    "dynamic_model": dict(rope_scaling=DYNAMIC, layer_types=("w", "n", "g", "l"), layer_settings={
+        "w": {"window": 3, "rope": {"theta": 1e4}}, "n": {"rope": "none", "attn_temperature": {"scale": 0.5, "floor": 3}},
+        "g": {"rope": {"theta": 1e6}}, "l": {"rope": {"scaling": LONGROPE}}}),
+    "longrope_model": dict(rope_scaling=LONGROPE, layer_types=("w", "d", "p"), layer_settings={
+        "w": {"window": 3}, "d": {"rope": {"scaling": DYNAMIC}},
+        "p": {"rope": {"scaling": {"rope_type": "proportional", "partial_rotary_factor": 0.5}, "layout": "half"}}}),
+    "xpos_model": {**COMBOS["window_xpos_nope"], "attention_implementation": "chunked"},
+}
 
 
-@pytest.mark.parametrize("name", sorted(COMBOS))
-def test_cached_decoding_equals_the_full_forward(name):
-  """Step by step, each prediction equals the full forward over that prefix (left padding
-  included), to 1e-5."""
-  model = lm(**COMBOS[name])
-  cache = model.init_cache(2, 16)
-  logits, cache = model.decode_step(TOKENS[:, :4], cache, token_mask=MASK[:, :4])
-  full = model(TOKENS[:, :4], attention_mask=MASK[:, :4])
-  np.testing.assert_allclose(logits[1], full[1], rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(logits[0, 3], full[0, 3], rtol=1e-5, atol=1e-5)
-  # No combination here depends on the sequence's length and every layer is causal, so
-  # position i of the whole sequence's forward is the forward of the prefix ending at i: one
-  # forward (one shape) instead of one per prefix length. (Length-dependent scalings are
-  # checked prefix by prefix in tests/test_models.py.)
-  whole = model(TOKENS, attention_mask=MASK)
-  for i in range(4, 11):
-    step, cache = model.decode_step(TOKENS[:, i:i + 1], cache)
-    np.testing.assert_allclose(step[:, 0], whole[:, i], rtol=1e-5, atol=1e-5)
+def test_every_models_static_state_is_hashable_under_every_layer_setting():
+  """jit hashes a module's GraphDef, which holds its non-array attributes: a dict there broke
+  every jitted decode of a Llama 4 NoPE layer (issue 37 item 1)."""
+  for kw in JITTED.values():
+    cfg = ModelConfig(**{**BASE, **kw})
+    builders = [lambda: CausalLM(cfg, rngs=nnx.Rngs(0)), lambda: TransformerSeq2Seq(cfg, rngs=nnx.Rngs(0)),
+                lambda: RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0)),
+                lambda: RoFormerForSequenceClassification(cfg, 3, rngs=nnx.Rngs(0))]
+    if "scaling" not in repr(kw):  # the ViT's 2-D RoPE takes no scaling
+      builders.append(lambda: vit.VisionTransformer(cfg.replace(rope={**dict(cfg.rope or ()), "sections": (2, 2)}),
+                                                    vit.ViTConfig(image_size=8, patch_size=4, num_classes=3),
+                                                    rngs=nnx.Rngs(0)))
+    for build in builders:
+      hash(nnx.graphdef(nnx.eval_shape(build)))  # a TypeError names an unhashable attribute
+  temperature = ModelConfig(**BASE, **COMBOS["nope_temperature"]).layer_temperature(3)
+  assert temperature == AttentionTemperature(0.5, 3) and hash(temperature)
+
+
+T, P = 14, 4  # decode to T tokens after a prefill of P
+LONG = jax.random.randint(jax.random.key(2), (2, T), 1, 29)
+LONG_MASK = jnp.arange(T)[None] >= jnp.array([[3], [0]])  # row 0 left-padded by 3
+
+
+def _after_each_prefix(forward, tokens, mask, lengths):
+  """forward's logits [B, len(lengths), V] after each prefix tokens[:, :n]: every prefix right-
+  padded to the full width in one batch (a row's length is its own; padding has position 0 and
+  never adds to it: tests/test_models.py), one compiled shape instead of one per length."""
+  b, t = tokens.shape
+  keep = [mask & (jnp.arange(t) < n) for n in lengths]
+  out = forward(jnp.concatenate([jnp.where(k, tokens, 0) for k in keep]), jnp.concatenate(keep))
+  return jnp.stack([out[j * b:(j + 1) * b, n - 1] for j, n in enumerate(lengths)], axis=1)
+
+
+@pytest.mark.slow  # each model compiles a decode program per path (about 20 s on 2 cores)
+@pytest.mark.parametrize("name", sorted(JITTED))
+def test_every_layer_setting_decodes_as_the_full_forward_through_the_jitted_paths(name):
+  """models.jitted's decode_step, decoding.generate and decoding.beam_search (each jitted whole)
+  against the full forward of each prefix, for every layer setting (JITTED holds them all, a
+  few per model): per type and on the model, and windows narrower than the cache under every
+  length-dependent scaling; a prefill longer than a window. One layer per type. Float32 phases (rope_exact=False): the exact
+  ones under a traced length compile 2.5x slower, and are checked in tests/test_rope_scaling.py;
+  cached decode takes the same phases as the forward either way."""
+  kw = {**JITTED[name], "num_layers": len(JITTED[name]["layer_types"]), "rope_exact": False}
+  model = lm(**kw)
+  forward = models.jitted(model)
+  lm_forward = lambda tokens, mask: forward(tokens, attention_mask=mask)
+  want = _after_each_prefix(lm_forward, LONG, LONG_MASK, range(P, T + 1))  # [B, T - P + 1, V]
+  step = models.jitted(model, "decode_step")
+  logits, cache = step(LONG[:, :P], model.init_cache(2, T), token_mask=LONG_MASK[:, :P])
+  got = [logits[:, -1]]
+  for i in range(P, T):
+    logits, cache = step(LONG[:, i:i + 1], cache)
+    got.append(logits[:, 0])
+  np.testing.assert_allclose(jnp.stack(got, 1), want, rtol=1e-5, atol=1e-5)
+  # Greedy generation picks the full forward's argmax after every prefix it made.
+  new = decoding.generate(model, LONG[:, :P], prompt_mask=LONG_MASK[:, :P], max_new_tokens=T - P)
+  made = jnp.concatenate([LONG[:, :P], new], axis=1)
+  np.testing.assert_array_equal(new, jnp.argmax(_after_each_prefix(lm_forward, made, LONG_MASK, range(P, T + 1)),
+                                                -1)[:, :-1])
+  # Beam search: each hypothesis' score (alpha 0: its log-probability) is the teacher-forced
+  # decoder's, prefix by prefix.
+  s2s = TransformerSeq2Seq(ModelConfig(**{**BASE, **kw}), rngs=nnx.Rngs(0))
+  src, steps = LONG[:1, :5], 8
+  hyps, scores = decoding.beam_search(s2s, src, beam_size=2, alpha=0.0, max_len=steps, bos_id=1, eos_id=2)
+  inputs = jnp.concatenate([jnp.ones((2, 1), hyps.dtype), hyps[0, :, :-1]], axis=1)  # BOS + each hypothesis
+  s2s_forward = lambda tgt, mask: s2s(jnp.repeat(src, tgt.shape[0], 0), tgt, tgt_mask=mask)
+  logp = jax.nn.log_softmax(_after_each_prefix(s2s_forward, inputs, jnp.ones_like(inputs, bool),
+                                               range(1, steps + 1)), -1)  # [2, steps, V]
+  for k in range(2):
+    hyp = hyps[0, k]
+    n = int(jnp.argmax(hyp == 2)) + 1 if bool(jnp.any(hyp == 2)) else steps  # its tokens, EOS included
+    np.testing.assert_allclose(scores[0, k], jnp.sum(logp[k, jnp.arange(n), hyp[:n]]), rtol=1e-5, atol=1e-5)
 
 
 def test_hf_export_refuses_layer_settings():
@@ -159,14 +250,3 @@ def test_window_layers_keep_o_window_decode_memory_and_match_a_dense_window_mask
   plain = lm().layers[0].attention
   nnx.update(plain, nnx.state(layer))
   np.testing.assert_allclose(layer(x, positions=pos), plain(x, positions=pos, mask=dense), rtol=1e-6, atol=1e-6)
-
-
-def test_a_prefill_longer_than_the_window_then_steps():
-  model = lm(layer_types=("w",), layer_settings={"w": {"window": 2}})
-  cache = model.init_cache(2, 16)
-  logits, cache = model.decode_step(TOKENS[:, :7], cache, token_mask=MASK[:, :7])
-  np.testing.assert_allclose(logits[1], model(TOKENS[1:, :7])[0], rtol=1e-5, atol=1e-5)
-  for i in range(7, 11):
-    step, cache = model.decode_step(TOKENS[:, i:i + 1], cache)
-    np.testing.assert_allclose(step[:, 0], model(TOKENS[:, :i + 1], attention_mask=MASK[:, :i + 1])[:, -1],
-                               rtol=1e-5, atol=1e-5)

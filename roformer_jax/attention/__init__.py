@@ -17,7 +17,7 @@ One file per part; every public name is also here (`attention.dot_product_attent
               `cross_kv`, `cross_attend`
 
 The pure functions import jax and numpy only; the module's names (`MultiHeadAttention`,
-`FeatureProjection`, `cross_kv`, `cross_attend`, `ATTENTION_KINDS`) load layer.py, and with it
+`AttentionTemperature`, `FeatureProjection`, `cross_kv`, `cross_attend`, `ATTENTION_KINDS`) load layer.py, and with it
 flax, on first use (PEP 562), as the top-level package does for its submodules.
 """
 
@@ -31,10 +31,11 @@ from roformer_jax.attention.masks import MaskFactors, check_window, make_attenti
 from roformer_jax.attention.softmax import (ATTENTION_IMPLEMENTATIONS, CHUNKED_MIN_LENGTH, GPU_DENSE_LOGITS_BYTES,
                                             attention_implementation, dot_product_attention)
 
-_LAYER = frozenset({"ATTENTION_KINDS", "FeatureProjection", "MultiHeadAttention", "cross_attend", "cross_kv"})
+_LAYER = frozenset({"ATTENTION_KINDS", "AttentionTemperature", "FeatureProjection", "MultiHeadAttention", "cross_attend",
+                    "cross_kv"})
 
 __all__ = [
-    "ATTENTION_KINDS", "FEATURE_MAPS", "FeatureProjection", "LinearAttentionState",
+    "ATTENTION_KINDS", "AttentionTemperature", "FEATURE_MAPS", "FeatureProjection", "LinearAttentionState",
     "ATTENTION_IMPLEMENTATIONS", "CHUNKED_MIN_LENGTH", "GPU_DENSE_LOGITS_BYTES", "MaskFactors", "MultiHeadAttention",
     "chunked_attention",
     "mask_factors", "attention_implementation", "cross_attend", "cross_kv", "dot_product_attention",

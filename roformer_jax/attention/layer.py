@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +29,47 @@ from roformer_jax.partitioning import partitioned
 from roformer_jax.positional import RotaryConfig
 
 ATTENTION_KINDS = ("softmax", "linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionTemperature:
+  """Llama 4's q temperature on its NoPE layers (arXiv 2501.19399): q is scaled by
+  1 + scale * log(1 + floor((position + 1) / floor)) (`temperature_scale`).
+
+  Frozen, so hashable: a `MultiHeadAttention` keeps it as static module state, which jit
+  hashes with the module's GraphDef (a dict there breaks every jitted call).
+  """
+
+  scale: float
+  floor: float
+
+  def __post_init__(self):
+    for name, low in (("scale", 0.0), ("floor", 1.0)):
+      value = getattr(self, name)
+      if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < low:
+        raise ValueError(f"attention temperature {name}={value!r} must be a finite number >= {low:g} "
+                         "(Llama 4: {'scale': 0.1, 'floor': 8192}).")
+      object.__setattr__(self, name, float(value))
+
+  @classmethod
+  def of(cls, value: Any, what: str = "temperature") -> "AttentionTemperature | None":
+    """`value` as an AttentionTemperature: None, an instance, or a dict {"scale", "floor"}.
+
+    Raises:
+      ValueError naming `what` and the value when it is none of these or its numbers are bad.
+    """
+    if value is None or isinstance(value, cls):
+      return value
+    expected = "a dict {'scale': >= 0, 'floor': >= 1} (Llama 4: {'scale': 0.1, 'floor': 8192}) or None"
+    if not isinstance(value, Mapping) or set(value) != {"scale", "floor"}:
+      raise ValueError(f"{what}={value!r} must be {expected}.")
+    try:
+      return cls(scale=value["scale"], floor=value["floor"])
+    except ValueError as e:
+      raise ValueError(f"{what}={dict(value)!r}: {e}") from None
+
+  def __call__(self, q: jax.Array, positions) -> jax.Array:
+    return temperature_scale(q, positions, scale=self.scale, floor=self.floor)
 
 
 class FeatureProjection(nnx.Variable):
@@ -60,7 +103,8 @@ class MultiHeadAttention(nnx.Module):
                num_features: int = 256, dropout_rate: float = 0.0, use_bias: bool = True,
                init_std: float | None = 0.02, dtype=jnp.float32, param_dtype=jnp.float32,
                implementation: str = "auto", window: int | None = None,
-               temperature: dict[str, float] | None = None, fused_qkv: bool = False, rngs: nnx.Rngs):
+               temperature: AttentionTemperature | Mapping[str, float] | None = None, fused_qkv: bool = False,
+               rngs: nnx.Rngs):
     if kind not in ATTENTION_KINDS:
       raise ValueError(f"attention kind={kind!r}; expected one of {ATTENTION_KINDS}.")
     if head_dim is None:
@@ -78,7 +122,7 @@ class MultiHeadAttention(nnx.Module):
       raise ValueError(f"window={window!r} must be a positive int (tokens) or None.")
     if window is not None and kind != "softmax":
       raise ValueError("a window needs softmax attention (linear attention has none).")
-    self.window, self.temperature = window, (None if temperature is None else dict(temperature))
+    self.window, self.temperature = window, AttentionTemperature.of(temperature)
     if not isinstance(fused_qkv, bool):
       raise ValueError(f"fused_qkv={fused_qkv!r} must be True or False.")
     self.fused_qkv = fused_qkv
@@ -140,7 +184,7 @@ class MultiHeadAttention(nnx.Module):
     src = x if context is None else context
     q, k, v = self._qkv(x) if (self.fused_qkv and context is None) else (self.query(x), self.key(src), self.value(src))
     if self.temperature is not None and context is None:
-      q = temperature_scale(q, positions, **self.temperature)
+      q = self.temperature(q, positions)
     rotate = self.use_rope and context is None
     qp = positions if rotate else None
     kp = (positions if kv_positions is None else kv_positions) if rotate else None
@@ -198,7 +242,7 @@ class MultiHeadAttention(nnx.Module):
     shape = (batch, slots, self.num_heads, self.head_dim)
     return {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
 
-  def decode(self, x, cache: dict, *, positions, index, kv_valid) -> tuple[jax.Array, dict]:
+  def decode(self, x, cache: dict, *, positions, index, kv_valid, end=None) -> tuple[jax.Array, dict]:
     """Self-attention over new tokens x [B, L, D] given a cache filled up to slot `index`.
 
     Softmax: keys are rotated with their own positions before they are cached, so each
@@ -216,13 +260,17 @@ class MultiHeadAttention(nnx.Module):
       positions: int[B, L] positions of the new tokens ([B, L, A] for A position axes).
       index: int32 scalar, the cache slot of x[:, 0].
       kv_valid: bool[B, max_len] real (non-padding) slots, including the new ones.
+      end: int32 scalar, the slot after the last token fed so far; None = index + L. A cache
+        rebuild (`models.CausalLM.decode_step`) feeds all max_len slots, of which only those
+        before `end` hold tokens: a window layer's ring buffer then keeps the keys of the W
+        slots before `end`, not those of the last W (empty) slots.
 
     Returns:
       (y [B, L, D], updated cache).
     """
     q, k, v = self.query(x), self.key(x), self.value(x)
     if self.temperature is not None:
-      q = temperature_scale(q, positions, **self.temperature)
+      q = self.temperature(q, positions)
     rc = self.rotary
     if self.kind == "linear":
       state = LinearAttentionState(**cache)
@@ -239,7 +287,7 @@ class MultiHeadAttention(nnx.Module):
       if self.rotary_value:
         v = rc.rotate(v, k_cs)
     if self.window is not None:
-      return self._decode_window(q, k, v, cache, index=index, kv_valid=kv_valid)
+      return self._decode_window(q, k, v, cache, index=index, kv_valid=kv_valid, end=end)
     ck = jax.lax.dynamic_update_slice_in_dim(cache["k"], k.astype(cache["k"].dtype), index, axis=1)
     cv = jax.lax.dynamic_update_slice_in_dim(cache["v"], v.astype(cache["v"].dtype), index, axis=1)
     s = ck.shape[1]
@@ -249,14 +297,15 @@ class MultiHeadAttention(nnx.Module):
     y = dot_product_attention(q, ck.astype(q.dtype), cv.astype(q.dtype), mask=mask)
     return self.out(y), {"k": ck, "v": cv}
 
-  def _decode_window(self, q, k, v, cache, *, index, kv_valid):
+  def _decode_window(self, q, k, v, cache, *, index, kv_valid, end=None):
     """Decode step of a window layer over its ring buffer of R = min(W, max_len) slots.
 
     Ring slot r holds the key of absolute slot a = the latest a < index with a % R == r (none
     if that is negative). The L new queries attend to the ring and to the L new keys, under
     the causal window test on absolute slots (and `kv_valid` for padding); then the last
     min(L, R) new keys overwrite their ring slots. A prefill longer than W attends within
-    itself, so one step of any length is exact; memory stays O(W + L).
+    itself, so one step of any length is exact; memory stays O(W + L). With `end` (a rebuild:
+    only the new slots before `end` hold tokens), ring slot r takes the latest a < end.
     """
     ring, length = cache["k"].shape[1], q.shape[1]
     r = jnp.arange(ring, dtype=jnp.int32)
@@ -269,10 +318,17 @@ class MultiHeadAttention(nnx.Module):
     keys = jnp.concatenate([cache["k"].astype(q.dtype), k.astype(q.dtype)], axis=1)
     values = jnp.concatenate([cache["v"].astype(q.dtype), v.astype(q.dtype)], axis=1)
     y = dot_product_attention(q, keys, values, mask=mask)
-    keep = min(length, ring)  # static: only the last `ring` new keys can stay
-    slots = jnp.mod(new_abs[length - keep:], ring)
-    ck = cache["k"].at[:, slots].set(k[:, length - keep:].astype(cache["k"].dtype))
-    cv = cache["v"].at[:, slots].set(v[:, length - keep:].astype(cache["v"].dtype))
+    if end is None:
+      keep = min(length, ring)  # static: only the last `ring` new keys can stay
+      slots = jnp.mod(new_abs[length - keep:], ring)
+      ck = cache["k"].at[:, slots].set(k[:, length - keep:].astype(cache["k"].dtype))
+      cv = cache["v"].at[:, slots].set(v[:, length - keep:].astype(cache["v"].dtype))
+      return self.out(y), {"k": ck, "v": cv}
+    target = (end - 1) - jnp.mod(end - 1 - r, ring)  # [R]: the absolute slot ring slot r keeps
+    source = jnp.clip(target - index, 0, length - 1)  # its place among the new keys
+    fresh = (target >= index)[None, :, None, None]  # else the ring keeps what it has
+    ck = jnp.where(fresh, jnp.take(k, source, axis=1).astype(cache["k"].dtype), cache["k"])
+    cv = jnp.where(fresh, jnp.take(v, source, axis=1).astype(cache["v"].dtype), cache["v"])
     return self.out(y), {"k": ck, "v": cv}
 
 
@@ -307,4 +363,4 @@ def cross_attend(attn: MultiHeadAttention, x, kv: dict, *, mask=None) -> jax.Arr
   return attn.out(y)
 
 
-__all__ = ["ATTENTION_KINDS", "FeatureProjection", "MultiHeadAttention", "cross_attend", "cross_kv", "temperature_scale"]
+__all__ = ["ATTENTION_KINDS", "AttentionTemperature", "FeatureProjection", "MultiHeadAttention", "cross_attend", "cross_kv", "temperature_scale"]

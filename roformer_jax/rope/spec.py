@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, SECTION_LAYOUTS, check_scaling,
+from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, SECTION_LAYOUTS, check_dim, check_scaling,
                                            frequencies_change, is_length_dependent, mixed_frequencies, pair_axes,
                                            pair_frequencies, row_lengths)
 from roformer_jax.rope.rotation import apply_rotary, rotary_cos_sin, rotate, xpos_amplitude
@@ -120,6 +120,8 @@ class RotaryConfig:
       raise ValueError(f"rope blocks={self.blocks!r} must be a positive int.")
     if self.xpos_scale_base is not None and not float(self.xpos_scale_base) > 0:
       raise ValueError(f"rope xpos_scale_base={self.xpos_scale_base!r} must be a positive number (xPos: 512).")
+    if self.rotary_dim is not None:  # odd or zero fails here, not at the first forward
+      check_dim(self.rotary_dim, "rope rotary_dim")
     # Theta and every scaling key now; what depends on the rotary dim too when it is set (the
     # head dim, if rotary_dim is None, is only known to `check`).
     check_scaling(self.scaling_dict, dim=self.rotary_dim, theta=self.theta,
