@@ -213,7 +213,7 @@ class ModelConfig:
   def embed_size(self) -> int:
     return self.embedding_size or self.d_model
 
-  @property
+  @functools.cached_property  # built once: its checks (and warnings) run once per config
   def rotary(self) -> RotaryConfig:
     """The RoPE spec every attention, cache and export of this model takes (positional.RotaryConfig)."""
     return positional.rotary_from_config(self)
