@@ -48,17 +48,17 @@ def mesh_shape(mesh_cfg: Mapping[str, Any], num_devices: int) -> tuple[int, ...]
   sizes = [int(mesh_cfg.get(a, 1)) for a in MESH_AXES]
   fills = [i for i, s in enumerate(sizes) if s == -1]
   if len(fills) > 1:
-    raise ValueError(f"config.mesh={dict(zip(MESH_AXES, sizes))}: at most one axis may be -1 (fill).")
+    raise ValueError(f"config.mesh={dict(zip(MESH_AXES, sizes, strict=True))}: at most one axis may be -1 (fill).")
   if any(s == 0 or s < -1 for s in sizes):
-    raise ValueError(f"config.mesh={dict(zip(MESH_AXES, sizes))}: sizes must be positive or -1.")
+    raise ValueError(f"config.mesh={dict(zip(MESH_AXES, sizes, strict=True))}: sizes must be positive or -1.")
   known = math.prod(s for s in sizes if s != -1)
   if fills:
     if num_devices % known:
-      raise ValueError(f"config.mesh={dict(zip(MESH_AXES, sizes))}: the fixed axes ({known} devices) do not "
+      raise ValueError(f"config.mesh={dict(zip(MESH_AXES, sizes, strict=True))}: the fixed axes ({known} devices) do not "
                        f"divide the {num_devices} available devices.")
     sizes[fills[0]] = num_devices // known
   if math.prod(sizes) != num_devices:
-    raise ValueError(f"config.mesh={dict(zip(MESH_AXES, sizes))} needs {math.prod(sizes)} devices but "
+    raise ValueError(f"config.mesh={dict(zip(MESH_AXES, sizes, strict=True))} needs {math.prod(sizes)} devices but "
                      f"{num_devices} are available; set one axis to -1 to fill.")
   return tuple(sizes)
 

@@ -977,7 +977,7 @@ class TransformerSeq2Seq(nnx.Module):
     """A decode cache holding each layer's cross-attention keys/values of `encoded`."""
     b = encoded.shape[0]
     cache = _new_cache(self.decoder, b, max_len, dtype or self.config.compute_dtype)
-    for layer, layer_cache in zip(self.decoder, cache["layers"]):
+    for layer, layer_cache in zip(self.decoder, cache["layers"], strict=True):
       layer_cache["cross"] = cross_kv(layer.cross_attention, encoded)
     cache["src_valid"] = jnp.asarray(src_mask, bool)
     return cache

@@ -230,7 +230,7 @@ def _allgather_strings(strings: list[str]) -> list[str]:
   padded[:payload.size] = payload
   gathered = np.asarray(multihost_utils.process_allgather(padded)).reshape(len(sizes), -1)
   out = []
-  for row, size in zip(gathered, sizes):
+  for row, size in zip(gathered, sizes, strict=True):
     out.extend(json.loads(row[:size].tobytes().decode("utf-8")))
   return out
 
@@ -277,7 +277,7 @@ def _glue(config, task: tasks.Task, graphdef, state, mesh, batches) -> dict[str,
 
   preds, labels, weights = [], [], []
   for local in batches:
-    for acc, x in zip((preds, labels, weights), predict(state, mesh_lib.global_batch(local, mesh))):
+    for acc, x in zip((preds, labels, weights), predict(state, mesh_lib.global_batch(local, mesh)), strict=True):
       acc.append(_fetch(x))
   preds, labels, weights = map(np.concatenate, (preds, labels, weights))
   return eval_metrics.glue_metrics(config.data.dataset.split("/")[-1], preds, labels, weights)
@@ -401,7 +401,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
       escape = lambda s: s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
       with open(os.path.join(workdir, "translations.tsv"), "w") as f:  # one line per sentence
         f.write("hypothesis\treference\n")
-        f.writelines(f"{escape(h)}\t{escape(r)}\n" for h, r in zip(hyps, refs))
+        f.writelines(f"{escape(h)}\t{escape(r)}\n" for h, r in zip(hyps, refs, strict=True))
   if tasks.LENGTH_CURVE in task.eval_metrics and settings["length_factors"]:
     results["length_curve"] = _length_curve(config, graphdef, state, mesh, settings, local_batch)
     if settings["rope_scaling"]:
@@ -427,7 +427,7 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
         writer.write(step, {f"loss_at_{row['length']}": row["loss"]}, prefix="eval_")
     pk = results.get("passkey")
     if pk and pk["lengths"]:
-      for i, (length, mean) in enumerate(zip(pk["lengths"], pk["mean_accuracy"])):
+      for i, (length, mean) in enumerate(zip(pk["lengths"], pk["mean_accuracy"], strict=True)):
         row = {f"passkey_accuracy_at_{length}": mean}
         if pk.get("mean_answer_nll"):
           row[f"passkey_answer_nll_at_{length}"] = pk["mean_answer_nll"][i]

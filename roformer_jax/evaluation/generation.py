@@ -191,7 +191,7 @@ def read_prompts(prompts: Sequence[str] | None, input_path: str | None, stdin: T
     if not texts:
       raise UserError(f"{name} holds no lines; give one prompt a line.")
     where = [f"line {i + 1} of {name}" for i in range(len(texts))]
-  for text, place in zip(texts, where):
+  for text, place in zip(texts, where, strict=True):
     if not text:
       raise UserError(f"{place} is empty; give it some text (an empty prompt has nothing to continue, "
                       "translate or fill).")

@@ -97,7 +97,7 @@ def evaluate_passkey(generate_fn: GenerateFn, tokenizer, *, lengths: Sequence[in
     rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, length])
     keys = [[random_key(rng, digits) for _ in range(trials)] for _ in depths]
     prompts = np.stack([make_prompt(length, d, k, tokenizer, add_bos=add_bos)
-                        for d, row in zip(depths, keys) for k in row])
+                        for d, row in zip(depths, keys, strict=True) for k in row])
     out = np.asarray(generate_fn(prompts))
     if out.ndim != 2 or out.shape[0] != len(prompts):
       raise ValueError(f"generate_fn returned shape {out.shape} for {len(prompts)} prompts; expected "
@@ -107,13 +107,13 @@ def evaluate_passkey(generate_fn: GenerateFn, tokenizer, *, lengths: Sequence[in
       nats = _answer_nats(score_fn, prompts, [k for row in keys for k in row], tokenizer) / digits
       answer_nll.append([float(np.mean(nats[j * trials:(j + 1) * trials])) for j in range(len(depths))])
     acc_row, digit_row = [], []
-    for j, (d, row) in enumerate(zip(depths, keys)):
+    for j, (d, row) in enumerate(zip(depths, keys, strict=True)):
       exact = right = 0
       for i, key in enumerate(row):
         text = texts[j * trials + i]
         got = _answer(text, digits)
         exact += got == key
-        right += sum(a == b for a, b in zip(got, key))
+        right += sum(a == b for a, b in zip(got, key, strict=False))  # the answer may be shorter or longer
         if i < examples_per_cell:
           examples.append({"length": length, "depth": d, "key": key, "output": text})
       acc_row.append(exact / trials)
@@ -283,11 +283,11 @@ def format_table(results: dict[str, Any]) -> str:
   then the answer's nats per digit, when scored."""
   depths = results["depths"]
   lines = ["passkey  " + " ".join(f"{'d=' + format(d, 'g'):>6}" for d in depths) + "    mean"]
-  for length, row, mean in zip(results["lengths"], results["accuracy"], results["mean_accuracy"]):
+  for length, row, mean in zip(results["lengths"], results["accuracy"], results["mean_accuracy"], strict=True):
     lines.append(f"{length:>7}  " + " ".join(f"{a:>6.2f}" for a in row) + f"  {mean:6.2f}")
   if results.get("answer_nll"):
     lines.append(f"answer nats per digit (chance ln 10 = {np.log(10):.2f}):")
-    for length, row, mean in zip(results["lengths"], results["answer_nll"], results["mean_answer_nll"]):
+    for length, row, mean in zip(results["lengths"], results["answer_nll"], results["mean_answer_nll"], strict=True):
       lines.append(f"{length:>7}  " + " ".join(f"{a:>6.2f}" for a in row) + f"  {mean:6.2f}")
   return "\n".join(lines)
 

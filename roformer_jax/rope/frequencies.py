@@ -521,7 +521,7 @@ def check_sections(sections: Any, num_pairs: int, *, layout: str = "chunked") ->
     sec = tuple(int(s) for s in sections)
   except TypeError:
     raise TypeError(f"sections must be a sequence of ints (rotated pairs per position axis), got {sections!r}.") from None
-  if not sec or any(s < 0 for s in sec) or any(s != v for s, v in zip(sec, sections)):
+  if not sec or any(s < 0 for s in sec) or any(s != v for s, v in zip(sec, sections, strict=True)):
     raise ValueError(f"sections={tuple(sections)} must be non-negative ints, one per position axis.")
   if sum(sec) != num_pairs:
     raise ValueError(

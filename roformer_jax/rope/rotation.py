@@ -212,7 +212,7 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
     use_long = (lengths > params["original_max_position_embeddings"])[..., None]  # [..., 1, 1]
     if exact:
       words = [jnp.where(use_long, jnp.asarray(lw), jnp.asarray(sw))
-               for lw, sw in zip(_turn_words(long), _turn_words(short))]
+               for lw, sw in zip(_turn_words(long), _turn_words(short), strict=True)]
       angles = _exact_angles(pp, *words, dtype)
     else:
       angles = _plain_angles(pp, jnp.where(use_long, long.astype(np.float32), short.astype(np.float32)))

@@ -537,7 +537,7 @@ def average_checkpoints(directory: str | os.PathLike, target_state, *, last: int
     else:
       # Running mean m += (x - m) / k: exact for identical checkpoints (x - m = 0). The rest:
       # each newer checkpoint's value replaces the older one's.
-      mean = _map_by_kind(lambda avg, m, x: m + (x.astype(jnp.float32) - m) / k if avg else x, mean, tree)
+      mean = _map_by_kind(lambda avg, m, x, k=k: m + (x.astype(jnp.float32) - m) / k if avg else x, mean, tree)
   manager.close()
   mean = _map_by_kind(lambda avg, m, x: m.astype(x.dtype) if avg else m, mean, tree)
   return mean, use

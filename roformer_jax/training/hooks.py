@@ -113,7 +113,7 @@ class FeatureRedraw(Hook):
 def redraw_features(graphdef, state, key):
   """`state` with every module's `redraw_features` called (FAVOR+ projections), pure."""
   model, optimizer = nnx.merge(graphdef, state)
-  for _, module in model.iter_modules():
+  for _, module in nnx.iter_modules(model):
     if hasattr(module, "redraw_features"):
       key, sub = jax.random.split(key)
       module.redraw_features(sub)

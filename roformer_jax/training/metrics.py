@@ -251,9 +251,9 @@ def plot_loss(workdir: str, out: str | None = None) -> str | None:
   if not train:
     return None
   fig, ax = plt.subplots(figsize=(6, 4))
-  ax.plot(*zip(*train), label="train", lw=1)
+  ax.plot(*zip(*train, strict=True), label="train", lw=1)
   if evals:
-    ax.plot(*zip(*evals), "o-", label="eval", ms=3)
+    ax.plot(*zip(*evals, strict=True), "o-", label="eval", ms=3)
   ax.set_xlabel("step")
   ax.set_ylabel("loss (nats/token)")
   ax.grid(alpha=0.3)

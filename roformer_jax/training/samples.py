@@ -50,7 +50,7 @@ def lm_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dic
                                      pad_id=tokenizer.pad_id))
   return [{"prompt": tokenizer.decode(p), "output": tokenizer.decode(_until_eos(o, tokenizer.eos_id)),
            "reference": tokenizer.decode(d[prompt_len:prompt_len + max_new_tokens])}
-          for p, o, d in zip(prompts, out, docs)]
+          for p, o, d in zip(prompts, out, docs, strict=True)]
 
 
 def _until_eos(ids: np.ndarray, eos_id: int) -> np.ndarray:
@@ -67,12 +67,12 @@ def seq2seq_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> lis
                                                 tokenizer.pad_id)] for i in range(n)]
   src = np.full((n, max(len(s) for s in sources)), tokenizer.pad_id, np.int32)
   tgt = np.full((n, max(len(t) for t in targets)), tokenizer.pad_id, np.int32)
-  for i, (s, t) in enumerate(zip(sources, targets)):
+  for i, (s, t) in enumerate(zip(sources, targets, strict=True)):
     src[i, :len(s)], tgt[i, :len(t)] = s, t
   unpacked = {"src": src, "tgt_out": tgt, "weights": (tgt != tokenizer.pad_id).astype(np.float32)}
   outputs, references = decoding.translate(model, [unpacked], tokenizer, beam_size=1, max_len=max_new_tokens)
   return [{"prompt": tokenizer.decode(_until_eos(s, tokenizer.eos_id)), "output": o, "reference": r}
-          for s, o, r in zip(sources, outputs, references)]
+          for s, o, r in zip(sources, outputs, references, strict=True)]
 
 
 def mlm_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> list[dict[str, Any]]:

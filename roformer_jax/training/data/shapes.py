@@ -269,7 +269,7 @@ def render(scene: Mapping[str, np.ndarray], resolution: int, channels: int = 3) 
   colors = np.asarray(scene["colors"], np.float32)
   image = np.full((resolution, resolution, 3), float(np.asarray(scene["background"])), np.float32)
   for kind, center, size, color in zip(np.asarray(scene["kinds"]), np.asarray(scene["centers"]),
-                                       np.asarray(scene["sizes"]), colors):
+                                       np.asarray(scene["sizes"]), colors, strict=True):
     alpha = coverage(int(kind), center, size, resolution)[..., None]
     image = image * (1 - alpha) + color * alpha
   if channels == 1:
