@@ -25,6 +25,8 @@ across the axis:
 
 from __future__ import annotations
 
+from typing import cast
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -158,20 +160,20 @@ class Order:
     c = size()
     self.active = causal and c > 1
     self.order = zigzag_order(length, c) if self.active else None
-    self.inverse = np.argsort(self.order).astype(np.int32) if self.active else None
+    self.inverse = np.argsort(cast(np.ndarray, self.order)).astype(np.int32) if self.active else None
 
   def permute(self, x):
     """x [B, T, ...] in zig-zag order (None stays None)."""
-    return x if (x is None or not self.active) else jnp.take(jnp.asarray(x), self.order, axis=1)
+    return x if (x is None or not self.active) else jnp.take(jnp.asarray(x), cast(np.ndarray, self.order), axis=1)
 
   def restore(self, x):
-    return x if not self.active else jnp.take(x, self.inverse, axis=1)
+    return x if not self.active else jnp.take(x, cast(np.ndarray, self.inverse), axis=1)
 
   def slots(self, batch: int):
     """int[B, T] original slot of each permuted position (the causal mask's indices), or None."""
     if not self.active:
       return None
-    return jnp.broadcast_to(jnp.asarray(self.order), (batch, len(self.order)))
+    return jnp.broadcast_to(jnp.asarray(self.order), (batch, len(cast(np.ndarray, self.order))))
 
 
 __all__ = ["AXIS", "Order", "axes", "batch_axes", "check_length", "current_mesh", "length_axes",

@@ -31,7 +31,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -152,11 +152,11 @@ def choose_tokens(logits: jax.Array, rng: jax.Array | None, *, temperature: floa
   if top_k is None:
     if top_p is not None:
       scaled = nucleus_logits(scaled, top_p)
-    return jax.random.categorical(rng, scaled, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(cast(jax.Array, rng), scaled, axis=-1).astype(jnp.int32)  # sampling: an rng
   values, idx = jax.lax.top_k(scaled, top_k)
   if top_p is not None:
     values = nucleus_logits(values, top_p)
-  pick = jax.random.categorical(rng, values, axis=-1)
+  pick = jax.random.categorical(cast(jax.Array, rng), values, axis=-1)  # sampling: the caller gave an rng
   return jnp.take_along_axis(idx, pick[:, None], axis=-1)[:, 0].astype(jnp.int32)
 
 
@@ -593,6 +593,7 @@ def translate(model, batches: Iterable[Mapping[str, Any]], tokenizer, *, beam_si
       mask = src != tokenizer.pad_id
     src[~keep], mask[~keep] = tokenizer.pad_id, False
     src[~keep, 0], mask[~keep, 0] = tokenizer.eos_id, True  # dummy source of padding rows
+    out: jax.Array | np.ndarray
     if beam_size == 1:
       out = greedy_translate(model, src, src_mask=mask, max_len=max_len, **ids)
     else:

@@ -45,7 +45,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -402,8 +402,9 @@ def _abstract(cls, cfg: ModelConfig, *args):
   initialisers XLA drops.
   """
   make = lambda: cls(cfg, *args, rngs=nnx.Rngs(0))
-  graphdef, params, _ = nnx.split(nnx.eval_shape(make), nnx.Param, ...)
-  rest = jax.jit(lambda: nnx.split(make(), nnx.Param, ...)[2])()
+  # nnx.split's stub returns a variadic tuple: two filters give (graphdef, params, rest).
+  graphdef, params, _ = cast(tuple[Any, Any, Any], nnx.split(nnx.eval_shape(make), nnx.Param, ...))
+  rest = jax.jit(lambda: cast(tuple[Any, Any, Any], nnx.split(make(), nnx.Param, ...))[2])()
   return graphdef, params, rest
 
 
@@ -468,6 +469,8 @@ def from_pretrained(path: str | os.PathLike, *, dtype=None, param_dtype=None, he
   if head == "encoder" and prefix:
     tensors = {k: v for k, v in tensors.items() if k.startswith(prefix)}
 
+  cls: type[nnx.Module]
+  args: tuple[int, ...]
   if head == "mlm":
     cls, args = RoFormerForMaskedLM, ()
   elif head == "classifier":

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -182,7 +182,7 @@ class ModelConfig:
           if self._layer_setting(i, "rope") is None:
             raise
           raise type(e)(f"layer_settings[{self.layer_type(i)!r}]['rope']="
-                        f"{self.plain_layer_settings()[self.layer_type(i)]['rope']!r}: {e}") from None
+                        f"{cast(dict, self.plain_layer_settings())[self.layer_type(i)]['rope']!r}: {e}") from None
         if spec is not None:
           if spec.position_shape != self.rotary.position_shape:
             raise ValueError(f"layer_settings[{self.layer_type(i)!r}]['rope'] gives positions of shape "
@@ -446,7 +446,7 @@ class Embedder(nnx.Module):
       if ids.shape[-1] > cfg.max_position:
         raise ValueError(f"sequence length {ids.shape[-1]} exceeds max_position={cfg.max_position}, the rows "
                          "of the learned position table; raise max_position or use position='rope'.")
-      x = x + embedding_lookup(self.position, positions, dtype)
+      x = x + embedding_lookup(cast(nnx.Embed, self.position), positions, dtype)  # "learned": a table
     elif cfg.position == "sinusoidal":
       x = x + positional.sinusoidal_embedding(positions, x.shape[-1], dtype=x.dtype)
     if self.norm is not None:

@@ -50,18 +50,18 @@ def check_position_encoding(name: Any) -> str:
 def freeze_rope_extra(extra: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
   """`ModelConfig.rope` (further spec fields) as sorted frozen items; refuses a field that has
   a key of its own (one source of truth) or that is no spec field."""
-  extra = freeze_scaling(extra)
-  if extra:
+  frozen = freeze_scaling(extra)
+  if frozen:
     fields = {f.name for f in dataclasses.fields(RotaryConfig)}
-    own = sorted(k for k, _ in extra if k in MODEL_CONFIG_KEYS)
+    own = sorted(k for k, _ in frozen if k in MODEL_CONFIG_KEYS)
     if own:
-      raise ValueError(f"rope={dict(extra)} sets {own}; set them by their own keys "
+      raise ValueError(f"rope={dict(frozen)} sets {own}; set them by their own keys "
                        f"{[MODEL_CONFIG_KEYS[k] for k in own]}.")
-    unknown = sorted(k for k, _ in extra if k not in fields)
+    unknown = sorted(k for k, _ in frozen if k not in fields)
     if unknown:
-      raise ValueError(f"rope={dict(extra)}: {unknown} are not RoPE spec fields; RotaryConfig has "
+      raise ValueError(f"rope={dict(frozen)}: {unknown} are not RoPE spec fields; RotaryConfig has "
                        f"{sorted(fields)}.")
-  return extra or None
+  return frozen or None
 
 
 def rotary_from_config(cfg) -> "RotaryConfig":

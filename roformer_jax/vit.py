@@ -25,6 +25,7 @@ Shapes: B batch, H x W pixels, C channels, P patch size, G = (H / P) (W / P) pat
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -38,7 +39,7 @@ from roformer_jax.partitioning import partitioned
 POSITIONS_2D = ("rope_axial", "rope_mixed", "rope_2d", "learned", "none")
 # Each RoPE variant's encoder settings: theta, pair layout, frequencies, and the axis order of
 # the positions (`rope.grid_positions` axes: "wh" = (column, row), "hw" = (row, column)).
-_ROPE_2D = {
+_ROPE_2D: dict[str, dict[str, Any]] = {
     "rope_axial": dict(theta=100.0, layout="interleaved", frequencies="per_axis", axes="wh"),
     "rope_mixed": dict(theta=10.0, layout="interleaved", frequencies="mixed", axes="wh"),
     "rope_2d": dict(theta=10000.0, layout="half", frequencies="per_axis", axes="hw"),
@@ -150,6 +151,7 @@ class VisionTransformer(nnx.Module):
     self.patch = nnx.Linear(vit.patch_size ** 2 * vit.channels, cfg.d_model, kernel_init=partitioned(init, (None, "embed")),
                             bias_init=partitioned(nnx.initializers.zeros_init(), ("embed",)), **kw)
     self.cls_token = nnx.Param(jnp.zeros((1, 1, cfg.d_model), cfg.param_dtype)) if vit.cls_token else None
+    self.position_table: nnx.Param | None
     if vit.position == "learned":
       self.position_table = nnx.Param(init(rngs.params(), (vit.grid, vit.grid, cfg.d_model), cfg.param_dtype))
     else:

@@ -83,7 +83,8 @@ def chunked_attention(q, k, v, *, mask: MaskFactors | None = None, scale: float 
   rate = float(dropout_rate) if dropout_rng is not None else 0.0
   if not 0.0 <= rate < 1.0:
     raise ValueError(f"dropout_rate={dropout_rate} must be in [0, 1).")
-  key = jax.random.key_data(dropout_rng) if (rate and jnp.issubdtype(dropout_rng.dtype, jax.dtypes.prng_key)) \
+  key = jax.random.key_data(dropout_rng) if (rate and dropout_rng is not None  # a rate: an rng
+                                             and jnp.issubdtype(dropout_rng.dtype, jax.dtypes.prng_key)) \
       else (dropout_rng if rate else None)
   out = _attention(pad(q, pt), pad(k, ps), pad(v, ps), f, key, scale, bq, bk, rate)
   return out[:, :t]

@@ -13,7 +13,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -191,8 +191,8 @@ class MultiHeadAttention(nnx.Module):
     if rotate and self.rotary.learned:  # rotated here, with the layer's own frequencies
       f = self._learned()
       rc = self.rotary
-      k_cs = rc.cos_sin(kp, self.head_dim, frequencies=f)
-      q, k = rc.rotate(q, rc.cos_sin(qp, self.head_dim, frequencies=f)), rc.rotate(k, k_cs)
+      k_cs = rc.cos_sin(cast(jax.Array, kp), self.head_dim, frequencies=f)  # rotated: the caller gave positions
+      q, k = rc.rotate(q, rc.cos_sin(cast(jax.Array, qp), self.head_dim, frequencies=f)), rc.rotate(k, k_cs)
       if self.rotary_value:
         v = rc.rotate(v, k_cs)
       qp = kp = None
@@ -217,13 +217,13 @@ class MultiHeadAttention(nnx.Module):
         kernel = functools.partial(dot_product_attention, scale=1.0 / math.sqrt(q.shape[-1]),
                                    implementation=self.implementation,
                                    dropout_rate=self.dropout_rate if use_dropout else 0.0)
-        y = context_parallel_attention(kernel, q, k, v, mask=mask,
-                                       dropout_rng=self.rngs.dropout() if use_dropout else None)
+        y = context_parallel_attention(kernel, q, k, v, mask=mask,  # use_dropout: dropout_rate > 0, so self.rngs
+                                       dropout_rng=cast(nnx.Rngs, self.rngs).dropout() if use_dropout else None)
         return self.out(y)
       y = dot_product_attention(q, k, v, mask=mask, q_positions=qp, k_positions=kp,
                                 rotary=self.rotary, rotary_value=self.rotary_value and qp is not None,
                                 dropout_rate=self.dropout_rate if use_dropout else 0.0,
-                                dropout_rng=self.rngs.dropout() if use_dropout else None,
+                                dropout_rng=cast(nnx.Rngs, self.rngs).dropout() if use_dropout else None,
                                 is_causal=self.causal and context is None,
                                 implementation=self.implementation,
                                 window=self.window if context is None else None)

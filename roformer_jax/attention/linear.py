@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import jax
 import jax.numpy as jnp
@@ -238,7 +238,7 @@ def linear_attention_step(state: LinearAttentionState, q, k, v, *, positions, fe
 def _refuse_recurrent(rotary: RotaryConfig, what: str) -> None:
   """Linear attention's recurrent state sums keys already rotated; a length-dependent scaling
   would need every one of them rotated again as the sequence grows, which the state cannot do."""
-  scaling = rotary.scaling_dict
+  scaling = cast(Mapping[str, Any], rotary.scaling_dict)  # read only when length_dependent: then a scaling
   if rotary.length_dependent:
     raise ValueError(
         f"{what}: rope_type {dict(scaling).get('rope_type', dict(scaling).get('type'))!r} rotates every key "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -143,7 +144,8 @@ class MaskFactors:
     if self.q_valid is not None:
       masks.append(self.q_valid[:, None, :, None])
     if self.q_segment_ids is not None:
-      masks.append(self.q_segment_ids[:, None, :, None] == self.kv_segment_ids[:, None, None, :])
+      kv_segment_ids = cast(jax.Array, self.kv_segment_ids)  # mask_factors sets both or neither
+      masks.append(self.q_segment_ids[:, None, :, None] == kv_segment_ids[:, None, None, :])
     if self.causal or self.window is not None:
       if self.q_index is None or self.kv_index is None:
         raise ValueError("MaskFactors with causal=True or a window needs q_index and kv_index (mask_factors fills "

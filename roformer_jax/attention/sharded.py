@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -101,6 +102,8 @@ def context_parallel_attention(kernel: Callable[..., jax.Array], q, k, v, *, mas
       rng = jax.random.wrap_key_data(key)
     return kernel(q, k, v, mask=mask, dropout_rng=rng)
 
+  args: tuple[Any, ...]
+  specs: tuple[Any, ...]
   args, specs = (q, k, v, mask), (per_head, per_head, per_head, mask_specs)
   if key is not None:
     args, specs = args + (key,), specs + (P(),)

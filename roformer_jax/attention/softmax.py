@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Literal, cast
 
 import jax
 import jax.numpy as jnp
@@ -156,7 +157,7 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     if is_causal or window is not None:
       t, s = q.shape[1], k.shape[1]
       extra = make_attention_mask(causal=is_causal, q_index=jnp.arange(t), kv_index=jnp.arange(s), window=window)
-      mask = extra if mask is None else jnp.logical_and(mask, extra)
+      mask = extra if mask is None else jnp.logical_and(mask, cast(jax.Array, extra))  # causal or window: a mask
     return _xla_attention_with_dropout(q, k, v, mask, scale, dropout_rate if dropout else 0.0, dropout_rng)
   # jax.nn's (left, right) window: i - left <= j <= i + right, on slots 0..T-1 / 0..S-1.
   local = None if window is None else ((window - 1, 0) if is_causal else (window // 2, window // 2))
@@ -167,7 +168,8 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     except (NotImplementedError, RuntimeError, ValueError, TypeError):  # e.g. an old cuDNN
       implementation = "xla"
   return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=scale, is_causal=is_causal,
-                                      local_window_size=local, implementation=implementation)
+                                      local_window_size=local,
+                                      implementation=cast(Literal["xla", "cudnn"], implementation))  # "chunked": above
 
 
 def _with_window(mask: MaskFactors, window: int, is_causal: bool, t: int, s: int) -> MaskFactors:

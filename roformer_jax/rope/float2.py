@@ -20,6 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 Pair = tuple[jax.Array, jax.Array]
+# What the operations take: a pair they made, or a `const` (NumPy, so that module constants start no backend).
+PairLike = tuple[jax.Array | np.ndarray, jax.Array | np.ndarray]
 
 _SPLITTER = 4097.0  # 2^12 + 1: Dekker's split of a 24-bit significand into two 12-bit halves
 
@@ -65,7 +67,7 @@ def _two_prod(a, b) -> Pair:
   return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
 
 
-def add(x: Pair, y: Pair) -> Pair:
+def add(x: PairLike, y: PairLike) -> Pair:
   """x + y to ~2^-48 of the result, cancellation included (the lo words summed exactly too)."""
   s, e = _two_sum(x[0], y[0])
   t, f = _two_sum(x[1], y[1])
@@ -73,16 +75,16 @@ def add(x: Pair, y: Pair) -> Pair:
   return _fast_two_sum(s, e + f)
 
 
-def neg(x: Pair) -> Pair:
+def neg(x: PairLike) -> PairLike:
   return -x[0], -x[1]
 
 
-def mul(x: Pair, y: Pair) -> Pair:
+def mul(x: PairLike, y: PairLike) -> Pair:
   p, e = _two_prod(x[0], y[0])
   return _fast_two_sum(p, e + (x[0] * y[1] + x[1] * y[0]))
 
 
-def where(cond, x: Pair, y: Pair) -> Pair:
+def where(cond, x: PairLike, y: PairLike) -> Pair:
   return jnp.where(cond, x[0], y[0]), jnp.where(cond, x[1], y[1])
 
 
@@ -108,7 +110,7 @@ def exp(x: Pair) -> Pair:
   scale = np.float32(2.0**-_SQUARINGS)
   r = (r[0] * scale, r[1] * scale)
   # expm1(r) = r (1 + r (1/2 + r (1/6 + ...))) by Horner, all in pairs.
-  poly = _INV_FACTORIALS[-1]
+  poly: PairLike = _INV_FACTORIALS[-1]
   for c in reversed(_INV_FACTORIALS[:-1]):
     poly = add(c, mul(r, poly))
   u = mul(r, add(const(1.0), mul(r, poly)))

@@ -8,7 +8,7 @@ import math
 import numbers
 import warnings
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -80,7 +80,7 @@ def check_seq_len(seq_len: Any) -> int | jax.Array | None:
 
 def positive(params: Mapping[str, Any], key: str, rope_type: str) -> float:
   value = params[key]
-  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value > 0:
+  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not cast(float, value) > 0:
     raise ValueError(f"scaling[{key!r}] for rope_type {rope_type!r} must be a positive number, got {value!r}.")
   return float(value)
 
@@ -301,12 +301,12 @@ def dynamic_base(dim: int, theta: float, p: Mapping[str, Any], seq_len):
   return theta * ((factor * seq_len / mpe) - (factor - 1)) ** (dim / (dim - 2))
 
 
-def inv_freq_f64(dim: int, theta: float, params: dict[str, Any] | None, seq_len: int | None,
+def inv_freq_f64(dim: int, theta: float, params: Mapping[str, Any] | None, seq_len: int | None,
                   *, long: bool | None = None) -> tuple[np.ndarray, float]:
   """float64 inverse frequencies and attention factor; `long` overrides longrope's choice."""
-  rope_type = "default" if params is None else params["rope_type"]
-  if rope_type == "default":
+  if params is None or params["rope_type"] == "default":
     return default_inv_freq(dim, theta), 1.0
+  rope_type = params["rope_type"]
   if rope_type == "linear":
     require(params, ("factor",), "linear")
     return default_inv_freq(dim, theta) / positive(params, "factor", "linear"), 1.0
@@ -316,7 +316,7 @@ def inv_freq_f64(dim: int, theta: float, params: dict[str, Any] | None, seq_len:
     return _yarn(dim, theta, params)
   if rope_type == "longrope":
     if long is None:
-      long = bool(seq_len) and seq_len > params["original_max_position_embeddings"]
+      long = bool(seq_len) and seq_len is not None and seq_len > params["original_max_position_embeddings"]
     return _longrope(dim, theta, params, long)
   if rope_type == "proportional":
     return _proportional(dim, theta, params), 1.0
@@ -333,11 +333,11 @@ def _proportional(dim: int, theta: float, p: Mapping[str, Any]) -> np.ndarray:
   the whole head: pass the head dim as dim, not a reduced rotary dim.
   """
   prf = p.get("partial_rotary_factor", 1.0)
-  if isinstance(prf, bool) or not isinstance(prf, numbers.Real) or not 0.0 <= prf <= 1.0:
+  if isinstance(prf, bool) or not isinstance(prf, numbers.Real) or not 0.0 <= cast(float, prf) <= 1.0:
     raise ValueError(f"scaling['partial_rotary_factor'] for rope_type 'proportional' must be a number in "
                      f"[0, 1] (the fraction of the spectrum kept), got {prf!r}.")
   factor = 1.0 if p.get("factor") is None else positive(p, "factor", "proportional")
-  kept = int(prf * dim // 2)  # transformers: int(partial_rotary_factor * head_dim // 2)
+  kept = int(cast(float, prf) * dim // 2)  # transformers: int(partial_rotary_factor * head_dim // 2)
   inv_freq = default_inv_freq(dim, theta)
   inv_freq[kept:] = 0.0
   return inv_freq / factor
@@ -377,10 +377,11 @@ def rope_frequencies(dim: int, theta: float = 10000.0, *, scaling: Mapping[str, 
   """
   dim = check_dim(dim)
   theta = check_theta(theta)
-  seq_len = check_seq_len(seq_len)
-  if seq_len is not None and not isinstance(seq_len, int):
+  checked_len = check_seq_len(seq_len)
+  if checked_len is not None and not isinstance(checked_len, int):
     raise TypeError("seq_len must be a static Python int for rope_frequencies (it returns one set of "
                     "frequencies); pass per-row or traced lengths to rotary_cos_sin / apply_rotary.")
+  seq_len = checked_len
   params = normalise_scaling(scaling, theta)
   inv_freq, attention_factor = inv_freq_f64(dim, theta, params, seq_len)
   return jnp.asarray(inv_freq, dtype=jnp.float32), float(attention_factor)
@@ -419,10 +420,10 @@ def frequencies_change(scaling: Mapping[str, Any] | None, old_len, new_len) -> j
   old_len, new_len = jnp.asarray(old_len), jnp.asarray(new_len)
   params = normalise_scaling(scaling, float(dict(scaling or {}).get("rope_theta") or 10000.0))
   rope_type = None if params is None else params["rope_type"]
-  if rope_type == "dynamic":
+  if params is not None and rope_type == "dynamic":
     mpe = positive(params, "max_position_embeddings", "dynamic")
     return jnp.maximum(old_len, mpe) != jnp.maximum(new_len, mpe)
-  if rope_type == "longrope":
+  if params is not None and rope_type == "longrope":
     omp = params["original_max_position_embeddings"]
     return (old_len > omp) != (new_len > omp)
   return jnp.zeros(jnp.broadcast_shapes(old_len.shape, new_len.shape), bool)
@@ -471,7 +472,7 @@ def check_scaling(scaling: Mapping[str, Any] | None, *, dim: int | None = None, 
                          f"lists of rotary_dim // 2 numbers each; got shapes {short} and {long}.")
       dim = 2 * short[0]
   dim = check_dim(dim, dim_name or "dim")
-  lengths = (None,)  # past the original length too, where the other branch is taken:
+  lengths: tuple[int | None, ...] = (None,)  # past the original length too, where the other branch is taken:
   if rope_type == "dynamic":
     lengths = (None, 2 * int(params.get("max_position_embeddings") or 1))
   elif rope_type == "longrope":

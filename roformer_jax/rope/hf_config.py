@@ -118,7 +118,7 @@ def _layer_types(cfg: Mapping[str, Any], fam: Mapping[str, Any], num_layers: int
 
 def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type: str | None) -> dict[str, Any]:
   """This layer type's rope parameters dict, as transformers standardises it (theta inside)."""
-  params = cfg.get("rope_parameters")
+  params: Any = cfg.get("rope_parameters")  # a JSON value: narrowed by `nested` below
   v4 = cfg.get("rope_scaling")
   theta_default = fam["theta"]
   per_type = isinstance(theta_default, dict)
@@ -198,7 +198,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> Ro
   if not isinstance(config, Mapping):
     raise TypeError(f"config must be a dict (json.load of a config.json), got {type(config).__name__}.")
   cfg = dict(config)
-  model_type = cfg.get("model_type")
+  model_type: Any = cfg.get("model_type")  # a JSON value (None or a bad type: no family)
   if model_type in _TEXT_OF:
     text = cfg.get("text_config")
     cfg = dict(text) if isinstance(text, Mapping) else cfg

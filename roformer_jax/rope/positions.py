@@ -245,6 +245,10 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
     raise ValueError(f"the grid {height}x{width} must be divisible by merge_size={merge_size}.")
   if normalize is not None and start != 0:
     raise ValueError("normalized positions take start=0.")
+  rows: np.ndarray
+  cols: np.ndarray
+  r: np.ndarray
+  c: np.ndarray
   rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
   m = merge_size
   if m > 1:  # [H/m, m, W/m, m] -> blocks in raster order, raster inside each block

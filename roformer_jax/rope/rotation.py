@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -54,11 +54,11 @@ def _dynamic_turn_words(lengths: jax.Array, dim: int, theta: float,
   mpe = positive(params, "max_position_embeddings", "dynamic")
   length = jnp.asarray(lengths)[..., None]  # [..., 1]
   if jnp.issubdtype(length.dtype, jnp.integer):
-    longer, length = length > math.floor(mpe), float2.from_int(length)  # L > mpe for an integer L
+    longer, length_pair = length > math.floor(mpe), float2.from_int(length)  # L > mpe for an integer L
   else:  # float positions give a float length (max position + 1)
     length = length.astype(jnp.float32)
-    longer, length = length > mpe, (length, jnp.zeros_like(length))
-  d = float2.add(length, float2.const(-mpe))  # L - mpe, exact for an integer mpe
+    longer, length_pair = length > mpe, (length, jnp.zeros_like(length))
+  d = float2.add(length_pair, float2.const(-mpe))  # L - mpe, exact for an integer mpe
   s = float2.add(float2.const(1.0), float2.mul(float2.const(factor / mpe), d))
   s = float2.where(longer, s, float2.const(2.0))  # any s >= 1 for short rows (discarded below)
   i2 = np.arange(0, dim, 2, dtype=np.float64)
@@ -123,7 +123,7 @@ def _compute_dtype(dtype) -> jnp.dtype:
 
 @jax.named_scope("rope")  # profiles group the rotation's ops under "rope" (bench/trace_summary.py)
 def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
-                   scaling: Mapping[str, Any] | None = None, seq_len: int | None = None,
+                   scaling: Mapping[str, Any] | None = None, seq_len: int | jax.Array | None = None,
                    exact: bool = True, dtype=jnp.float32, sections=None, section_layout: str = "chunked",
                    frequencies: Any = "shared") -> tuple[jax.Array, jax.Array]:
   """cos and sin of the rotation angles m * theta_i, times the scaling's attention factor.
@@ -193,7 +193,8 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
   if per_row:
     # [..., 1]: each row's length, broadcast over its T positions.
     lengths = row_lengths(positions if axes is None else positions.max(axis=-1))
-    lengths = (lengths if seq_len is None else seq_len)[..., None]
+    lengths = (lengths if seq_len is None else cast(jax.Array, seq_len))[..., None]  # per_row: not an int
+    scaled = cast(Mapping[str, Any], params)  # per_row: a length-dependent rope_type, so a scaling
   pp = _pair_positions(positions, axes)  # [..., T, 1] or [..., T, K]
 
   if per_row and rope_type == "dynamic":
@@ -201,19 +202,19 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
     if exact:  # the traced base's frequencies in float-float, split into words per row: exact phases
       # The barrier keeps the words [..., 1, K] out of the [..., T, K] phase fusion: fused, XLA
       # would redo the float-float exp and log at every position (2.3x the op's time on CPU).
-      words = jax.lax.optimization_barrier(_dynamic_turn_words(lengths, dim, theta, params))
-      angles = _exact_angles(pp, *words, dtype)
+      a, c, f32 = jax.lax.optimization_barrier(_dynamic_turn_words(lengths, dim, theta, scaled))
+      angles = _exact_angles(pp, a, c, f32, dtype)
     else:  # a float32 base per row, as HF computes it at run time
-      base = dynamic_base(dim, theta, params, lengths.astype(jnp.float32))
+      base = dynamic_base(dim, theta, scaled, lengths.astype(jnp.float32))
       angles = _plain_angles(pp, 1.0 / base[..., None] ** (jnp.arange(0, dim, 2, dtype=jnp.float32) / dim))
   elif per_row:  # longrope: the long factors for rows longer than the original length
-    short, attention_factor = inv_freq_f64(dim, theta, params, None, long=False)
-    long, _ = inv_freq_f64(dim, theta, params, None, long=True)
-    use_long = (lengths > params["original_max_position_embeddings"])[..., None]  # [..., 1, 1]
+    short, attention_factor = inv_freq_f64(dim, theta, scaled, None, long=False)
+    long, _ = inv_freq_f64(dim, theta, scaled, None, long=True)
+    use_long = (lengths > scaled["original_max_position_embeddings"])[..., None]  # [..., 1, 1]
     if exact:
-      words = [jnp.where(use_long, jnp.asarray(lw), jnp.asarray(sw))
-               for lw, sw in zip(_turn_words(long), _turn_words(short), strict=True)]
-      angles = _exact_angles(pp, *words, dtype)
+      a, c, f32 = [jnp.where(use_long, jnp.asarray(lw), jnp.asarray(sw))
+                   for lw, sw in zip(_turn_words(long), _turn_words(short), strict=True)]
+      angles = _exact_angles(pp, a, c, f32, dtype)
     else:
       angles = _plain_angles(pp, jnp.where(use_long, long.astype(np.float32), short.astype(np.float32)))
   else:
@@ -388,7 +389,7 @@ def _check_x_positions(x: jax.Array, positions: jax.Array, num_axes: int | None 
 
 def apply_rotary(x, positions, theta: float = 10000.0, *, layout: str = "interleaved",
                  rotary_dim: int | None = None, scaling: Mapping[str, Any] | None = None,
-                 seq_len: int | None = None, exact: bool = True, sections=None,
+                 seq_len: int | jax.Array | None = None, exact: bool = True, sections=None,
                  section_layout: str = "chunked", frequencies: Any = "shared", blocks: int = 1,
                  xpos: Mapping[str, Any] | None = None) -> jax.Array:
   """Applies RoPE (eq. 34, the fast form of the block-diagonal rotation of eq. 15) to x.

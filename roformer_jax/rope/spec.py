@@ -226,7 +226,7 @@ class RotaryConfig:
     """For a learned spec: the layer's initial frequencies float32[2, N, R/2], RoPE-Mixed's
     (`rope.mixed_frequencies` with theta, one uniform angle per head)."""
     rd = head_dim if self.rotary_dim is None else self.rotary_dim
-    angles = jax.random.uniform(key, (num_heads,), maxval=2 * np.pi)
+    angles: jax.Array | np.ndarray = jax.random.uniform(key, (num_heads,), maxval=2 * np.pi)
     if not isinstance(angles, jax.core.Tracer):  # eager: the float64 formula, then rounded
       angles = np.asarray(angles, np.float64)
     return jnp.asarray(mixed_frequencies(angles, rd, self.theta), jnp.float32)
