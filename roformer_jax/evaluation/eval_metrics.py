@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -328,8 +328,9 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequenc
   if isinstance(references, (str, bytes)) or not isinstance(references, Sequence) or not references:
     raise TypeError("references must be a non-empty list of strings, or a list of reference sets "
                     f"(lists of strings), got {type(references).__name__}.")
+  ref_sets: list[list[str]]
   if all(isinstance(r, str) for r in references):
-    ref_sets = [list(references)]
+    ref_sets = [list(cast(Sequence[str], references))]
   else:
     ref_sets = [_strings(f"references[{r}]", refs) for r, refs in enumerate(references)]
   for r, refs in enumerate(ref_sets):

@@ -33,7 +33,7 @@ import functools
 import json
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -266,7 +266,7 @@ def _token_metrics(sums: dict[str, float]) -> dict[str, float]:
           "tokens": sums["weight"]}
 
 
-def _glue(config, task: tasks.Task, graphdef, state, mesh, batches) -> dict[str, float]:
+def _glue(config, task: tasks.Classification, graphdef, state, mesh, batches) -> dict[str, float]:
   """The GLUE metric set of the data set's task, from `task.predict` over the batches."""
 
   @jax.jit
@@ -275,22 +275,22 @@ def _glue(config, task: tasks.Task, graphdef, state, mesh, batches) -> dict[str,
     weights = batch["weights"] if "weights" in batch else jnp.ones(pred.shape, jnp.float32)
     return pred, batch["label"], weights  # all three sharded alike: rows stay aligned
 
-  preds, labels, weights = [], [], []
+  parts: tuple[list[Any], list[Any], list[Any]] = ([], [], [])  # preds, labels, weights
   for local in batches:
-    for acc, x in zip((preds, labels, weights), predict(state, mesh_lib.global_batch(local, mesh)), strict=True):
+    for acc, x in zip(parts, predict(state, mesh_lib.global_batch(local, mesh)), strict=True):
       acc.append(_fetch(x))
-  preds, labels, weights = map(np.concatenate, (preds, labels, weights))
+  preds, labels, weights = map(np.concatenate, parts)
   return eval_metrics.glue_metrics(config.data.dataset.split("/")[-1], preds, labels, weights)
 
 
-def _length_curve(config, graphdef, state, mesh, settings, local_batch) -> list[dict[str, float]]:
+def _length_curve(config, graphdef, state, mesh, settings, local_batch) -> list[dict[str, Any]]:
   """Loss at max_length * factor for each factor (lm, mlm)."""
   base = config.data.max_length
   cfg = tasks.model_config(config)
   curve = []
   for factor in settings["length_factors"]:
     length = int(base * factor)
-    row = {"factor": float(factor), "length": length}
+    row: dict[str, Any] = {"factor": float(factor), "length": length}  # floats, and a "note" string
     if cfg.position == "learned" and length > cfg.max_position:
       row["loss"] = float("nan")  # no table rows for these positions: say so rather than extrapolate
       row["note"] = f"learned positions stop at max_position={cfg.max_position}"
@@ -371,7 +371,8 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     sums = _loss_pass(config, graphdef, state, mesh, batches(), "eval", config.data.max_length)
     results["metrics"].update({**_mean_metrics(sums), "images": sums["weight"]})
   if tasks.GLUE_METRICS in task.eval_metrics:
-    results["metrics"].update(_glue(config, task, graphdef, state, mesh, batches()))
+    glue_task = cast(tasks.Classification, task)  # the task that names GLUE_METRICS
+    results["metrics"].update(_glue(config, glue_task, graphdef, state, mesh, batches()))
   if tasks.BLEU in task.eval_metrics:
     # Each process decodes its own shard on its own devices, with a full copy of the
     # parameters: decoding makes no cross-process calls, so shards may take different times.

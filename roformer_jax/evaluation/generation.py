@@ -38,6 +38,7 @@ from roformer_jax.training import data, tasks, trainer
 from roformer_jax.evaluation import evaluate
 from roformer_jax.training.data import datasets
 from roformer_jax.errors import UserError
+from roformer_jax.models import CausalLM, RoFormerForMaskedLM, TransformerSeq2Seq
 
 # How an MLM input marks the slots to fill: each `[MASK]` becomes one mask token (one byte slot
 # with the byte tokenizer, one piece with SentencePiece).
@@ -57,7 +58,7 @@ class Loaded:
     steps: every checkpoint used (several with average_last).
   """
   config: ml_collections.ConfigDict
-  model: nnx.Module
+  model: CausalLM | TransformerSeq2Seq | RoFormerForMaskedLM
   graphdef: Any
   state: Any
   tokenizer: Any
@@ -269,8 +270,9 @@ def check_sampling(loaded: Loaded, *, max_new_tokens: int, temperature: float, t
       decoding.check_top_p(top_p)
 
 
-def lm_tokens(loaded: Loaded, prompt_ids: Sequence[int], *, max_new_tokens: int, temperature: float = 0.0,
-              top_k: int | None = None, top_p: float | None = None, rng: jax.Array | None = None) -> Iterator[int]:
+def lm_tokens(loaded: Loaded, prompt_ids: Sequence[int] | np.ndarray, *, max_new_tokens: int,
+              temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+              rng: jax.Array | None = None) -> Iterator[int]:
   """The continuation of `prompt_ids`, one token id at a time, until EOS (not yielded) or
   `max_new_tokens`.
 
@@ -330,7 +332,8 @@ class _Detokenizer:
   bytes have not all come yet) is held back until the next token or `flush`.
   """
 
-  def __init__(self, tokenizer, context: Sequence[int]):
+  def __init__(self, tokenizer, context: Sequence[int] | np.ndarray):
+    self.new: list[int]
     self.tokenizer, self.context, self.new = tokenizer, list(context), []
     self.sent = len(tokenizer.decode(self.context).rstrip("\ufffd"))
 

@@ -120,10 +120,11 @@ def evaluate_passkey(generate_fn: GenerateFn, tokenizer, *, lengths: Sequence[in
       digit_row.append(right / (trials * digits))
     accuracy.append(acc_row)
     digit_accuracy.append(digit_row)
-  results = {"lengths": lengths, "depths": depths, "trials": int(trials), "digits": int(digits), "seed": int(seed),
-             "accuracy": accuracy, "digit_accuracy": digit_accuracy,
-             "mean_accuracy": [float(np.mean(row)) for row in accuracy],
-             "chance": {"accuracy": 10.0 ** -digits, "digit_accuracy": 0.1}, "examples": examples}
+  results: dict[str, Any] = {
+      "lengths": lengths, "depths": depths, "trials": int(trials), "digits": int(digits), "seed": int(seed),
+      "accuracy": accuracy, "digit_accuracy": digit_accuracy,
+      "mean_accuracy": [float(np.mean(row)) for row in accuracy],
+      "chance": {"accuracy": 10.0 ** -digits, "digit_accuracy": 0.1}, "examples": examples}
   if score_fn is not None:
     results["answer_nll"] = answer_nll
     results["mean_answer_nll"] = [float(np.mean(row)) for row in answer_nll]

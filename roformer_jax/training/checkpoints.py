@@ -37,7 +37,7 @@ import os
 import re
 import shutil
 import sys
-from typing import Any
+from typing import Any, cast
 
 import grain
 import jax
@@ -178,7 +178,7 @@ _OS_ERROR_TEXT = re.compile(r"\[Errno \d+\]|OS error|No space left|Disk quota|In
                             r"system|Permission denied|File too large|RESOURCE_EXHAUSTED", re.I)
 
 
-def _is_write_error(error: BaseException) -> bool:
+def _is_write_error(error: BaseException | None) -> bool:
   """An OSError somewhere in the chain, or tensorstore's text for one (it raises ValueError)."""
   seen = set()
   while error is not None and id(error) not in seen:
@@ -189,7 +189,7 @@ def _is_write_error(error: BaseException) -> bool:
   return False
 
 
-def _write_error_text(error: BaseException) -> str:
+def _write_error_text(error: BaseException | None) -> str:
   """'No space left on device (writing <path>)' from an OSError or tensorstore's message."""
   seen = set()
   while error is not None and id(error) not in seen:
@@ -273,7 +273,8 @@ class Checkpointer:
     good = [s for s in self.all_steps() if s != step]
     last = f"step {good[-1]}" if good else "none yet"
     return CheckpointWriteError(
-        f"saving checkpoint step {step} to {self.step_dir(step)} failed: {_write_error_text(error) or _short(error)}. "
+        f"saving checkpoint step {step} to {self.step_dir(cast(int, step))} failed: "  # None: unknown step
+        f"{_write_error_text(error) or _short(error)}. "
         "The newest complete "
         f"checkpoint ({last}) is intact. Free disk space or fix the directory's permissions, then re-run the "
         "same command to resume from it.")
@@ -398,7 +399,7 @@ class Checkpointer:
     """
     steps = self.all_steps()
     move = quarantine and not self.read_only
-    problems = []
+    problems: list[tuple[int, str]] = []
     for step in reversed(steps):
       why = self.problem(step, target_state)
       if why is None:
@@ -761,7 +762,7 @@ def _layer_changes(pretrained, cfg, fixed) -> dict[str, tuple[Any, Any]]:
   """{"layer i <what>": (pre-trained, new)} for what a layer computes differently: its window,
   its q temperature, RoPE or none, and its RoPE spec's `fixed` fields (per-layer theta and
   scaling are RETUNABLE like the model's)."""
-  differ = {}
+  differ: dict[str, tuple[Any, Any]] = {}
   if pretrained.num_layers != cfg.num_layers:
     return differ  # reported as num_layers
   for i in range(cfg.num_layers):
@@ -834,6 +835,8 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
   # directories above the step directory, which `W/checkpoints/1/` would miss, skipping the
   # architecture check.
   source = os.path.abspath(os.fspath(source))
+  prefix: tuple[str, ...]
+  state_filter: Any  # an nnx filter
   if hasattr(model, ENCODER):
     prefix, task, target = (ENCODER,), None, getattr(model, ENCODER)
     # Parameters only: a FAVOR+ projection of the encoder is redrawn, as the heads are.
@@ -856,7 +859,8 @@ def init_from(model, source: str | os.PathLike) -> dict[str, Any]:
                                                         vit_config=model.vit if is_vit else None)
   params = nnx.state(target, state_filter)
   ours = _flat(nnx.to_pure_dict(params), strip_value=False)
-  resized, fresh_keys = [], []
+  resized: list[str] = []
+  fresh_keys: list[Any] = []
   if is_vit:
     pretrained, resized, fresh_keys = _fit_vit(pretrained, ours, source)
     ours_to_load = {k: v for k, v in ours.items() if k not in fresh_keys}

@@ -133,6 +133,7 @@ class Log(Hook):
     self._reset(0.0)
 
   def _reset(self, off_clock: float) -> None:
+    self._losses: list[Any]  # the steps' loss arrays since the last row
     self._tokens, self._losses, self._start, self._off = 0, [], time.perf_counter(), off_clock
 
   def before_step(self, loop: Loop) -> None:

@@ -27,6 +27,7 @@ import ipaddress
 import os
 import socket
 import sys
+from typing import cast
 
 from absl import app, flags, logging
 
@@ -142,7 +143,7 @@ def bind_address(coordinator_address: str) -> str:
         s.bind((sockaddr[0], 0))  # binds only to an address this machine has
       except OSError:
         continue
-    ip = ipaddress.ip_address(sockaddr[0].split("%")[0])
+    ip = ipaddress.ip_address(cast(str, sockaddr[0]).split("%")[0])  # AF_INET/AF_INET6: a host string
     return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
   raise errors.UserError(
       f"--coordinator_address={coordinator_address}: {host} is not an address of this machine, so process 0's "
@@ -189,7 +190,7 @@ def _watch_peers() -> None:
   state = distributed.global_state
   if state.client is None or state.num_processes < 2:
     return
-  peers.Watch(state.client, state.process_id, state.num_processes, state.coordinator_address,
+  peers.Watch(state.client, state.process_id, state.num_processes, cast(str, state.coordinator_address),
               _HEARTBEAT.value, os.path.basename(sys.argv[0])).start()
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
+from typing import Any, TextIO, cast
 
 import jax
 
@@ -94,6 +95,7 @@ def train_flops_per_token(num_params: int, *, num_layers: int, seq_len: int, d_m
   attention (`linear_features` = F per head) replaces the T keys by the F x Hv state, so
   the term is 12 * F * D per layer, independent of T.
   """
+  attention: float
   if linear_features:
     attention = 12 * num_layers * linear_features * d_model
   else:
@@ -137,7 +139,8 @@ class MetricsWriter:
 
   def __init__(self, workdir: str, *, enabled: bool | None = None):
     self.enabled = jax.process_index() == 0 if enabled is None else enabled
-    self._jsonl = self._tb = None
+    self._jsonl: TextIO | None = None
+    self._tb: Any = None  # a tensorboardX SummaryWriter
     self.workdir = workdir
     if self.enabled:
       os.makedirs(workdir, exist_ok=True)
@@ -149,7 +152,7 @@ class MetricsWriter:
     if not self.enabled:
       return
     row = {"step": int(step), **{f"{prefix}{k}": float(v) for k, v in metrics.items()}}
-    self._jsonl.write(json.dumps(row) + "\n")
+    cast(TextIO, self._jsonl).write(json.dumps(row) + "\n")  # enabled: opened
     for k, v in metrics.items():
       self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
 
@@ -166,7 +169,7 @@ class MetricsWriter:
 
   def close(self) -> None:
     if self.enabled:
-      self._jsonl.close()
+      cast(TextIO, self._jsonl).close()
       self._tb.close()
 
 

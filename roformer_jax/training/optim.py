@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -50,8 +50,9 @@ def _real(name: str, value, *, low: float = 0.0, low_open: bool = False, high: f
           high_open: bool = True) -> float:
   if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
     raise ValueError(f"{name}={value!r} must be a finite number.")
-  bad_low = value <= low if low_open else value < low
-  bad_high = high is not None and (value >= high if high_open else value > high)
+  v = cast(float, value)  # a finite Real (typeshed's numbers.Real declares no comparison with float)
+  bad_low = v <= low if low_open else v < low
+  bad_high = high is not None and (v >= high if high_open else v > high)
   if bad_low or bad_high:
     lo = "(" if low_open else "["
     hi = ("inf)" if high is None else (f"{high})" if high_open else f"{high}]"))

@@ -35,6 +35,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Any, cast
 
 _KEY = "roformer_jax/beat/"
 
@@ -109,8 +110,8 @@ class Watch:
     self._seen: dict[int, tuple[str, float]] = {p: ("", now) for p in range(num_processes) if p != process_id}
     self._steps: dict[int, int | None] = {}
     self._stop = threading.Event()
-    self._handler = None
-    self._libc = None
+    self._handler: Any = None  # the ctypes callback, kept alive while installed
+    self._libc: ctypes.CDLL | None = None
 
   def start(self) -> "Watch":
     threading.Thread(target=self._beat, name="roformer_jax-peer-beats", daemon=True).start()
@@ -151,7 +152,7 @@ class Watch:
     ages = {p: now - t for p, (_, t) in self._seen.items()}
     if not ages:
       return None
-    oldest = max(ages, key=ages.get)
+    oldest = max(ages, key=ages.__getitem__)
     return (oldest, oldest == 0) if ages[oldest] > 2 * self.interval else None
 
   def _on_abort(self, signum: int) -> None:
@@ -172,7 +173,8 @@ class Watch:
     except Exception:  # noqa: BLE001 -- never turn an abort into a hang or a Python traceback
       pass
     faulthandler.dump_traceback(all_threads=True)  # what the replaced fault handler would print
-    self._libc.signal(signal.SIGABRT, 0)  # SIG_DFL: abort() then re-raises, status 134 as before
+    # SIG_DFL: abort() then re-raises, status 134 as before (self._libc: set when this handler was installed)
+    cast(ctypes.CDLL, self._libc).signal(signal.SIGABRT, 0)
 
   def _install_abort_handler(self) -> None:
     # JAX's abort comes from a C++ thread, where a handler installed with the `signal` module

@@ -18,6 +18,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from typing import Any
 
 import jax
 import numpy as np
@@ -29,7 +30,7 @@ class StopRequests:
   def __init__(self, mesh=None):
     self.mesh = mesh
     self.signal_name: str | None = None  # "SIGTERM" or "SIGINT" once requested
-    self._previous: dict[int, object] = {}
+    self._previous: dict[int, Any] = {}  # signal.signal's handlers
     self._pending = None  # the previous step's global OR (multi-process)
     self._any = None
 

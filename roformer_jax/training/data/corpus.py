@@ -77,7 +77,8 @@ def stdlib_files(max_documents: int = 0, max_bytes: int = 0) -> list[tuple[str, 
                             "installation ships no sources, so the offline corpus is empty.")
   if max_documents or max_bytes:
     by_hash = sorted(files, key=lambda f: _hash(f[0]))
-    kept, total = [], 0
+    kept: list[tuple[str, Path]] = []
+    total = 0
     for rel, path in by_hash:
       size = path.stat().st_size
       if (max_documents and len(kept) >= max_documents) or (max_bytes and total + size > max_bytes):
@@ -105,7 +106,8 @@ def stdlib_config(max_documents: int = 0, max_bytes: int = 0) -> PythonStdlibByt
                                  description=f"CPython {sys.version.split()[0]} stdlib sources")
 
 
-class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+# mypy checks the class keyword against object.__init_subclass__ (the base is Any: tfds has no types).
+class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):  # type: ignore[call-arg]  # see above
   """A builder defined in this package (not in TFDS's catalogue)."""
 
   @tfds.core.utils.classproperty

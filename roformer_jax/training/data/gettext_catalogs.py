@@ -100,7 +100,8 @@ def read_catalog(path: Path) -> Iterator[tuple[str, str]]:
   Raises whatever ``gettext.GNUTranslations`` raises for a file it cannot parse or decode.
   """
   with open(path, "rb") as f:
-    catalog = gettext.GNUTranslations(f)._catalog  # the parsed msgid -> msgstr table.
+    # The parsed msgid -> msgstr table; private, so typeshed does not declare it.
+    catalog = gettext.GNUTranslations(f)._catalog  # type: ignore[attr-defined]  # see above
   for key, target in catalog.items():
     if isinstance(key, tuple):  # plural entry: (msgid, form index)
       key, form = key

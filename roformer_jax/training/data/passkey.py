@@ -55,7 +55,7 @@ def min_prompt_length(tokenizer, digits: int = 5, *, add_bos: bool = True) -> in
           + len(encode(tokenizer, QUESTION)))
 
 
-def _layout(length: int, depth: float, key: str, tokenizer, add_bos: bool) -> tuple[np.ndarray, int]:
+def _layout(length: int, depth: float, key: str | int, tokenizer, add_bos: bool) -> tuple[np.ndarray, int]:
   """(ids int32[length], index of the key sentence's first token)."""
   if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
     raise ValueError(f"length={length!r} must be an integer number of tokens.")

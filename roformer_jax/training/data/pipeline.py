@@ -400,7 +400,7 @@ def image_shape(data_cfg: ml_collections.ConfigDict, spec: datasets.DatasetSpec 
   least = spec.min_image_size if spec is not None else 1
   if size < least:
     raise ValueError(f"data.image_size={size} must be >= {least}"
-                     + (f" ({spec.name} renders at {least} px or more)." if least > 1 else "."))
+                     + (f" ({spec.name} renders at {least} px or more)." if spec is not None and least > 1 else "."))
   if channels not in (1, 3):
     raise ValueError(f"data.image_channels={channels}; expected 1 (grey) or 3 (RGB).")
   return size, channels
@@ -484,6 +484,7 @@ def _packed_documents(ds: grain.MapDataset, data_cfg, *, causal: bool, spec: dat
   packed rows [-> lm training: some rows replaced by pass-key rows, ``data.passkey_fraction``]."""
   ds = ds.map(_document(spec, tok)).filter(lambda ids: len(ids) > 0)
   row = data_cfg.max_length + 1 if causal else data_cfg.max_length
+  features: tuple[str, ...]
   if causal:
     ds, features = ds.map(lambda ids: {"tokens": ids}), ("tokens",)
   else:
