@@ -4,6 +4,7 @@ long-term decay bound of eq. (37)."""
 from __future__ import annotations
 
 import numpy as np
+from jax.typing import ArrayLike
 
 from roformer_jax.rope.frequencies import check_dim, check_theta, default_inv_freq
 
@@ -12,7 +13,7 @@ from roformer_jax.rope.frequencies import check_dim, check_theta, default_inv_fr
 # --------------------------------------------------------------------------------------
 
 
-def rotation_matrix(position, dim: int, theta: float = 10000.0) -> np.ndarray:
+def rotation_matrix(position: float, dim: int, theta: float = 10000.0) -> np.ndarray:
   """The dense rotation matrix R^d_{Theta,m} of eq. (15), in float64 (a test reference).
 
   Block-diagonal with 2x2 blocks [[cos m t_i, -sin m t_i], [sin m t_i, cos m t_i]] acting
@@ -31,7 +32,7 @@ def rotation_matrix(position, dim: int, theta: float = 10000.0) -> np.ndarray:
   return r
 
 
-def long_term_decay(distances, dim: int, theta: float = 10000.0) -> np.ndarray:
+def long_term_decay(distances: ArrayLike, dim: int, theta: float = 10000.0) -> np.ndarray:
   """The long-term decay bound of eq. (37): (1 / (d/2)) * sum_j |S_j|, S_j = sum_{i<j} e^{i m t_i}.
 
   This is the author's Mathematica definition (Su, 2021 blog): the mean over j of

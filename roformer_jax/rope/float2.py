@@ -14,10 +14,12 @@ Knuth's two-sum and Dekker's split product; they need IEEE float32 rounding, whi
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 Pair = tuple[jax.Array, jax.Array]
 # What the operations take: a pair they made, or a `const` (NumPy, so that module constants start no backend).
@@ -26,7 +28,7 @@ PairLike = tuple[jax.Array | np.ndarray, jax.Array | np.ndarray]
 _SPLITTER = 4097.0  # 2^12 + 1: Dekker's split of a 24-bit significand into two 12-bit halves
 
 
-def const(value) -> tuple[np.ndarray, np.ndarray]:
+def const(value: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
   """A float64 constant (scalar or NumPy array) as a float32 pair, hi = float32(value).
 
   NumPy, not jax, arrays: module constants built at import must not start a JAX backend."""
@@ -42,25 +44,25 @@ def from_int(n: jax.Array) -> Pair:
   return _fast_two_sum((n - low).astype(jnp.float32), low.astype(jnp.float32))
 
 
-def _two_sum(a, b) -> Pair:
+def _two_sum(a: Any, b: Any) -> Pair:
   s = a + b
   bb = s - a
   return s, (a - (s - bb)) + (b - bb)
 
 
-def _fast_two_sum(a, b) -> Pair:
+def _fast_two_sum(a: Any, b: Any) -> Pair:
   """Exact for |a| >= |b| (or a == 0)."""
   s = a + b
   return s, b - (s - a)
 
 
-def _split(a) -> Pair:
+def _split(a: Any) -> Pair:
   t = a * _SPLITTER
   hi = t - (t - a)
   return hi, a - hi
 
 
-def _two_prod(a, b) -> Pair:
+def _two_prod(a: Any, b: Any) -> Pair:
   p = a * b
   ah, al = _split(a)
   bh, bl = _split(b)
@@ -84,7 +86,7 @@ def mul(x: PairLike, y: PairLike) -> Pair:
   return _fast_two_sum(p, e + (x[0] * y[1] + x[1] * y[0]))
 
 
-def where(cond, x: PairLike, y: PairLike) -> Pair:
+def where(cond: ArrayLike, x: PairLike, y: PairLike) -> Pair:
   return jnp.where(cond, x[0], y[0]), jnp.where(cond, x[1], y[1])
 
 

@@ -13,6 +13,7 @@ from typing import Any, cast
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 LAYOUTS = ("interleaved", "half")
 ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
@@ -289,7 +290,7 @@ def _llama3(dim: int, theta: float, p: Mapping[str, Any]) -> np.ndarray:
   return np.where(medium, smoothed, out)
 
 
-def dynamic_base(dim: int, theta: float, p: Mapping[str, Any], seq_len):
+def dynamic_base(dim: int, theta: float, p: Mapping[str, Any], seq_len: ArrayLike) -> Any:
   """NTK-aware base for a (possibly traced) seq_len; HF clamps seq_len below at max_position_embeddings."""
   require(p, ("factor", "max_position_embeddings"), "dynamic")
   factor = positive(p, "factor", "dynamic")
@@ -387,7 +388,7 @@ def rope_frequencies(dim: int, theta: float = 10000.0, *, scaling: Mapping[str, 
   return jnp.asarray(inv_freq, dtype=jnp.float32), float(attention_factor)
 
 
-def row_lengths(positions) -> jax.Array:
+def row_lengths(positions: ArrayLike) -> jax.Array:
   """Each row's length as the length-dependent scalings read it: int[...] = max(positions of the
   row) + 1 over the last axis of positions [..., T] (padding has position 0: no length)."""
   return jnp.max(jnp.asarray(positions), axis=-1) + 1
@@ -403,7 +404,7 @@ def is_length_dependent(scaling: Mapping[str, Any] | None) -> bool:
   return params.get("rope_type", params.get("type")) in LENGTH_DEPENDENT_TYPES
 
 
-def frequencies_change(scaling: Mapping[str, Any] | None, old_len, new_len) -> jax.Array:
+def frequencies_change(scaling: Mapping[str, Any] | None, old_len: ArrayLike, new_len: ArrayLike) -> jax.Array:
   """Whether the rotation at length new_len differs from that at old_len (per row).
 
   Only the length-dependent scalings ever change: dynamic's base grows with
@@ -606,7 +607,7 @@ def rescaled_theta(theta: float, factor: float, dim: int) -> float:
   return float(theta) * float(factor) ** (dim / (dim - 2))
 
 
-def mixed_frequencies(angles, head_dim: int, theta: float = 10.0) -> np.ndarray:
+def mixed_frequencies(angles: np.ndarray | jax.Array, head_dim: int, theta: float = 10.0) -> np.ndarray:
   """RoPE-Mixed's initial 2-D frequencies (Heo et al. 2024, rope-vit `init_random_2d_freqs`).
 
   Each head gets magnitudes m_j = theta ** (-4j / head_dim), j < head_dim / 4, pointed along

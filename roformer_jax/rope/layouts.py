@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -35,8 +38,8 @@ def layout_permutation(head_dim: int, *, rotary_dim: int | None = None, src: str
   return perm
 
 
-def convert_qk_layout(w, *, head_dim: int, src: str, dst: str, rotary_dim: int | None = None,
-                      axis: int = -1):
+def convert_qk_layout(w: np.ndarray | jax.Array, *, head_dim: int, src: str, dst: str, rotary_dim: int | None = None,
+                      axis: int = -1) -> Any:
   """Permutes a q or k projection kernel (or bias) from one rotary layout to the other.
 
   Args:

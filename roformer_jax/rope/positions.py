@@ -3,16 +3,20 @@ multimodal and vision variants."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 # --------------------------------------------------------------------------------------
 # Position helpers.
 # --------------------------------------------------------------------------------------
 
 
-def positions_from_segments(segment_ids) -> jax.Array:
+def positions_from_segments(segment_ids: ArrayLike) -> jax.Array:
   """Positions that restart at 0 at every packed segment.
 
   A new segment starts wherever the id changes from the previous token, so padding
@@ -34,7 +38,7 @@ def positions_from_segments(segment_ids) -> jax.Array:
   return index - last_start
 
 
-def positions_from_mask(mask) -> jax.Array:
+def positions_from_mask(mask: ArrayLike) -> jax.Array:
   """Positions 0, 1, ... over the real tokens of a left- or right-padded batch.
 
   Args:
@@ -60,7 +64,7 @@ def positions_from_mask(mask) -> jax.Array:
 _RUN_KINDS = ("text", "image", "video")
 
 
-def _merged_grid(grid, spatial_merge_size: int, what: str) -> tuple[int, int, int]:
+def _merged_grid(grid: Any, spatial_merge_size: int, what: str) -> tuple[int, int, int]:
   try:
     t, h, w = (int(v) for v in grid)
   except (TypeError, ValueError):
@@ -72,7 +76,8 @@ def _merged_grid(grid, spatial_merge_size: int, what: str) -> tuple[int, int, in
   return t, h // m, w // m
 
 
-def multimodal_positions(runs, *, spatial_merge_size: int = 2, tokens_per_second: float | None = None,
+def multimodal_positions(runs: Sequence[tuple[Any, ...]], *, spatial_merge_size: int = 2,
+                         tokens_per_second: float | None = None,
                          split_videos: bool = False) -> np.ndarray:
   """M-RoPE position ids (t, h, w) of one sequence of text, image and video runs.
 
@@ -147,7 +152,8 @@ def multimodal_positions(runs, *, spatial_merge_size: int = 2, tokens_per_second
   return out.astype(np.int32)
 
 
-def videorope_positions(runs, *, spatial_merge_size: int = 2, temporal_scale: float = 2.0) -> np.ndarray:
+def videorope_positions(runs: Sequence[tuple[Any, ...]], *, spatial_merge_size: int = 2,
+                        temporal_scale: float = 2.0) -> np.ndarray:
   """VideoRoPE's positions (Wei et al. 2025, `get_t_scale_rope_index`): the diagonal layout.
 
   A text run continues 1-D from s; a vision run of grid (t, h, w) patches (merged grid
@@ -184,7 +190,8 @@ def videorope_positions(runs, *, spatial_merge_size: int = 2, temporal_scale: fl
   return out.astype(np.float32)
 
 
-def pad_positions(rows, *, length: int | None = None, left: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def pad_positions(rows: Sequence[Any], *, length: int | None = None,
+                  left: bool = True) -> tuple[np.ndarray, np.ndarray]:
   """Batches per-row positions ([T_b] or [T_b, A] each) with padding, as a left-padded batch
   for generation (left=True) or right-padded for training.
 

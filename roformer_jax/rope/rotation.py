@@ -9,6 +9,7 @@ from typing import Any, cast
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from roformer_jax.rope import float2
 from roformer_jax.rope.frequencies import (LENGTH_DEPENDENT_TYPES, check_dim, check_layout, check_seq_len,
@@ -70,7 +71,7 @@ def _dynamic_turn_words(lengths: jax.Array, dim: int, theta: float,
           jnp.where(longer, f[0], static[2]))
 
 
-def _phase_turns_int(pos: jax.Array, a: jax.Array, c: jax.Array) -> jax.Array:
+def _phase_turns_int(pos: jax.Array, a: jax.Array | np.ndarray, c: jax.Array | np.ndarray) -> jax.Array:
   """frac(pos * f) in units of 2^-32 turns as int32 (so the phase lies in [-pi, pi)).
 
   pos: int32[..., T, 1] (one axis) or [..., T, K] (each pair's own axis, `_pair_positions`);
@@ -97,7 +98,8 @@ def _pair_positions(positions: jax.Array, axes: np.ndarray | None) -> jax.Array:
   return jnp.take(positions, jnp.asarray(axes), axis=-1)
 
 
-def _exact_angles(positions: jax.Array, a, c, f32, dtype) -> jax.Array:
+def _exact_angles(positions: jax.Array, a: jax.Array | np.ndarray, c: jax.Array | np.ndarray,
+                  f32: jax.Array | np.ndarray, dtype: DTypeLike) -> jax.Array:
   """Angles positions * inv_freq reduced to about [-pi, pi], exact to ~2e-7 rad.
 
   positions: [..., T, 1] or [..., T, K] (`_pair_positions`)."""
@@ -112,19 +114,20 @@ def _exact_angles(positions: jax.Array, a, c, f32, dtype) -> jax.Array:
   return (turns + frac * jnp.asarray(f32, dtype)) * jnp.asarray(_TWO_PI, dtype)
 
 
-def _plain_angles(positions: jax.Array, inv_freq) -> jax.Array:
+def _plain_angles(positions: jax.Array, inv_freq: ArrayLike) -> jax.Array:
   """The common float32 product positions * inv_freq (HF, MaxText): not phase-exact."""
   return positions.astype(jnp.float32) * jnp.asarray(inv_freq, jnp.float32)
 
 
-def _compute_dtype(dtype) -> jnp.dtype:
+def _compute_dtype(dtype: DTypeLike) -> jnp.dtype:
   return jnp.dtype(jnp.float64) if jnp.dtype(dtype) == jnp.float64 else jnp.dtype(jnp.float32)
 
 
 @jax.named_scope("rope")  # profiles group the rotation's ops under "rope" (bench/trace_summary.py)
-def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
+def rotary_cos_sin(positions: ArrayLike, dim: int, theta: float = 10000.0, *,
                    scaling: Mapping[str, Any] | None = None, seq_len: int | jax.Array | None = None,
-                   exact: bool = True, dtype=jnp.float32, sections=None, section_layout: str = "chunked",
+                   exact: bool = True, dtype: DTypeLike = jnp.float32, sections: Any = None,
+                   section_layout: str = "chunked",
                    frequencies: Any = "shared") -> tuple[jax.Array, jax.Array]:
   """cos and sin of the rotation angles m * theta_i, times the scaling's attention factor.
 
@@ -234,7 +237,8 @@ def rotary_cos_sin(positions, dim: int, theta: float = 10000.0, *,
   return cos, sin
 
 
-def _learned_cos_sin(positions, freqs: jax.Array, k: int, axes, sections, dtype):
+def _learned_cos_sin(positions: jax.Array, freqs: jax.Array, k: int, axes: np.ndarray | None, sections: Any,
+                     dtype: DTypeLike) -> tuple[jax.Array, jax.Array]:
   """cos/sin from traced frequencies: [K] (per pair, one axis or gathered by sections),
   [A, K] dense, or [A, N, K] dense per head. float32 products, differentiable in freqs and in
   float positions."""
@@ -258,8 +262,8 @@ def _learned_cos_sin(positions, freqs: jax.Array, k: int, axes, sections, dtype)
   return jnp.cos(angles).astype(dtype), jnp.sin(angles).astype(dtype)
 
 
-def xpos_amplitude(positions, dim: int, *, scale_base: float = 512.0, center=0, key: bool = False,
-                   dtype=jnp.float32) -> jax.Array:
+def xpos_amplitude(positions: ArrayLike, dim: int, *, scale_base: float = 512.0, center: ArrayLike = 0,
+                   key: bool = False, dtype: DTypeLike = jnp.float32) -> jax.Array:
   """xPos's per-pair amplitude (Sun et al. 2022): zeta_p ** ((n - c) / scale_base), inverted for keys.
 
   zeta_p = (2p + 0.4 R) / (1.4 R) in (0.29, 1). Scaling q_n by zeta ** ((n - c) / gamma) and k_m
@@ -387,9 +391,9 @@ def _check_x_positions(x: jax.Array, positions: jax.Array, num_axes: int | None 
         "out [B, N, T, H], transpose it to [B, T, N, H] first.")
 
 
-def apply_rotary(x, positions, theta: float = 10000.0, *, layout: str = "interleaved",
+def apply_rotary(x: ArrayLike, positions: ArrayLike, theta: float = 10000.0, *, layout: str = "interleaved",
                  rotary_dim: int | None = None, scaling: Mapping[str, Any] | None = None,
-                 seq_len: int | jax.Array | None = None, exact: bool = True, sections=None,
+                 seq_len: int | jax.Array | None = None, exact: bool = True, sections: Any = None,
                  section_layout: str = "chunked", frequencies: Any = "shared", blocks: int = 1,
                  xpos: Mapping[str, Any] | None = None) -> jax.Array:
   """Applies RoPE (eq. 34, the fast form of the block-diagonal rotation of eq. 15) to x.

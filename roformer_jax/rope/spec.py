@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, SECTION_LAYOUTS, check_dim, check_scaling,
                                            frequencies_change, is_length_dependent, mixed_frequencies, pair_axes,
@@ -36,7 +37,7 @@ def freeze_scaling(scaling: Mapping[str, Any] | None) -> tuple[tuple[str, Any], 
   return tuple(sorted((str(k), tuple(v) if isinstance(v, list) else v) for k, v in scaling.items()))
 
 
-def _tuple_or_none(value, what: str):
+def _tuple_or_none(value: Any, what: str) -> tuple[Any, ...] | None:
   if value is None:
     return None
   if isinstance(value, str) or not hasattr(value, "__iter__"):
@@ -160,7 +161,7 @@ class RotaryConfig:
     return rd
 
   @classmethod
-  def of(cls, rotary: "RotaryConfig | None" = None, **settings) -> "RotaryConfig":
+  def of(cls, rotary: "RotaryConfig | None" = None, **settings: Any) -> "RotaryConfig":
     """The spec `rotary`, or one built from loose keywords (`theta=`, `layout=`, `rotary_dim=`,
     `scaling=`, `exact=`, ...; None = the field's default), for functions that take either.
 
@@ -201,7 +202,7 @@ class RotaryConfig:
     """True for 'dynamic' and 'longrope': rotations depend on the sequence length too."""
     return is_length_dependent(self.scaling_dict)
 
-  def seq_len(self, k_positions: jax.Array):
+  def seq_len(self, k_positions: jax.Array) -> jax.Array | None:
     """What attention passes as `seq_len` to rotate q and k of one sequence: None unless the
     scaling is length-dependent, then each row's length read from its key positions [..., S]
     (or [..., S, A]: its largest key position on any axis + 1)."""
@@ -209,7 +210,7 @@ class RotaryConfig:
       return None
     return row_lengths(k_positions if self.sections is None else k_positions.max(axis=-1))
 
-  def frequencies_change(self, old_len, new_len) -> jax.Array:
+  def frequencies_change(self, old_len: ArrayLike, new_len: ArrayLike) -> jax.Array:
     """bool[...]: whether growing a row from old_len to new_len tokens changes its rotation
     frequencies (only a length-dependent scaling does; `rope.frequencies_change`)."""
     return frequencies_change(self.scaling_dict, old_len, new_len)
@@ -222,7 +223,7 @@ class RotaryConfig:
     """True when the frequencies are a layer's parameter (frequencies='mixed')."""
     return self.frequencies == "mixed"
 
-  def initial_frequencies(self, key: jax.Array, num_heads: int, head_dim: int):
+  def initial_frequencies(self, key: jax.Array, num_heads: int, head_dim: int) -> jax.Array:
     """For a learned spec: the layer's initial frequencies float32[2, N, R/2], RoPE-Mixed's
     (`rope.mixed_frequencies` with theta, one uniform angle per head)."""
     rd = head_dim if self.rotary_dim is None else self.rotary_dim
@@ -231,7 +232,8 @@ class RotaryConfig:
       angles = np.asarray(angles, np.float64)
     return jnp.asarray(mixed_frequencies(angles, rd, self.theta), jnp.float32)
 
-  def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len=None, key: bool = False, frequencies=None):
+  def cos_sin(self, positions: jax.Array, head_dim: int, *, seq_len: int | jax.Array | None = None, key: bool = False,
+              frequencies: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """cos/sin float32[..., T, R/2] for `rotate`: compute once per layer.
 
     seq_len: for the length-dependent scalings, a static int or per-row lengths int[...];
@@ -263,12 +265,12 @@ class RotaryConfig:
     """True when keys need their own cos/sin table (xPos's inverse amplitudes)."""
     return self.xpos_scale_base is not None
 
-  def rotate(self, x: jax.Array, cos_sin) -> jax.Array:
+  def rotate(self, x: jax.Array, cos_sin: tuple[jax.Array, jax.Array]) -> jax.Array:
     cos, sin = cos_sin
     return rotate(x, cos, sin, layout=self.layout, blocks=self.blocks)
 
-  def apply(self, x: jax.Array, positions: jax.Array, *, seq_len=None, key: bool = False,
-            frequencies=None) -> jax.Array:
+  def apply(self, x: jax.Array, positions: jax.Array, *, seq_len: int | jax.Array | None = None, key: bool = False,
+            frequencies: jax.Array | None = None) -> jax.Array:
     """Rotates x [..., T, N, H] at positions [..., T] (or [..., T, A] with sections) with these
     settings; key=True for keys under xPos (their inverse amplitudes); frequencies: a learned
     spec's [2, N, R/2]."""
