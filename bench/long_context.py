@@ -202,7 +202,7 @@ def run_attention(args) -> list[dict]:
         if mem and mem["peak"] > limit:
           row["skipped"] = f"compiled peak {mem['peak'] / 2**30:.2f} GiB > --mem-limit-gb {args.mem_limit_gb:.1f}"
         elif reason is None:
-          calls[i] = functools.partial(lambda c: jax.block_until_ready(c(*call_args)), compiled)
+          calls[i] = functools.partial(lambda c, a: jax.block_until_ready(c(*a)), compiled, call_args)
         group.append(row)
       for i, ts in harness.round_robin(calls, args.rounds, timed=harness.by_first(args.slow_s)).items():
         group[i].update(timing(ts))
@@ -372,7 +372,7 @@ def _find(rows, **kw):
 def _fit(ns, mems) -> dict:
   """Least-squares fit mem = a + b N, its worst ratios either way, and the log-log slope (over
   the lengths that were compiled: a dense path too large to compile has no memory figure)."""
-  pairs = [(n, m) for n, m in zip(ns, mems) if m is not None]
+  pairs = [(n, m) for n, m in zip(ns, mems, strict=True) if m is not None]
   ns, mems = np.asarray([n for n, _ in pairs], np.float64), np.asarray([m for _, m in pairs], np.float64)
   if len(ns) < 2:
     return {"a_bytes": None, "b_bytes_per_token": None, "max_mem_over_fit": None, "max_fit_over_mem": None,

@@ -110,7 +110,7 @@ def main() -> None:
     x = jax.random.normal(jax.random.key(1), (B, t, D))
     fs = {name: encoder(a) for name, a in (("btnh", btnh), ("bnth", bnth), ("fused", fused))}
     ref = fs["btnh"](params, x)
-    times = _median_ms(fs, lambda name: (params, x), rounds, calls)
+    times = _median_ms(fs, lambda name, x=x: (params, x), rounds, calls)
     for name, f in fs.items():
       text = f.lower(params, x).compile().as_text()
       copies = len(re.findall(r"(?:transpose|copy)[\w.]*fusion[\w.]* = ", text))

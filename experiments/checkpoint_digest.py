@@ -78,7 +78,7 @@ def main():
       jax.block_until_ready(restored)
       t4 = time.perf_counter()
       manager.close()
-      for k, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+      for k, dt in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
         times[k].append(dt)
       shutil.rmtree(directory)
   finally:

@@ -225,12 +225,12 @@ def plot(out: dict, directory: str) -> list[str]:
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
-  colors = dict(zip(ARMS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+  colors = dict(zip(ARMS, plt.rcParams["axes.prop_cycle"].by_key()["color"], strict=False))  # 8 arms, 10 colours
   styles = {arm: ("o--" if arm in EVAL_ARMS else "s-") for arm in ARMS}
   targets = sorted({int(t) for arms in out["arms"].values() for t in arms})
   length = out["length"]
   fig, axes = plt.subplots(1, len(targets) + 1, figsize=(5 * (len(targets) + 1), 4), squeeze=False)
-  for ax, factor in zip(axes[0], targets):
+  for ax, factor in zip(axes[0], targets, strict=False):  # one axis more: the last holds the fine-tuning curves
     for arm, by_target in out["arms"].items():
       entries = by_target.get(str(factor))
       if not entries:
@@ -254,7 +254,7 @@ def plot(out: dict, directory: str) -> list[str]:
   for arm, by_target in out["arms"].items():
     for k, e in enumerate(by_target.get(str(factor), [])):
       if e.get("eval_curve"):
-        steps, losses = zip(*e["eval_curve"])
+        steps, losses = zip(*e["eval_curve"], strict=True)
         if arm == "scratch":
           continue  # its curve starts from random weights, off the scale of the fine-tunes
         ax.plot(steps, losses, styles.get(arm, "s-"), color=colors.get(arm), ms=3, lw=1,
@@ -279,7 +279,7 @@ def plot(out: dict, directory: str) -> list[str]:
     metrics.append(("answer_nll", "answer nats per digit (mean)"))
   fig, axes = plt.subplots(len(metrics), len(targets), figsize=(5 * len(targets), 3.4 * len(metrics)), squeeze=False)
   for row, (metric, ylabel) in enumerate(metrics):
-    for ax, factor in zip(axes[row], targets):
+    for ax, factor in zip(axes[row], targets, strict=True):
       for arm, by_target in out["arms"].items():
         got = _passkey_by_length(by_target.get(str(factor), []), metric)
         if got:

@@ -103,7 +103,7 @@ def window_memory(args) -> tuple[list[dict], list[str]]:
   for n in args.window_lengths:
     sizes = {}
     for name, model in models.items():
-      cache = jax.eval_shape(lambda model=model: model.init_cache(1, n))
+      cache = jax.eval_shape(lambda model=model, n=n: model.init_cache(1, n))
       sizes[name] = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(cache))
       rows.append({"layout": name, "context": n, "cache_bytes": sizes[name]})
     first, last = sizes.values()

@@ -42,7 +42,7 @@ def main():
     trainer.train_and_evaluate(c, os.path.join(root, name))
     with open(os.path.join(root, name, "metrics.jsonl")) as f:
       losses[name] = [json.loads(line)["loss"] for line in f if '"loss"' in line]
-  diff = max(abs(a - b) for a, b in zip(losses["one"], losses["eight"]))
+  diff = max(abs(a - b) for a, b in zip(losses["one"], losses["eight"], strict=True))
   print(f"steps {len(losses['one'])}: max |loss(1 device) - loss(8 devices)| = {diff:.2e}")
 
 

@@ -69,7 +69,7 @@ def main():
                            [np.arange(2**k - 16, 2**k + 16) for k in range(5, top + 1)]).astype(np.int32)
   positions = (every, sampled, np.array([5000], np.int32), np.array([2**top], np.int32))
   rows, table = {}, []
-  for (name, _, dim), pos in zip(case_list, positions):
+  for (name, _, dim), pos in zip(case_list, positions, strict=True):
     rows[name] = {"exact": max_err(pos, dim, True), "plain_fp32": max_err(pos, dim, False)}
     table.append(f"{name:<34} exact {rows[name]['exact']:.2e}   plain fp32 {rows[name]['plain_fp32']:.2e}")
     print(table[-1])

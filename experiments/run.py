@@ -285,7 +285,7 @@ def plot(name: str, out: dict, directory: str) -> str:
   else:
     for i, (arm, entries) in enumerate(out["arms"].items()):
       for k, e in enumerate(entries):
-        steps, losses = zip(*e["train_curve"])
+        steps, losses = zip(*e["train_curve"], strict=True)
         ax.plot(steps, losses, color=colors[i], alpha=0.8, lw=1, label=arm if k == 0 else None,
                 ls="-" if k == 0 else "--")
     ax.set_xlabel("step")
@@ -331,7 +331,7 @@ def _plot_translation(name: str, out: dict, plt, colors, directory: str) -> str:
   fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4), gridspec_kw={"width_ratios": [3, 2]})
   for i, (arm, entries) in enumerate(out["arms"].items()):
     for k, e in enumerate(entries):
-      steps, losses = zip(*e["train_curve"])
+      steps, losses = zip(*e["train_curve"], strict=True)
       ax.plot(steps, losses, color=colors[i], lw=1, ls="-" if k == 0 else "--",
               label=f"{arm} (seed {e['seed']})")
   ax.set_xlabel("step")

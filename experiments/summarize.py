@@ -72,7 +72,7 @@ def final_losses(out: dict) -> dict[str, list[float]]:
 
 def loss_at(entry: dict, step: int) -> float:
   """Train loss at the logged step closest to `step` (convergence speed)."""
-  steps, losses = zip(*entry["train_curve"])
+  steps, losses = zip(*entry["train_curve"], strict=True)
   return losses[int(np.argmin(np.abs(np.array(steps) - step)))]
 
 
@@ -180,11 +180,11 @@ def e6_tables(out: dict) -> str:
       lines = [f"Passkey accuracy (exact, {len(first['depths'])} depths x {first['trials']} keys per length; "
                "mean over depths, seed range), and the costs:", "",
                "| arm | " + " | ".join(f"{n}" for n in first["lengths"]) +
-               f" | loss at L vs base | steps to the target at 4L |",
+               " | loss at L vs base | steps to the target at 4L |",
                "|---|" + "---|" * (len(first["lengths"]) + 2)]
       for arm, entries in pk.items():
         cells = _passkey_cells(entries, "accuracy", ".2f")
-        given_up = [e["length_curve"][0]["loss"] - b for e, b in zip(entries, base_at_l)]
+        given_up = [e["length_curve"][0]["loss"] - b for e, b in zip(entries, base_at_l, strict=True)]
         steps = "—" if "steps_to_target" not in entries[0] or factor != 4 else ", ".join(
             "not reached" if e["steps_to_target"] is None else str(e["steps_to_target"]) for e in entries)
         # (No wall-time column: a re-run restores finished runs, so its times are not training times.)

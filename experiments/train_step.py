@@ -321,7 +321,7 @@ def bench_shape(name: str, spec: dict, worker: harness.TorchWorker | None, args,
   ref = warm[ref_name]
   check = {}
   for who in [w for w in ("jax full", "jax masked") if w != ref_name]:
-    rel = [abs(a - r) / abs(r) for a, r in zip(warm[who], ref)]
+    rel = [abs(a - r) / abs(r) for a, r in zip(warm[who], ref, strict=True)]
     check[who] = {"losses": warm[who], "rel_diff": rel}
     print(f"  loss check {who} vs {ref_name}: step 0 {warm[who][0]:.6f} vs {ref[0]:.6f} (rel {rel[0]:.1e})"
           + (f", later steps rel <= {max(rel[1:]):.1e}" if len(rel) > 1 else ""), flush=True)
@@ -370,7 +370,7 @@ def bench_shape(name: str, spec: dict, worker: harness.TorchWorker | None, args,
   for who in contenders:
     ts = times[who]
     med = statistics.median(ts)
-    per_round_ratio = [tb / tw for tb, tw in zip(base, ts)] if base else []
+    per_round_ratio = [tb / tw for tb, tw in zip(base, ts, strict=True)] if base else []
     rows[who] = {"ms": med * 1e3, "ms_min": min(ts) * 1e3, "ms_max": max(ts) * 1e3,
                  "tokens_per_s": tokens / med, "torch_over_this": statistics.median(base) / med if base else None,
                  "ratio_per_round_min": min(per_round_ratio, default=None),

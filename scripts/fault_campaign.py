@@ -188,7 +188,8 @@ def bitwise_equal(a, b) -> bool:
   (sa, ta), (sb, tb) = a, b
   if sa != sb or jax.tree.structure(ta) != jax.tree.structure(tb):
     return False
-  return all(x.dtype == y.dtype and np.array_equal(x, y) for x, y in zip(jax.tree.leaves(ta), jax.tree.leaves(tb)))
+  return all(x.dtype == y.dtype and np.array_equal(x, y)
+             for x, y in zip(jax.tree.leaves(ta), jax.tree.leaves(tb), strict=True))
 
 
 class Campaign:
@@ -566,7 +567,7 @@ def merge(recorded: str, rows: list[dict], note_key: str, note: str) -> str:
   table_lines, paragraphs = lines[:n_table], "\n".join(lines[n_table:]).strip().split("\n\n")
   if len(table_lines) < 2:
     table_lines = table([]).splitlines()
-  new = {r["fault"]: line for r, line in zip(rows, table(rows).splitlines()[2:])}
+  new = {r["fault"]: line for r, line in zip(rows, table(rows).splitlines()[2:], strict=True)}
   body = []
   for line in table_lines[2:]:
     fault = line.split("|")[1].strip()

@@ -234,7 +234,7 @@ def write_export(out_dir, names=None):
         cls = getattr(models, cls_name)
         args = (num_labels,) if num_labels else ()
         # Parameters only (no random init, which is slow); save, and run what loads back.
-        abstract = nnx.eval_shape(lambda: cls(cfg, *args, rngs=nnx.Rngs(0)))
+        abstract = nnx.eval_shape(lambda cls=cls, cfg=cfg, args=args: cls(cfg, *args, rngs=nnx.Rngs(0)))
         randomize_jax_(abstract, SEED + 10 + i)
         d = os.path.join(out_dir, name)
         hf.save_pretrained(abstract, d)

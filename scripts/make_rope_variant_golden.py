@@ -154,7 +154,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import platform
 import sys

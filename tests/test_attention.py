@@ -4,6 +4,8 @@ Linear attention follows eq. (19) of the RoFormer paper; softmax attention eq. (
 references rotate with the dense matrices of eq. (15) and form every (query, key) pair.
 """
 
+import itertools
+
 import chex
 import jax
 import jax.numpy as jnp
@@ -143,7 +145,7 @@ def test_linear_attention_packed_segments_equal_each_doc_alone(feature_map):
     start = 0
     for ln in ls:
       sl = slice(start, start + ln)
-      pad = lambda a: np.pad(a[r:r + 1, sl], [(0, 0), (0, 16 - ln), (0, 0), (0, 0)])
+      pad = lambda a, r=r, sl=sl, ln=ln: np.pad(a[r:r + 1, sl], [(0, 0), (0, 16 - ln), (0, 0), (0, 0)])
       alone = _lin(pad(q), pad(k), pad(v), q_positions=np.arange(16), k_positions=np.arange(16),
                    feature_map=feature_map, causal=True, projection=proj, chunk_size=4)
       assert _max_err(out[r:r + 1, sl], alone[:, :ln]) < LIN_TOL, (r, start, ln)
@@ -312,7 +314,7 @@ def test_favor_approaches_softmax_kernel_as_features_grow():
   print(f"[favor] F={fs} kernel rel. mean abs error {np.round(kern, 4).tolist()}; "
         f"attention output mean abs error {np.round(out, 4).tolist()}")
   for errs in (kern, out):
-    assert all(b < a * 1.15 for a, b in zip(errs, errs[1:])), errs  # monotone up to noise
+    assert all(b < a * 1.15 for a, b in itertools.pairwise(errs)), errs  # monotone up to noise
     assert errs[-1] < errs[0] / 3, errs  # 1/sqrt(F) predicts /8
   assert kern[-1] < 0.1
 

@@ -78,7 +78,7 @@ def test_train_step_full_and_masked_agree(bench):
     assert float(out1["loss"]) < float(out0["loss"])
     out[masked] = nnx.state(nnx.merge(graphdef, state)[0], nnx.Param)
   # Same gradients, so the same parameters after two AdamW steps.
-  for a, b in zip(jax.tree.leaves(out[False]), jax.tree.leaves(out[True])):
+  for a, b in zip(jax.tree.leaves(out[False]), jax.tree.leaves(out[True]), strict=True):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 

@@ -98,7 +98,7 @@ def test_chunked_equals_dense_outputs_and_gradients(seed, t, s_extra, b, heads, 
   # still fails by orders of magnitude. (With the old fixed floor 0.1 such a case failed at
   # 1.05e-5 against 1e-5.)
   terms = float(np.abs(ct).max() * np.abs(v).max() * max(np.abs(q).max(), np.abs(k).max()))
-  for name, g, r in zip("qkv", grads, dense_grads):
+  for name, g, r in zip("qkv", grads, dense_grads, strict=True):
     assert np.all(np.isfinite(g)), name
     _close(g, r, floor=0.1 * terms if name in "qk" else 0.1)
 
@@ -145,7 +145,7 @@ def test_dropout_is_the_documented_per_tile_mask_and_reproducible():
   ct = _rand(rng, out.shape)
   g = jax.grad(lambda *a: jnp.sum(run(*a, key) * ct), argnums=(0, 1, 2))(q, k, v)
   r = jax.grad(lambda *a: jnp.sum(dense(*a) * ct), argnums=(0, 1, 2))(q, k, v)
-  for a, e in zip(g, r):
+  for a, e in zip(g, r, strict=True):
     _close(a, e)
 
 
@@ -260,7 +260,7 @@ def test_models_with_chunked_attention_equal_xla_loss_and_gradients(family):
     ca.chunked_attention.__kwdefaults__.update(block_q=old[0], block_k=old[1])
   ref_value, ref_grads = loss("xla")
   _close(value, ref_value)
-  for (path, g), (_, r) in zip(jax.tree.leaves_with_path(nnx.state(grads)), jax.tree.leaves_with_path(nnx.state(ref_grads))):
+  for g, r in zip(jax.tree.leaves(nnx.state(grads)), jax.tree.leaves(nnx.state(ref_grads)), strict=True):
     _close(g, r, rtol=2e-5)
 
 

@@ -82,7 +82,7 @@ def _assert_same(a, b, rtol=1e-5):
   (va, ga), (vb, gb) = a, b
   np.testing.assert_allclose(float(vb), float(va), rtol=rtol)
   scale = max(float(jnp.abs(g).max()) for g in jax.tree.leaves(ga))  # the gradient's overall scale
-  for (path, x), y in zip(jax.tree.leaves_with_path(ga), jax.tree.leaves(gb)):
+  for (path, x), y in zip(jax.tree.leaves_with_path(ga), jax.tree.leaves(gb), strict=True):
     err = float(jnp.abs(x - y).max())
     assert err <= rtol * max(float(jnp.abs(x).max()), 0.01 * scale), (jax.tree_util.keystr(path), err)
 

@@ -48,7 +48,7 @@ def take(it, n):
 
 def assert_batches_equal(a, b):
   assert len(a) == len(b)
-  for x, y in zip(a, b):
+  for x, y in zip(a, b, strict=True):
     assert x.keys() == y.keys()
     for k in x:
       np.testing.assert_array_equal(x[k], y[k], err_msg=k)
@@ -143,7 +143,7 @@ def test_byte_tokenizer_round_trip_and_specials():
 
 def test_sentencepiece_trains_on_a_tiny_corpus_and_round_trips(tmp_path):
   sentences = [f"the {a} {b} sat on the mat number {i}." for i, (a, b) in
-               enumerate(zip(["red", "big", "old", "shy"] * 50, ["cat", "dog", "fox", "owl"] * 50))]
+               enumerate(zip(["red", "big", "old", "shy"] * 50, ["cat", "dog", "fox", "owl"] * 50, strict=True))]
   path = data.train_sentencepiece(sentences, tmp_path / "sp.model", vocab_size=120)
   tok = data.SentencePieceTokenizer(path)
   assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.mask_id) == (0, 1, 2, 4)
@@ -192,7 +192,7 @@ def test_pack_tiles_every_document_with_contiguous_segments():
   assert tokens.shape[1] == T and (seg[:-1] > 0).all()  # only the last row pads,
   assert (np.diff((seg[-1] > 0).astype(int)) <= 0).all() and (tokens[seg == 0] == 0).all()
   pieces = collections.defaultdict(list)
-  for r, s in zip(rows, seg):
+  for r, s in zip(rows, seg, strict=True):
     np.testing.assert_array_equal(r["positions"], rope.positions_from_segments(s))
     ids = s[s > 0]
     assert ids[0] == 1 and set(np.diff(ids)) <= {0, 1}  # segments 1, 2, ... back to back.
@@ -505,17 +505,17 @@ def test_rows_across_documents_carry_no_mask_in_training_and_mask_only_padding_i
   masked = take(data.make_iterator(stdlib_cfg(data_dir), task=task, split="train", batch_size=4, seed=1), 12)
   cfg = stdlib_cfg(data_dir, document_mask=False)
   rows = take(data.make_iterator(cfg, task=task, split="train", batch_size=4, seed=1), 12)
-  for a, b in zip(masked, rows):
+  for a, b in zip(masked, rows, strict=True):
     assert "segment_ids" not in b and "segment_ids" in a
     np.testing.assert_array_equal(b["inputs"], a["inputs"])
     np.testing.assert_array_equal(b["positions"], np.broadcast_to(np.arange(T), b["inputs"].shape))
   # the default restarts positions in the rows that hold several documents' tails
-  assert any((a["positions"] != b["positions"]).any() for a, b in zip(masked, rows))
+  assert any((a["positions"] != b["positions"]).any() for a, b in zip(masked, rows, strict=True))
   assert tasks.tokens_in(rows[0], task) == 4 * T
   ev = list(data.make_iterator(cfg, task=task, split="validation", batch_size=4, seed=1))
   seg = np.concatenate([b["segment_ids"] for b in ev])
   assert set(np.unique(seg)) == {0, 1}  # the last rows are padded
-  for row_seg, row_pos in zip(seg, np.concatenate([b["positions"] for b in ev])):
+  for row_seg, row_pos in zip(seg, np.concatenate([b["positions"] for b in ev]), strict=True):
     n = int(row_seg.sum())
     assert (row_seg[:n] == 1).all() and (row_pos[:n] == np.arange(n)).all()
 

@@ -300,7 +300,7 @@ def test_reorder_cache_then_decode_equals_decoding_the_permuted_batch(name):
   assert int(moved["index"]) == int(cache["index"]) > 0
   # The check can fail: the rows' caches differ, so a missing or wrong gather shows.
   diffs = [np.abs(np.asarray(a, np.float32) - np.asarray(b, np.float32)).max()
-           for a, b in zip(jax.tree.leaves(cache), jax.tree.leaves(moved)) if np.ndim(a) > 0]
+           for a, b in zip(jax.tree.leaves(cache), jax.tree.leaves(moved), strict=True) if np.ndim(a) > 0]
   assert max(diffs) > 1e-2
 
 

@@ -85,7 +85,7 @@ def e5(key: str, arm: str, field: str = "bleu") -> list[float]:
 
 
 def beam_gains() -> list[float]:
-  return [b - g for arm in ("rope", "sinusoidal") for b, g in zip(e5("eval", arm), e5("eval_greedy", arm))]
+  return [b - g for arm in ("rope", "sinusoidal") for b, g in zip(e5("eval", arm), e5("eval_greedy", arm), strict=True)]
 
 
 def e1_ratio(layer: int, distance: int) -> float:

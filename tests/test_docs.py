@@ -135,7 +135,7 @@ def collect_docstring(name):
     stripped = line.strip()
     if _is_command(stripped):
       commands.append(_command(stripped, f"{name}:docstring"))
-  for start, span in _inline_spans(doc):
+  for _start, span in _inline_spans(doc):
     span = " ".join(span.split())
     if _is_command(span):
       commands.append(_command(span, f"{name}:docstring"))

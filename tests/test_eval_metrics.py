@@ -270,7 +270,7 @@ def test_translate_greedy_and_beam_on_tiny_model():
     expect.append(TOK.decode(decoding.strip_ids(out[0], bos_id=1, eos_id=2, pad_id=0)))
   assert [hyps[0], hyps[3]] == expect
   # ... and beam search with one beam and alpha 0 finds the same text.
-  for b, start in zip(batches, (0, 3)):
+  for b, start in zip(batches, (0, 3), strict=True):
     out, _ = decoding.beam_search(model, b["src"], beam_size=1, alpha=0.0, max_len=MAX_LEN, bos_id=1,
                                   eos_id=2, pad_id=0)
     assert TOK.decode(decoding.strip_ids(np.asarray(out)[0, 0], bos_id=1, eos_id=2, pad_id=0)) == hyps[start]

@@ -57,7 +57,8 @@ def test_smoke_arms_are_the_smoke_variants_of_their_configs():
       assert config.total_steps == 2 and config.model.d_model == 32, name
       assert config.eval.max_batches == 2 and len(config.eval.length_factors) <= 2
       plain = lambda x: x.to_dict() if hasattr(x, "to_dict") else x  # dict values come back as ConfigDicts
-      section = lambda key: config[key.split(".")[0]][key.split(".")[1]]  # "model.position", "vit.position"
+      # "model.position", "vit.position"
+      section = lambda key, config=config: config[key.split(".")[0]][key.split(".")[1]]
       assert all(plain(section(k)) == v for k, v in arm.items()), (name, arm)
       models.ModelConfig.from_dict(config.model.to_dict())  # every arm's model builds its config (e8's layers)
 

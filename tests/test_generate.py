@@ -162,7 +162,7 @@ def test_nucleus_logits_match_a_numpy_reference():
   logits = (rng.normal(size=(64, 50)) * rng.uniform(0.3, 4.0, size=(64, 1))).astype(np.float32)
   for top_p in (1e-6, 0.1, 0.5, 0.9, 0.99, 1.0):
     got = np.asarray(decoding.nucleus_logits(jnp.asarray(logits), top_p))
-    for row, out in zip(logits.astype(np.float64), got):
+    for row, out in zip(logits.astype(np.float64), got, strict=True):
       keep = nucleus_reference(row, top_p)
       p = np.sort(np.exp(row - row.max()) / np.exp(row - row.max()).sum())[::-1]
       if top_p < 1 and np.min(np.abs(np.cumsum(p) - top_p)) < 1e-5:
@@ -218,8 +218,8 @@ def test_step_and_average_last_choose_the_checkpoint(lm_run, lm):
   averaged = generation.load(smoke(), str(lm_run), average_last=3)
   assert first.steps == [1] and averaged.steps == [1, 2, 3]
   leaves = lambda loaded: jax.tree.leaves(loaded.state)
-  assert any(not np.array_equal(a, b) for a, b in zip(leaves(first), leaves(lm)))
-  assert any(not np.array_equal(a, b) for a, b in zip(leaves(averaged), leaves(lm)))
+  assert any(not np.array_equal(a, b) for a, b in zip(leaves(first), leaves(lm), strict=True))
+  assert any(not np.array_equal(a, b) for a, b in zip(leaves(averaged), leaves(lm), strict=True))
   with pytest.raises(UserError, match=r"no checkpoint step 7 .* has steps \[1, 2, 3\]"):
     generation.load(smoke(), str(lm_run), step=7)
   with pytest.raises(UserError, match="give one of them"):
@@ -278,7 +278,7 @@ def test_fill_masks_gives_the_models_probabilities_at_each_mask(mlm_run):
   tok = loaded.tokenizer
   ids = [tok.bos_id] + tok.encode("def f(x): re") + [tok.mask_id] + tok.encode("urn x") + [tok.mask_id, tok.eos_id]
   probs = np.asarray(jax.nn.softmax(loaded.model(jnp.asarray([ids]))[0], axis=-1))
-  for fillers, slot in zip(out, [i for i, t in enumerate(ids) if t == tok.mask_id]):
+  for fillers, slot in zip(out, [i for i, t in enumerate(ids) if t == tok.mask_id], strict=True):
     best = np.argsort(-probs[slot], kind="stable")[:4]
     assert [f for f, _ in fillers] == [generation.token_text(tok, int(t)) for t in best]
     np.testing.assert_allclose([p for _, p in fillers], probs[slot][best], rtol=1e-5, atol=1e-7)

@@ -6,7 +6,6 @@ import gettext
 import glob
 import logging
 import math
-import os
 
 import jax.numpy as jnp
 import numpy as np
@@ -126,7 +125,7 @@ def test_packed_rows_give_the_loss_of_their_pairs_one_per_row(locale_dir, tmp_pa
   loss = weight = 0.0
   for row in range(2):
     for seg in range(1, batch["src_segment_ids"][row].max() + 1):
-      take = lambda key, ids: batch[key][row][batch[ids][row] == seg]
+      take = lambda key, ids, row=row, seg=seg: batch[key][row][batch[ids][row] == seg]
       src, tgt_in, tgt_out = take("src", "src_segment_ids"), take("tgt_in", "tgt_segment_ids"), take("tgt_out", "tgt_segment_ids")
       pad = lambda a: jnp.asarray(np.pad(a, (0, 48 - len(a)))[None])
       one = tasks.loss_sums(model, {"src": pad(src), "tgt_in": pad(tgt_in), "tgt_out": pad(tgt_out),
@@ -143,7 +142,7 @@ def test_raw_targets_follow_the_evaluation_order_per_process(locale_dir, tmp_pat
     refs = data.raw_targets(cfg, "validation", process_index=index, process_count=count)
     rows = [r for b in data.make_iterator(cfg, task="seq2seq", split="validation", batch_size=3, seed=0,
                                           process_index=index, process_count=count)
-            for r, w in zip(b["tgt_out"], b["weights"]) if w.any()]
+            for r, w in zip(b["tgt_out"], b["weights"], strict=True) if w.any()]
     assert [tok.decode(r[r > 0][:-1]) for r in rows] == refs
 
 

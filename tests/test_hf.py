@@ -205,7 +205,8 @@ def test_round_trip_identical(tmp_path, name):
     np.testing.assert_array_equal(a[p], b[p], err_msg=str(p))
   r = _ref(name)
   ids, kw = _inputs(r)
-  for x, y in zip(_forward(model, ids, kw, _slots(ids), _at(r)), _forward(again, ids, kw, _slots(ids), _at(r))):
+  for x, y in zip(_forward(model, ids, kw, _slots(ids), _at(r)), _forward(again, ids, kw, _slots(ids), _at(r)),
+                  strict=True):
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 

@@ -148,13 +148,14 @@ def test_every_models_static_state_is_hashable_under_every_layer_setting():
   every jitted decode of a Llama 4 NoPE layer (issue 37 item 1)."""
   for kw in JITTED.values():
     cfg = ModelConfig(**{**BASE, **kw})
-    builders = [lambda: CausalLM(cfg, rngs=nnx.Rngs(0)), lambda: TransformerSeq2Seq(cfg, rngs=nnx.Rngs(0)),
-                lambda: RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0)),
-                lambda: RoFormerForSequenceClassification(cfg, 3, rngs=nnx.Rngs(0))]
+    builders = [lambda cfg=cfg: CausalLM(cfg, rngs=nnx.Rngs(0)),
+                lambda cfg=cfg: TransformerSeq2Seq(cfg, rngs=nnx.Rngs(0)),
+                lambda cfg=cfg: RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0)),
+                lambda cfg=cfg: RoFormerForSequenceClassification(cfg, 3, rngs=nnx.Rngs(0))]
     if "scaling" not in repr(kw):  # the ViT's 2-D RoPE takes no scaling
-      builders.append(lambda: vit.VisionTransformer(cfg.replace(rope={**dict(cfg.rope or ()), "sections": (2, 2)}),
-                                                    vit.ViTConfig(image_size=8, patch_size=4, num_classes=3),
-                                                    rngs=nnx.Rngs(0)))
+      builders.append(lambda cfg=cfg: vit.VisionTransformer(
+          cfg.replace(rope={**dict(cfg.rope or ()), "sections": (2, 2)}),
+          vit.ViTConfig(image_size=8, patch_size=4, num_classes=3), rngs=nnx.Rngs(0)))
     for build in builders:
       hash(nnx.graphdef(nnx.eval_shape(build)))  # a TypeError names an unhashable attribute
   temperature = ModelConfig(**BASE, **COMBOS["nope_temperature"]).layer_temperature(3)

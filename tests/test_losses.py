@@ -149,7 +149,7 @@ def test_mlm_loss_at_masked_positions():
   weights[0, [1, 5]] = weights[1, [0, 2, 7]] = 1
   loss_sum, n = losses.mlm_loss(logits, targets, weights)
   logp = _log_softmax64(logits)
-  want = sum(-logp[b, t, targets[b, t]] for b, t in zip(*np.nonzero(weights)))
+  want = sum(-logp[b, t, targets[b, t]] for b, t in zip(*np.nonzero(weights), strict=True))
   np.testing.assert_allclose(loss_sum, want, rtol=1e-6)
   assert float(n) == 5
 

@@ -152,7 +152,7 @@ def _redrawn(state, seed):
   return treedef.unflatten([
       jax.random.normal(k, x.shape, x.dtype) if jnp.issubdtype(x.dtype, jnp.floating)
       else x if jnp.issubdtype(x.dtype, jax.dtypes.prng_key) else jnp.full_like(x, seed)
-      for k, x in zip(keys, leaves)])
+      for k, x in zip(keys, leaves, strict=True)])
 
 
 def test_average_takes_feature_projections_and_optimiser_state_from_the_newest(tmp_path):

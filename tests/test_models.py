@@ -83,8 +83,8 @@ def test_seq2seq_and_lm_shapes():
   cfg = M.preset("transformer-base", **{**TINY, "vocab_size": V})
   s2s = M.TransformerSeq2Seq(cfg, rngs=nnx.Rngs(0))
   chex.assert_shape(s2s(ids(0, 2, 9), ids(1, 2, 7)), (2, 7, V))
-  for attention, fmap in [("softmax", "elu"), ("linear", "elu"), ("linear", "favor")]:
-    lm = M.CausalLM(tiny(attention=attention, feature_map=fmap, num_features=16, norm="pre"), rngs=nnx.Rngs(0))
+  for attn, fmap in [("softmax", "elu"), ("linear", "elu"), ("linear", "favor")]:
+    lm = M.CausalLM(tiny(attention=attn, feature_map=fmap, num_features=16, norm="pre"), rngs=nnx.Rngs(0))
     chex.assert_shape(lm(ids(0, 2, 9)), (2, 9, V))
 
 
@@ -255,7 +255,7 @@ def test_lm_cached_prediction_equals_the_full_forward_of_its_prefix(name, attent
   prefixes = [out[j * b:(j + 1) * b, n - 1] for j, n in enumerate(lengths)]
   alone = model(tokens[:, :p + 2], attention_mask=mask[:, :p + 2])[:, -1]
   np.testing.assert_allclose(prefixes[2], alone, atol=2e-5)
-  gaps = [float(jnp.abs(c - r).max()) for c, r in zip(cached, prefixes)]
+  gaps = [float(jnp.abs(c - r).max()) for c, r in zip(cached, prefixes, strict=True)]
   assert max(gaps) < 2e-5, [f"{g:.1e}" for g in gaps]
   # For these two the whole sequence's forward is a different function at earlier slots: the
   # reference above is the one that can tell a stale cache.
@@ -310,7 +310,7 @@ def test_seq2seq_cached_prediction_equals_the_teacher_forced_forward_of_its_pref
               tgt_mask=jnp.concatenate(keep))
   forced = [out[2 * i:2 * i + 2, i] for i in range(10)]
   np.testing.assert_allclose(forced[3], model(src, tgt[:, :4])[:, -1], atol=2e-5)
-  gaps = [float(jnp.abs(a - b).max()) for a, b in zip(steps, forced)]
+  gaps = [float(jnp.abs(a - b).max()) for a, b in zip(steps, forced, strict=True)]
   assert max(gaps) < 2e-5, [f"{g:.1e}" for g in gaps]
 
 

@@ -213,7 +213,7 @@ def test_mt_optimizer_trajectory_matches_reference_adam():
   tx, schedule = optim.make_optimizer(cfg)
   ref = _reference_adam(params, grads, lr=lambda s: _fairseq_inverse_sqrt(s, 1e-2, 2, 1e-3),
                         b1=0.9, b2=0.98, eps=1e-8)
-  for got, want in zip(_run(tx, params, grads), ref):
+  for got, want in zip(_run(tx, params, grads), ref, strict=True):
     for k in params:
       np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-7)
 
@@ -309,7 +309,8 @@ def _tiny_mlm(seed=0):
   state = nnx.state(model, nnx.Param)
   leaves, treedef = jax.tree.flatten(nnx.as_pure(state))
   keys = jax.random.split(jax.random.key(seed), len(leaves))
-  nnx.update(model, jax.tree.unflatten(treedef, [1.0 + jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]))
+  nnx.update(model, jax.tree.unflatten(
+      treedef, [1.0 + jax.random.normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)]))
   return model
 
 
@@ -334,7 +335,7 @@ def test_adamw_via_nnx_optimizer_decays_only_kernels_and_embeddings(accum):
   mask = optim.decay_mask(after)
   n_decayed = 0
   for (path, b), a, decayed in zip(jax.tree_util.tree_leaves_with_path(before), jax.tree.leaves(after),
-                                   jax.tree.leaves(mask)):
+                                   jax.tree.leaves(mask), strict=True):
     # zero gradient: Adam's direction is 0 / (0 + eps) = 0, leaving p - lr * wd * p.
     want = b * (1 - lr * wd) if decayed else b
     np.testing.assert_allclose(np.asarray(a), want, rtol=1e-6, err_msg=jax.tree_util.keystr(path))

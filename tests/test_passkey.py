@@ -226,7 +226,7 @@ def test_the_mix_replaces_about_the_fraction_of_rows_and_leaves_the_rest(data_cf
   cfg.passkey_fraction = 0.5
   it, mixed = _rows(cfg, 8)
   replaced = 0
-  for a, b in zip(plain, mixed):
+  for a, b in zip(plain, mixed, strict=True):
     for i in range(8):
       if "The pass key is" in BYTES.decode(b["inputs"][i]):
         replaced += 1
@@ -243,7 +243,7 @@ def test_the_mix_replaces_about_the_fraction_of_rows_and_leaves_the_rest(data_cf
   fresh = data.make_iterator(cfg, task="lm", split="train", batch_size=8, seed=3)
   fresh.set_state(state)
   _, resumed = _rows(cfg, 3, fresh)
-  for a, b in zip(expected, resumed):
+  for a, b in zip(expected, resumed, strict=True):
     for k in a:
       np.testing.assert_array_equal(a[k], b[k], err_msg=k)
   # Validation rows never change.

@@ -128,7 +128,7 @@ def test_any_resolution_from_8_renders_with_exact_areas(resolution):
   assert 0 <= image.min() and image.max() <= 1
   np.testing.assert_allclose(shapes.render(s, resolution, channels=1)[..., 0], image.mean(-1), atol=1e-6)
   arm = shapes.CROSS_ARM
-  for kind, size in zip(s["kinds"], s["sizes"]):
+  for kind, size in zip(s["kinds"], s["sizes"], strict=True):
     area = {shapes.CIRCLE: np.pi * size ** 2, shapes.SQUARE: 4 * size ** 2,
             shapes.CROSS: 4 * size ** 2 * (2 * arm - arm ** 2)}[int(kind)]
     cov = shapes.coverage(int(kind), s["centers"][int(kind)], size, resolution)

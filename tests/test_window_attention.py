@@ -179,7 +179,7 @@ def test_chunked_window_equals_float64_outputs_and_gradients(causal, t, s, windo
   ct = _rand(rng, out.shape) * live[:, :, None, None]
   grads = jax.jit(jax.grad(lambda *a: jnp.sum(run(*a) * ct), argnums=(0, 1, 2)))(q, k, v)
   terms = float(np.abs(ct).max() * np.abs(v).max() * max(np.abs(q).max(), np.abs(k).max()))
-  for name, g, r in zip("qkv", grads, grads64(q, k, v, allowed, ct)):
+  for name, g, r in zip("qkv", grads, grads64(q, k, v, allowed, ct), strict=True):
     assert np.all(np.isfinite(g)), name
     _close(g, r, rtol=2e-5, floor=0.1 * terms if name in "qk" else 0.1)
 
@@ -350,7 +350,7 @@ def test_context_parallel_window_equals_one_device(mesh, impl, causal, window):
   _close(ref_out[live], expected[live])
   _close(out[live], ref_out[live])
   np.testing.assert_allclose(float(value), float(ref_loss), rtol=1e-5)
-  for name, g, r in zip("qkv", grads, ref_grads):
+  for _name, g, r in zip("qkv", grads, ref_grads, strict=True):
     _close(g, r, rtol=2e-5, floor=1.0)
 
 
