@@ -1,5 +1,6 @@
 # One command per job on a fresh machine:
-#   make test    create .venv (Python 3.12) if missing, install pinned deps, run the test suite
+#   make test    create .venv (Python 3.12) if missing, install pinned deps, run make lint, then the test suite
+#   make lint    ruff (pyflakes + bugbear, pyproject.toml) over the whole tree: a few seconds
 #   make test-fast  the same, unit tests only (-m "not slow"): the inner loop, about 3 minutes
 #   make train   create .venv if missing, run the default (offline, CPU) training config
 #   make bench   create .venv if missing, run the benchmarks in bench/, record their figures in
@@ -15,7 +16,7 @@ PYTHON ?= $(shell scripts/find_python.sh)
 # Unknown tunables are ignored; other C libraries ignore the variable.
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
-.PHONY: venv test test-fast train bench figures clean
+.PHONY: venv lint test test-fast train bench figures clean
 
 $(VENV)/.installed: requirements.txt
 	@test -n "$(PYTHON)" || { echo "error: no Python >= 3.12 found; install python3.12 or pass PYTHON=/path/to/python3.12" >&2; exit 1; }
@@ -27,12 +28,15 @@ $(VENV)/.installed: requirements.txt
 
 venv: $(VENV)/.installed
 
-test: venv
+lint: venv
+	$(VENV)/bin/ruff check .
+
+test: lint
 	$(PY) -m pytest -q -n 2 tests
 
 # The tests marked slow (training, subprocesses, multi-process runs, the documented commands)
 # are left out; `make test` runs them too. tests/conftest.py says what is marked.
-test-fast: venv
+test-fast: lint
 	$(PY) -m pytest -q -n 2 -m "not slow" tests
 
 train: venv

@@ -124,6 +124,7 @@ def softmax_attention64(q, k, v, *, q_positions=None, k_positions=None, allowed=
   """softmax_n((R_m q_m)^T (R_n k_n) * scale) v_n for q [B, T, N, H], k [B, S, K, H], v [B, S, K, Hv].
 
   allowed: bool broadcastable to [B, N, T, S]. K divides N (query head i uses kv head i // (N/K)).
+  A query with no allowed key has no softmax: its row is NaN (the tests compare the others).
   """
   q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
   b, t, n, h = q.shape
@@ -140,7 +141,8 @@ def softmax_attention64(q, k, v, *, q_positions=None, k_positions=None, allowed=
   logits = np.einsum("btnh,bsnh->bnts", q, k) * scale
   if allowed is not None:
     logits = np.where(np.broadcast_to(allowed, logits.shape), logits, -np.inf)
-  logits = logits - logits.max(axis=-1, keepdims=True)
+  with np.errstate(invalid="ignore"):  # -inf - -inf: a row with no allowed key (NaN, as documented)
+    logits = logits - logits.max(axis=-1, keepdims=True)
   p = np.exp(logits)
   p = p / p.sum(axis=-1, keepdims=True)
   return np.einsum("bnts,bsnv->btnv", p, v)
