@@ -1,6 +1,6 @@
 # One command per job on a fresh machine:
 #   make test    create .venv (Python 3.12) if missing, install pinned deps, run make lint, then the test suite
-#   make lint    ruff (pyflakes + bugbear, pyproject.toml) over the whole tree: a few seconds
+#   make lint    ruff (pyflakes + bugbear, pyproject.toml) over the whole tree, mypy (mypy.ini) over roformer_jax
 #   make test-fast  the same, unit tests only (-m "not slow"): the inner loop, about 3 minutes
 #   make train   create .venv if missing, run the default (offline, CPU) training config
 #   make bench   create .venv if missing, run the benchmarks in bench/, record their figures in
@@ -30,6 +30,7 @@ venv: $(VENV)/.installed
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test: lint
 	$(PY) -m pytest -q -n 2 tests
@@ -59,4 +60,4 @@ figures: venv
 	$(PY) scripts/plot_long_term_decay.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .cache/xla
+	rm -rf $(VENV) .pytest_cache .hypothesis .cache/xla .mypy_cache .ruff_cache
