@@ -163,7 +163,7 @@ def test_wheel_metadata_core_and_extras(wheel):
                                "importlib-resources", "sentencepiece", "ml-collections", "absl-py", "tensorboardx",
                                "matplotlib", "tqdm"}
   assert requires["eval"] == {"sacrebleu", "scipy"}
-  assert requires["dev"] == {"pytest", "pytest-xdist", "hypothesis", "chex", "setuptools"}
+  assert requires["dev"] == {"pytest", "pytest-xdist", "hypothesis", "chex", "setuptools", "ruff", "mypy"}
   assert requires["all"] == {"roformer-jax[train]", "roformer-jax[eval]", "roformer-jax[dev]"}
   # Every pin that make installs is declared somewhere (jaxlib comes with jax).
   declared = {"jax", "flax", "numpy", "safetensors", "jaxlib"}.union(*requires.values())
