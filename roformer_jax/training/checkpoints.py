@@ -721,11 +721,16 @@ def _saved_vit(saved: dict[str, Any]):
   return tasks.vit_config(ml_collections.ConfigDict(saved))
 
 
+def _differences(differ: dict[str, tuple[Any, Any]]) -> str:
+  """{what: (pre-trained, config)} as one line for an InitFromError."""
+  return ", ".join(f"{k}: pre-trained {a!r} vs config {b!r}" for k, (a, b) in sorted(differ.items()))
+
+
 def _check_same_vit(pretrained, new, source: str) -> None:
   differ = {key: (getattr(pretrained, f), getattr(new, f)) for f, key in _VIT_FIXED.items()
             if getattr(pretrained, f) != getattr(new, f)}
   if differ:
-    shown = ", ".join(f"{k}: pre-trained {a!r} vs config {b!r}" for k, (a, b) in sorted(differ.items()))
+    shown = _differences(differ)
     raise InitFromError(f"init_from={source!r} is a ViT with another image side: {shown}. Set them to the trained "
                         "run's values (--config.vit.position=..., ...); only the resolution (vit.image_size / "
                         "data.image_size: a learned table is resized), the number of classes (a fresh head) and "
@@ -786,7 +791,7 @@ def _check_same_architecture(pretrained, cfg, source: str) -> None:
   differ.update(_rope_changes(pretrained, cfg, fixed))
   differ.update(_layer_changes(pretrained, cfg, fixed))
   if differ:
-    shown = ", ".join(f"{k}: pre-trained {a!r} vs config {b!r}" for k, (a, b) in sorted(differ.items()))
+    shown = _differences(differ)
     raise InitFromError(f"init_from={source!r} was trained with a different model: {shown}. Set config.model "
                         "to the pre-training model's values (only dropout, dtypes, max_position, the attention "
                         "implementation, remat, fused_qkv, and rope_theta / rope_scaling, the model's or a layer type's, may "
