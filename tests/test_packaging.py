@@ -134,6 +134,7 @@ def test_wheel_holds_the_package_only(wheel):
   assert "roformer_jax/training/data/pipeline.py" in sources
   assert sources <= names, sorted(sources - names)
   assert "roformer_jax/py.typed" in names  # PEP 561: type checkers use the package's hints
+  assert "roformer_jax/rope/hf_registry.json" in names  # rope.from_hf_config reads it at run time
   strays = {n for n in names if not n.startswith(("roformer_jax/", dist_info))}
   assert not strays, sorted(strays)  # no tests/, configs/, bench/, scripts/, experiments/, train.py ...
   assert not {n for n in names if n.split("/")[0] in {"tests", "configs", "bench", "scripts", "experiments", "docs"}}

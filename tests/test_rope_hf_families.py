@@ -97,10 +97,14 @@ def test_per_row_length_is_our_default_and_differs_from_transformers_batch_rule(
   assert not np.allclose(per_row[0], batch[0], atol=1e-3)
 
 
-def test_unknown_model_types_need_their_rope_keys():
-  with pytest.raises(ValueError, match="not one whose transformers defaults are known"):
-    rope.from_hf_config({"model_type": "my_model", "hidden_size": 64, "num_attention_heads": 4})
-  spec = rope.from_hf_config({"model_type": "my_model", "rope_theta": 5e5, "head_dim": 32})
+def test_unknown_model_types_are_refused_even_with_every_rope_key():
+  """Issue 39: a file with rope_theta and the head dim used to be read as a rotate_half model whatever its
+  model_type (Cohere's interleaved pairs came out O(1) wrong). Nothing is guessed now; family= asserts it."""
+  for config in ({"model_type": "my_model", "hidden_size": 64, "num_attention_heads": 4},
+                 {"model_type": "my_model", "rope_theta": 5e5, "head_dim": 32}):
+    with pytest.raises(ValueError, match="'my_model' is not in the RoPE registry"):
+      rope.from_hf_config(config)
+  spec = rope.from_hf_config({"model_type": "my_model", "rope_theta": 5e5, "head_dim": 32}, family="llama")
   assert spec == rope.RotaryConfig(theta=5e5, layout="half")
   with pytest.raises(ValueError, match="layer=9 is not a layer"):
     rope.from_hf_config({"model_type": "llama", "num_hidden_layers": 2}, layer=9)

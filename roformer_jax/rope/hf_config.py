@@ -15,7 +15,10 @@ rotated q and k differ from transformers' by that permutation, and q . k is iden
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Mapping
+from importlib import resources
 from typing import Any
 
 from roformer_jax.rope.spec import RotaryConfig
@@ -100,12 +103,75 @@ _NOT_SCALING = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_i
 SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILIES)) + tuple(sorted(_TEXT_OF))
 
 
+@functools.cache
+def registry() -> dict[str, Any]:
+  """The RoPE registry: per transformers model_type, what its code was observed to do (hf_registry.json, made by
+  scripts/make_hf_rope_registry.py from transformers' own code; `registry()["versions"]` says which)."""
+  with resources.files("roformer_jax.rope").joinpath("hf_registry.json").open() as f:
+    return json.load(f)
+
+
+def _made_from() -> str:
+  return ", ".join(f"{k} {v}" for k, v in registry()["versions"].items() if k != "torch")
+
+
+def hf_families() -> tuple[str, ...]:
+  """The names `from_hf_config(..., family=...)` takes: the hand-verified families and every model_type the
+  registry reads exactly."""
+  exact = {mt for mt, e in registry()["model_types"].items() if e["status"] == "exact"}
+  return tuple(sorted(set(_FAMILIES) | set(_TEXT_OF) | exact))
+
+
+def _family(name: str) -> dict[str, Any]:
+  """The reading rules of a family: hand-written (`_FAMILIES`, verified by tests/golden/hf_rope_families) first,
+  then the registry's observed ones."""
+  if name in _FAMILIES:
+    return _FAMILIES[name]
+  entry = registry()["model_types"].get(name)
+  if entry is None or entry["status"] != "exact":
+    raise ValueError(f"family={name!r} is not a family read exactly here; use one of rope.hf_families() "
+                     f"({len(hf_families())} names, e.g. 'llama', 'qwen2', 'cohere').")
+  return entry["family"]
+
+
+def _observed(model_type: Any) -> dict[str, Any]:
+  """What the registry observed of a model type that the reading rules must follow whoever wrote them: a rotary
+  class that ignores partial_rotary_factor (Llama), the M-RoPE sections it defaults (Qwen2-VL: [16, 24, 24])."""
+  entry = registry()["model_types"].get(model_type) if isinstance(model_type, str) else None
+  rotations = (entry or {}).get("rotations") or []
+  out: dict[str, Any] = {}
+  if rotations and all(r.get("follows", {}).get("partial_rotary_factor") is False for r in rotations):
+    out["ignores_partial"] = True
+  sections = {json.dumps(r.get("mrope")) for r in rotations}
+  if len(sections) == 1 and rotations[0].get("mrope"):
+    out["mrope_sections"] = rotations[0]["mrope"]["sections"]
+    out["mrope_observed"] = rotations[0]["mrope"]["section_layout"]
+  return out
+
+
+def _refuse(model_type: Any, entry: Mapping[str, Any] | None) -> ValueError:
+  how = ("If you know the model rotates q and k exactly as one of rope.hf_families() does, say so with "
+         "from_hf_config(config, family='llama') (or that family's name): an explicit assertion, never a default.")
+  if entry is None:
+    return ValueError(f"model_type {model_type!r} is not in the RoPE registry (made from {_made_from()}); nothing "
+                      f"is guessed. {how} A newer transformers' types: refresh the registry (docs/development.md).")
+  if entry["status"] == "no_rope":
+    return ValueError(f"model_type {model_type!r} applies no RoPE in {_made_from()} (its forward calls no rotary "
+                      f"function), so there is no RoPE spec to read. {how}")
+  return ValueError(f"model_type {model_type!r} is refused: {entry.get('reason')} (observed in {_made_from()}: "
+                    f"what its code does is not yet read exactly here, docs/hf_rope_registry.md). {how}")
+
+
 def _layer_types(cfg: Mapping[str, Any], fam: Mapping[str, Any], num_layers: int) -> list[str] | None:
   if cfg.get("layer_types") is not None:
     return list(cfg["layer_types"])
   rule = fam.get("layer_types")
   if rule is None:
-    return None
+    default = fam.get("default_layer_types")
+    if default is not None and len(default) != num_layers:
+      raise ValueError(f"the config has no layer_types, and its num_hidden_layers ({num_layers}) is not the "
+                       f"default's ({len(default)}), whose layer_types are known: add layer_types to the config.")
+    return None if default is None else list(default)
   kind, key, default, special, other = rule
   n = int(cfg.get(key, default) if key else default)
   if kind == "every":  # layer i is `special` when (i + 1) % n == 0 (Gemma 2/3/4, Cohere2, Qwen3.5)
@@ -120,10 +186,11 @@ def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type:
   """This layer type's rope parameters dict, as transformers standardises it (theta inside)."""
   params: Any = cfg.get("rope_parameters")  # a JSON value: narrowed by `nested` below
   v4 = cfg.get("rope_scaling")
+  if params is None and v4 is None and cfg.get("rope_theta") is None and fam.get("default_rope_parameters"):
+    params = fam["default_rope_parameters"]  # the registry's config class default
   theta_default = fam["theta"]
   per_type = isinstance(theta_default, dict)
-  nested = isinstance(params, Mapping) and any(isinstance(v, Mapping) or v is None for v in params.values()) \
-      and params and all(k.endswith("attention") for k in params)
+  nested = _nested({"rope_parameters": params})
   if nested:
     if layer_type not in params:
       raise ValueError(f"rope_parameters is keyed by layer type {sorted(params)}, but layer type {layer_type!r} "
@@ -170,7 +237,8 @@ def _head_dim(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type: str | 
   return int(cfg["head_dim"] if cfg.get("head_dim") is not None else fam["head_dim"])
 
 
-def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> RotaryConfig | None:
+def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
+                   family: str | None = None) -> RotaryConfig | None:
   """The RoPE spec of decoder layer `layer` of the model a HuggingFace config.json describes.
 
   Args:
@@ -182,6 +250,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> Ro
       flat or keyed by layer type).
     layer: the decoder layer index; None = layer 0. Models whose layers differ (Gemma 2/3,
       Cohere2, ModernBERT, Llama 4, SmolLM3, Qwen3.5) need it to pick the layer type.
+    family: read the config as this family (`hf_families()`) whatever its model_type says: your
+      assertion that the model rotates q and k as that one does. Never implied: an unknown
+      model_type is refused without it.
 
   Returns:
     A `RotaryConfig` whose `.apply(x, positions)` rotates x [B, T, N, H] (H = the head dim
@@ -192,8 +263,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> Ro
     attention layers).
 
   Raises:
-    ValueError: an unknown model_type whose file lacks rope_theta or the head dim; a layer
-      out of range; sections that do not fit the rotary dim.
+    ValueError: a model_type the registry does not hold (unknown, or newer than the
+      transformers it was made from), one without RoPE, or one whose mechanism RotaryConfig
+      cannot express (the message names it); a layer out of range; a key the reading needs
+      and the config lacks; sections that do not fit the rotary dim.
   """
   if not isinstance(config, Mapping):
     raise TypeError(f"config must be a dict (json.load of a config.json), got {type(config).__name__}.")
@@ -206,16 +279,25 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> Ro
     if cfg["model_type"] == model_type:
       cfg["model_type"] = _TEXT_OF[model_type]
     model_type = cfg["model_type"]
-  fam = _FAMILIES.get(model_type)
-  if fam is None:
-    has_theta = cfg.get("rope_theta") is not None or "rope_theta" in (cfg.get("rope_parameters") or {})
-    has_dim = cfg.get("head_dim") is not None or (cfg.get("hidden_size") and cfg.get("num_attention_heads"))
-    if not (has_theta and has_dim):
-      raise ValueError(
-          f"model_type {model_type!r} is not one whose transformers defaults are known here ({SUPPORTED_MODEL_TYPES}), "
-          "and its config leaves out rope_theta or the head dim (head_dim, or hidden_size and num_attention_heads). "
-          "Add those keys to the dict to read it as a default-layout (rotate_half) model.")
-    fam = {}
+  if family is not None:
+    fam = _family(family)
+  elif model_type in _FAMILIES:
+    fam = _FAMILIES[model_type]
+  else:
+    entry = registry()["model_types"].get(model_type) if isinstance(model_type, str) else None
+    if entry is not None and entry["status"] == "delegates":  # Llava: the text model in text_config is a Llama
+      key, sub_type = next(iter(entry["sub_configs"].items()))
+      sub = cfg.get(key)
+      sub = dict(sub) if isinstance(sub, Mapping) else {}
+      sub.setdefault("model_type", sub_type)
+      return from_hf_config(sub, layer=layer)
+    if entry is None or entry["status"] != "exact":
+      raise _refuse(model_type, entry)
+    fam = entry["family"]
+  fam = {**fam, **_observed(model_type if family is None else family)}
+  if fam.get("sub"):  # the registry's composite: the rotating model's config is this sub-config (defaults if absent)
+    sub = cfg.get(fam["sub"])
+    cfg = dict(sub) if isinstance(sub, Mapping) else {}
   fam = {**_COMMON, **fam}
 
   num_layers = int(cfg.get("num_hidden_layers", fam.get("num_hidden_layers") or 1))
@@ -235,9 +317,15 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> Ro
   if fam.get("rope_on") is not None and layer_type not in fam["rope_on"]:
     return None
 
-  p = _rope_parameters(cfg, fam, layer_type if isinstance(fam["theta"], dict) or _nested(cfg) else None)
-  if not p and _nested(cfg):
+  nested = _nested(cfg) or (cfg.get("rope_parameters") is None and _nested(
+      {"rope_parameters": fam.get("default_rope_parameters")}))
+  p = _rope_parameters(cfg, fam, layer_type if isinstance(fam["theta"], dict) or nested else None)
+  if not p and nested:
     return None  # a None entry of rope_parameters: "possibly a NoPE layer"
+  if "llama_4_scaling_beta" in p:
+    raise ValueError(f"model_type {model_type!r}: its rope parameters hold llama_4_scaling_beta, which scales q by a "
+                     "position-dependent temperature besides RoPE (Ministral 3, Mistral 4); the spec does not express "
+                     "it yet, so its q would differ from the model's.")
   head_dim = _head_dim(cfg, fam, layer_type)
   theta = float(p["rope_theta"])
   rope_type = p["rope_type"]
@@ -246,6 +334,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> Ro
     layout = "half"
 
   partial = p.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
+  if fam.get("ignores_partial"):  # observed: the model's rotary class reads no partial_rotary_factor (Llama)
+    partial = None
   if partial is None and fam.get("legacy_partial"):
     partial = cfg.get(fam["legacy_partial"])
   if partial is None:
@@ -271,11 +361,15 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> Ro
 
   sections = p.get("mrope_section", (cfg.get("rope_scaling") or {}).get("mrope_section"))
   section_layout = "chunked"
+  if sections is None and fam.get("mrope_sections"):  # the rotary class's default, observed (Qwen2-VL)
+    sections = fam["mrope_sections"]
   if sections is not None or fam.get("mrope_forced"):
     if sections is None:
       raise ValueError(f"model_type {model_type!r} uses M-RoPE, but the config has no mrope_section.")
     interleaved = fam.get("mrope") == "interleaved" and (fam.get("mrope_forced") or p.get("mrope_interleaved"))
     section_layout = "interleaved" if interleaved or p.get("mrope_interleaved") else "chunked"
+    if fam.get("mrope") == "videorope":
+      section_layout = "videorope"
   spec = RotaryConfig(theta=theta, layout=layout, rotary_dim=rotary_dim, scaling=scaling,
                       sections=None if sections is None else tuple(int(s) for s in sections),
                       section_layout=section_layout)
@@ -284,5 +378,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None) -> Ro
 
 
 def _nested(cfg: Mapping[str, Any]) -> bool:
+  """rope_parameters keyed by layer type (Gemma 3's full/sliding_attention, Zaya's hybrid/hybrid_sliding): every
+  value a dict (or None: a NoPE type). A flat one holds numbers, strings and lists."""
   params = cfg.get("rope_parameters")
-  return bool(isinstance(params, Mapping) and params and all(str(k).endswith("attention") for k in params))
+  return bool(isinstance(params, Mapping) and params
+              and all(isinstance(v, Mapping) or v is None for v in params.values()))

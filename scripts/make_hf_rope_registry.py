@@ -1,0 +1,764 @@
+"""The RoPE registry of every transformers model type, observed by running each model's own code.
+
+What it makes
+-------------
+* ``roformer_jax/rope/hf_registry.json``: per transformers ``model_type``, what that model does
+  with RoPE, read at run time by ``rope.from_hf_config`` (no torch, no transformers);
+* ``tests/golden/hf_rope_registry.npz``: per observed rotation, q before and after the model's own
+  rotary module and apply function, in float64, for ``tests/test_rope_hf_registry.py``.
+
+How it observes (nothing is read from names or source text except to find the candidates)
+------------------------------------------------------------------------------------------
+For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
+
+1. **Its default config** (``ConfigClass()``). A type whose default config does not build is
+   recorded as such and refused.
+2. **Does its modeling module rotate?** The candidates are the module's functions whose names
+   mention rotary/rope. The model is built on the meta device from the default config with each
+   candidate wrapped, and a forward runs on meta token ids (shapes only, seconds per model). Each
+   wrapper records who called it (the attention module and its ``layer_idx``), the shapes and
+   keyword arguments, and which rotary module produced the cos/sin it got (forward hooks record
+   each rotary module's outputs). A type whose forward calls no candidate, and whose config holds
+   a sub-config with its own model type, delegates to that sub-config (``text_config``: Llava's
+   Llama); one with no candidate at all has no RoPE.
+3. **What the rotation is**, in float64: the model is built again with parameters on meta and
+   buffers on the CPU (so each rotary module holds its real inverse frequencies), inside the
+   float64 mode of scripts/make_hf_rope_families_golden.py. Each distinct (rotary module, its
+   call's keyword arguments, apply function) of step 2 is run on real positions and a random q:
+   that is the golden. Probing the apply function with basis vectors gives the linear map at one
+   position, from which the registry records the pairing ("half": channel i with i + R/2;
+   "interleaved": 2i with 2i + 1), the direction (+1: x_i' = x_i cos - x_j sin for the first of a
+   pair), which channels rotate (the first R, the last R), and whether the output is permuted.
+4. **What the config keys do**, by perturbing the default config and rebuilding the rotary module:
+   does the model follow ``head_dim`` and ``partial_rotary_factor``? (transformers' Llama ignores
+   ``partial_rotary_factor``; GPT-NeoX reads it.)
+
+An entry is ``exact`` only when every rotating layer of the default config runs through a rotary
+module that transformers' standard ``rope_parameters`` code drives, with one pairing and one
+channel block, and every layer either rotates or is one the config's ``layer_types`` names. All
+else is ``refused`` with the mechanism that stopped it. ``tests/test_rope_hf_registry.py`` walks
+every entry: ``exact`` ones must equal the golden, refused ones must raise naming their reason.
+
+Run in the throwaway reference venv (Python 3.11, torch 2.13 CPU, transformers 5.24):
+  python scripts/make_hf_rope_registry.py            # writes both files, prints what changed
+  python scripts/make_hf_rope_registry.py llama ...  # observe only these types, print, write nothing
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import inspect
+import json
+import os
+import re
+import sys
+import time
+import warnings
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_hf_rope_families_golden import float64_transformers  # noqa: E402  (also hides an unloadable torchvision)
+
+import transformers  # noqa: E402
+from transformers import modeling_rope_utils  # noqa: E402
+from transformers.models.auto import modeling_auto  # noqa: E402
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES, model_type_to_module_name  # noqa: E402
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+OUT_JSON = os.path.join(REPO_ROOT, "roformer_jax", "rope", "hf_registry.json")
+OUT_NPZ = os.path.join(REPO_ROOT, "tests", "golden", "hf_rope_registry.npz")
+SEED = 20261127
+T_META = 11  # tokens of the meta forward: a length no default head count or head dim equals
+POSITIONS = np.array([[0, 1, 2, 3, 7, 100, 1023], [1024, 4095, 4096, 8191, 16383, 30000, 32767]])
+CANDIDATE = re.compile(r"rot|rope", re.I)
+MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+            "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES")
+
+
+class Refused(Exception):
+  """Observation stopped: the message is the mechanism, recorded in the registry."""
+
+
+def modeling_module(model_type):
+  name = model_type_to_module_name(model_type)
+  try:
+    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+  except ModuleNotFoundError:
+    return None
+
+
+def candidates(module):
+  return {n: f for n, f in vars(module).items() if inspect.isfunction(f) and CANDIDATE.search(n)}
+
+
+def model_class(model_type, config=None, module=None):
+  """The auto mappings' class for the type, else (a sub-config's type: Qwen2-VL's text model) the module's base
+  model class whose config class is the config's."""
+  for mapping in MAPPINGS:
+    name = getattr(modeling_auto, mapping).get(model_type)
+    if name and hasattr(transformers, name):
+      return getattr(transformers, name)
+  if module is not None:
+    own = [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, transformers.PreTrainedModel)
+           and getattr(c, "config_class", None) is type(config) and c.__name__.endswith("Model")
+           and "For" not in c.__name__]
+    if len(own) == 1:
+      return own[0]
+  return None
+
+
+@contextlib.contextmanager
+def params_on_meta():
+  """Build a model with its parameters on the meta device and its buffers (inverse frequencies) real."""
+  orig = torch.nn.Module.register_parameter
+
+  def register(self, name, param):
+    orig(self, name, param)
+    if param is not None:
+      p = self._parameters[name]
+      self._parameters[name] = torch.nn.Parameter(p.to("meta"), requires_grad=p.requires_grad)
+
+  torch.nn.Module.register_parameter = register
+  try:
+    yield
+  finally:
+    torch.nn.Module.register_parameter = orig
+
+
+def is_rotary_module(m):
+  return "rotary" in type(m).__name__.lower() or "rope" in type(m).__name__.lower()
+
+
+def _caller_layer(frame, paths):
+  """The decoder layer whose code called: the first module up the stack whose path in the model has an index
+  ("layers.3.self_attn" -> 3). The path, not the attention's layer_idx: some models count only their attention
+  layers, some keep no layer_idx."""
+  while frame is not None:
+    owner = frame.f_locals.get("self")
+    path = paths.get(id(owner)) if owner is not None else None
+    if path:
+      index = next((int(part) for part in path.split(".") if part.isdigit()), None)
+      if index is not None:
+        return index
+    frame = frame.f_back
+  return None
+
+
+def meta_forward(model_type, config, module):
+  """Step 2: which layers call which candidate, with which rotary module's cos/sin."""
+  cls = model_class(model_type, config, module)
+  if cls is None:
+    raise Refused("no transformers model class to run")
+  calls, outputs, depth, shapes = [], {}, [0], {}
+
+  def hook(mod, args, kwargs, out):
+    for i, t in enumerate(out if isinstance(out, tuple) else (out,)):
+      if torch.is_tensor(t):
+        outputs[id(t)] = (paths[id(mod)], [v for v in args if isinstance(v, (str, int, float))],
+                          {k: v for k, v in kwargs.items() if isinstance(v, (str, int, float))}, i)
+    shapes[paths[id(mod)]] = [list(a.shape) for a in [*args, *kwargs.values()] if torch.is_tensor(a)]
+
+  saved = candidates(module)
+  for name, fn in saved.items():
+    def wrapper(*a, _fn=fn, _name=name, **k):
+      caller = sys._getframe(1).f_locals.get("self")
+      if depth[0]:  # a candidate called by a candidate (rotate_half inside apply_rotary_pos_emb)
+        return _fn(*a, **k)
+      sources = [outputs.get(id(t))[:3] for t in [*a, *k.values()] if torch.is_tensor(t) and id(t) in outputs]
+      calls.append({"fn": _name, "caller": type(caller).__name__ if caller is not None else None,
+                    "layer": _caller_layer(sys._getframe(1), paths),
+                    "shapes": [list(t.shape) for t in a if torch.is_tensor(t)],
+                    "args": [_role(t, outputs) for t in a],
+                    "tensor_kwargs": {kk: _role(v, outputs) for kk, v in k.items() if torch.is_tensor(v)},
+                    "kwargs": {kk: v for kk, v in k.items() if isinstance(v, (str, int, float, bool))},
+                    "rotary": next((s for s in sources if s is not None), None)})
+      depth[0] += 1
+      try:
+        return _fn(*a, **k)
+      finally:
+        depth[0] -= 1
+    setattr(module, name, wrapper)
+  try:
+    with torch.device("meta"), warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      with contextlib.suppress(Exception):  # MoE: the experts' batched matmul has no data-dependent shapes
+        config._experts_implementation = "batched_mm"
+        for key in getattr(config, "sub_configs", {}):
+          if getattr(config, key, None) is not None:
+            getattr(config, key)._experts_implementation = "batched_mm"
+      model = cls(config)
+      paths = {id(m): p for p, m in model.named_modules()}
+      for m in model.modules():
+        if is_rotary_module(m):
+          m.register_forward_hook(hook, with_kwargs=True)
+      kwargs = {"input_ids": torch.zeros(1, T_META, dtype=torch.long)}
+      params = inspect.signature(model.forward).parameters
+      if "decoder_input_ids" in params:
+        kwargs["decoder_input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
+      try:
+        model(**kwargs)
+      except Exception:  # noqa: BLE001  some models' caches need real values: run without one
+        if "use_cache" not in params:
+          raise
+        calls.clear()
+        model(**kwargs, use_cache=False, attention_mask=torch.ones(1, T_META, dtype=torch.long))
+  except Refused:
+    raise
+  except Exception as e:  # noqa: BLE001  the model's own failure is the observation
+    raise Refused(f"its meta forward fails: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
+  finally:
+    for name, fn in saved.items():
+      setattr(module, name, fn)
+  return calls, shapes, model
+
+def _probe_shape(shape, heads):
+  """A recorded q shape [1, .., T_META, .., H] -> [2, .., 7, .., H] with `heads` on every other axis."""
+  if T_META not in shape[1:-1]:
+    raise Refused(f"the apply's q {shape} has no token axis of length {T_META}")
+  t = shape.index(T_META, 1)
+  return [2 if i == 0 else POSITIONS.shape[1] if i == t else shape[-1] if i == len(shape) - 1 else heads
+          for i in range(len(shape))], t
+
+
+def _positions(rotary_shapes):
+  """The positions the rotary module is called with: [2, 7], or [A, 2, 7] for A position axes (M-RoPE)."""
+  pos = torch.tensor(POSITIONS)
+  for shape in rotary_shapes:
+    if len(shape) == 3 and shape[1:] == [1, T_META]:  # M-RoPE: [axes, B, T]; axis a takes positions // (a + 1)
+      return torch.stack([pos // (a + 1) for a in range(shape[0])])
+    if shape == [1, T_META]:
+      return pos
+  raise Refused(f"its rotary module gets no position ids of shape [B, T] or [A, B, T] (got {rotary_shapes})")
+
+
+def run_group(rotary, module, call, rotary_shapes, q):
+  """The group's apply on probe q (shape of the recorded q with heads moved): the model's own code, float64."""
+  path, rot_args, rot_kwargs = call["rotary"]
+  pos = _positions(rotary_shapes[path])
+  hidden = torch.zeros(2, POSITIONS.shape[1], rotary_shapes[path][0][-1], dtype=torch.float64)
+  with float64_transformers(modeling_rope_utils, module), torch.no_grad():
+    out = rotary(hidden, pos, *rot_args, **rot_kwargs)
+    out = out if isinstance(out, tuple) else (out,)
+    args, xs = [], 0
+    for role in call["args"]:
+      if "rotary" in role:
+        if role["rotary"] != path:
+          raise Refused(f"{call['fn']} mixes two rotary modules' outputs")
+        args.append(out[role["index"]])
+      elif "x" in role:
+        args.append(q.clone())
+        xs += 1
+      elif "value" in role:
+        args.append(role["value"])
+      else:
+        raise Refused(f"{call['fn']} takes a {role['opaque']}")
+    kwargs = dict(call["kwargs"])
+    for k, role in call["tensor_kwargs"].items():
+      if "rotary" not in role:
+        raise Refused(f"{call['fn']} takes a tensor keyword {k!r} that is not a rotary module's output")
+      kwargs[k] = out[role["index"]]
+    result = getattr(module, call["fn"])(*args, **kwargs)
+  result = result if isinstance(result, tuple) else (result,)
+  if xs == 0 or any(r.shape != q.shape for r in result[:xs]):
+    raise Refused(f"{call['fn']} returns {[tuple(r.shape) for r in result]} for q of {tuple(q.shape)}")
+  for r in result[1:xs]:
+    if not torch.equal(r, result[0]):
+      raise Refused(f"{call['fn']} rotates q and k differently")
+  return result[0], pos
+
+
+def pair_axes_observed(maps, facts, axis_positions):
+  """For M-RoPE: the position axis each rotated pair reads, found from the angles. Axis a of the probe positions is
+  positions // (a + 1), so the axes differ at every position but 0; a pair's angle is f * p_a for one a."""
+  start, stop = facts["block"]
+  r = stop - start
+  half = facts["pairing"] == "half"
+  n_axes = axis_positions.shape[0]
+  pos = axis_positions.reshape(n_axes, -1).astype(np.float64)  # [A, P]
+  axes = []
+  for k in range(r // 2):
+    a, b = (start + k, start + k + r // 2) if half else (start + 2 * k, start + 2 * k + 1)
+    c, sn = maps[:, a, a], maps[:, b, a]
+    scale = np.hypot(c, sn)
+    fits = []
+    for ax in range(n_axes):
+      one = int(np.flatnonzero(pos[ax] == 1)[0])  # the angle at axis position 1 is the frequency (< pi)
+      f = np.arctan2(sn[one], c[one])
+      fits.append(np.abs(c - scale * np.cos(f * pos[ax])).max() + np.abs(sn - scale * np.sin(f * pos[ax])).max())
+    best = int(np.argmin(fits))
+    if fits[best] > 1e-9 or sorted(fits)[1] < 1e-9:
+      raise Refused(f"pair {k}'s angle is not its frequency times one position axis")
+    axes.append(best)
+  axes = np.array(axes)
+  sections = [int((axes == ax).sum()) for ax in range(n_axes)]
+  for layout in ("chunked", "interleaved", "videorope"):
+    if np.array_equal(_layout_axes(sections, len(axes), layout), axes):
+      return {"sections": sections, "section_layout": layout}
+  raise Refused(f"M-RoPE pairs read the position axes in an order no section layout gives ({axes.tolist()[:12]}...)")
+
+
+def _layout_axes(sections, num_pairs, layout):
+  """The axis of each pair under a section layout, as transformers' M-RoPE models lay them out (independent of
+  roformer_jax: Qwen2-VL chunks, Qwen3-VL interleaves axis a >= 1 at every A-th pair, VideoRoPE alternates h, w)."""
+  a = len(sections)
+  if layout == "chunked":
+    return np.repeat(np.arange(a), sections)
+  axes = np.zeros(num_pairs, int)
+  if layout == "interleaved":
+    for axis in range(1, a):
+      axes[axis:a * sections[axis]:a] = axis
+  elif a == 3:
+    spatial = sections[1] + sections[2]
+    axes[:spatial:2], axes[1:spatial:2], axes[spatial:] = 1, 2, 0
+  return axes
+
+
+def analyse(maps):
+  """Pairing, direction and rotated block of a linear map per position: maps [P, H(out), H(in)].
+
+  DeepSeek-V3's apply takes interleaved pairs and writes them out in half layout: the output rows
+  are permuted. That is recognised (rows un-permuted, "output": "half"): q . k is the interleaved one."""
+  try:
+    return _analyse(maps)
+  except Refused as e:
+    h = maps.shape[-1]
+    for start in range(0, h, 2):  # the permuted block starts at `start` and runs to the end
+      r = h - start
+      perm = np.arange(h)  # output channel i of the apply holds pair-layout channel perm[i]
+      perm[start:] = start + np.concatenate([np.arange(0, r, 2), np.arange(1, r, 2)])
+      try:
+        facts = _analyse(maps[:, np.argsort(perm), :])
+      except Refused:
+        continue
+      if facts["pairing"] == "interleaved" and facts["block"] == [start, h]:
+        return {**facts, "output": "half"}
+    raise e
+
+
+def _analyse(maps):
+  h = maps.shape[-1]
+  eye = np.eye(h)
+  moved = np.abs(maps - eye).max(axis=(0, 1)) > 1e-12  # input channels the rotation touches
+  rotated = np.flatnonzero(moved)
+  if rotated.size == 0:
+    raise Refused("the apply leaves every channel as it is")
+  start, stop = int(rotated[0]), int(rotated[-1]) + 1
+  if rotated.size != stop - start:
+    raise Refused(f"the rotated channels are not one block ({rotated.tolist()[:8]}...)")
+  r = stop - start
+  partner = {}
+  for j in rotated:
+    others = np.flatnonzero(np.abs(maps[:, :, j]).max(axis=0) > 1e-12)
+    others = [int(i) for i in others if i != j]
+    if len(others) != 1:
+      raise Refused(f"channel {j} is mixed into {len(others)} others: not a rotation of channel pairs (permuted "
+                    "or mixed output)")
+    partner[int(j)] = others[0]
+  pairs = sorted({tuple(sorted((j, p))) for j, p in partner.items()})
+  if any(partner.get(b) != a for a, b in pairs):
+    raise Refused("the channel pairs are not symmetric: the output is permuted")
+  if all(b - a == 1 and (a - start) % 2 == 0 for a, b in pairs):
+    pairing = "interleaved"
+  elif all(b - a == r // 2 and a < start + r // 2 for a, b in pairs):
+    pairing = "half"
+  else:
+    raise Refused(f"pairs {pairs[:4]}... are neither (i, i + R/2) nor (2i, 2i + 1)")
+  a, b = pairs[0]
+  sin_ba = maps[:, b, a]
+  cos_aa, cos_bb = maps[:, a, a], maps[:, b, b]
+  if not np.allclose(cos_aa, cos_bb, atol=1e-12) or not np.allclose(maps[:, a, b], -sin_ba, atol=1e-12):
+    raise Refused("a pair's 2x2 block is not a rotation [[c, -s], [s, c]] (scaled)")
+  first = 1 if maps.shape[0] < 2 else 1  # position index 1 of the first row is position 1
+  direction = 1 if sin_ba[first] > 0 else -1
+  scale = np.hypot(cos_aa, sin_ba)
+  return {"pairing": pairing, "direction": direction, "block": [start, stop], "rotary_dim": r, "head_dim": h,
+          "attention_factor": [float(scale.min()), float(scale.max())]}
+
+
+def rebuild(rotary, module):
+  """The meta model's rotary module built again on the CPU in float64 from its own config: real frequencies."""
+  config = getattr(rotary, "config", None)
+  if config is None:
+    raise Refused(f"its rotary module {type(rotary).__name__} keeps no config to rebuild it from")
+  with float64_transformers(modeling_rope_utils, module), warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    try:
+      return type(rotary)(config=config)
+    except TypeError as e:
+      raise Refused(f"its rotary module {type(rotary).__name__} is not built from a config alone: {e}") from None
+
+
+def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
+  """Step 3: per distinct apply call, the golden and what the rotation is."""
+  built = {}
+  groups = {}
+  for c in calls:
+    if c["rotary"] is None:
+      raise Refused(f"{c['fn']} (called by {c['caller']}) gets no cos/sin from a rotary module")
+    key = json.dumps([c["fn"], c["rotary"], c["args"], c["tensor_kwargs"], c["kwargs"]], sort_keys=True)
+    groups.setdefault(key, []).append(c)
+  out = []
+  for calls_of in groups.values():
+    call = calls_of[0]
+    x_shape = next(r["x"] for r in call["args"] if "x" in r)
+    h = x_shape[-1]
+    shape, t_axis = _probe_shape(x_shape, h)
+    probe = torch.zeros(shape, dtype=torch.float64)  # head j holds e_j at every position: the map, column j
+    idx = [slice(None)] * len(shape)
+    for j in range(h):
+      idx[1 if t_axis != 1 else 2] = j
+      idx[-1] = j
+      probe[tuple(idx)] = 1.0
+    path = call["rotary"][0]
+    if path not in built:
+      built[path] = rebuild(meta_model.get_submodule(path), module)
+    mapped, pos = run_group(built[path], module, call, rotary_shapes, probe)
+    m = mapped.movedim(t_axis, 1)  # [2, 7, heads=j, out i]
+    maps = m.reshape(-1, h, h).transpose(1, 2).numpy()  # [positions, out, in]
+    facts = analyse(maps)
+    if pos.ndim == 3:  # M-RoPE
+      facts["mrope"] = pair_axes_observed(maps, facts, pos.numpy())
+    shape1, _ = _probe_shape(x_shape, 1)
+    q = torch.tensor(rng.standard_normal(shape1).astype(np.float32).astype(np.float64))  # float32-exact input
+    q_out, _ = run_group(built[path], module, call, rotary_shapes, q)
+    facts["config_facts"] = config_facts(built[path], module, meta_model.config, h)
+    out.append({**facts, "layers": sorted({c["layer"] for c in calls_of}), "fn": call["fn"],
+                "rotary_module": type(built[path]).__name__,
+                "rotary_args": call["rotary"][1:], "t_axis": t_axis,
+                "positions": pos.numpy(), "q": q.movedim(t_axis, 1).numpy(), "q_out": q_out.movedim(t_axis, 1).numpy()})
+  return out
+
+
+def inv_freqs(rotary):
+  """The rotary module's inverse-frequency buffers (one per layer type for Gemma 3), float64."""
+  return {n: b.detach().numpy() for n, b in rotary.named_buffers() if "inv_freq" in n and "original" not in n}
+
+
+def _perturbed(serialized, key, value):
+  """A config.json dict with one key changed the way a user's file would change it: rope_theta (x4) and
+  partial_rotary_factor inside rope_parameters (flat or per layer type) and at the root where it is; any other
+  key at the root."""
+  out = copy.deepcopy(serialized)
+  if key in ("rope_theta", "partial_rotary_factor"):
+    params = out.get("rope_parameters")
+    if isinstance(params, dict):
+      nested = params and all(isinstance(v, dict) for v in params.values())
+      for p in (params.values() if nested else [params]):
+        if key == "rope_theta" and key in p:
+          p[key] = p[key] * 4
+        elif key == "partial_rotary_factor":
+          p[key] = value
+    if key in out:
+      out[key] = out[key] * 4 if key == "rope_theta" else value
+  else:
+    out[key] = value
+  return out
+
+
+def config_facts(rotary, module, top_config, head_dim):
+  """Step 4: where the config keeps this rotary module's settings, its defaults, and which keys it follows."""
+  cfg = rotary.config
+  where = None
+  if cfg is not top_config and not _same(cfg, top_config):
+    where = next((k for k in getattr(top_config, "sub_configs", {}) if _same(getattr(top_config, k, None), cfg)), "?")
+  base = inv_freqs(rotary)
+  if not base:
+    raise Refused(f"its rotary module {type(rotary).__name__} holds no inv_freq buffer")
+  serialized = json.loads(cfg.to_json_string(use_diff=False))  # what a config.json of it holds
+
+  def rebuilt(key, value):  # the rotary module of the config class built from the changed config.json
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      changed = type(cfg).from_dict(_perturbed(serialized, key, value))
+    return inv_freqs(rebuild_from(type(rotary), changed, module))
+
+  follows = {}
+  current = serialized.get("partial_rotary_factor") or (serialized.get("rope_parameters") or {}).get(
+      "partial_rotary_factor")
+  partial = 0.25 if current == 0.5 else 0.5
+  for key, value in (("head_dim", head_dim // 2), ("partial_rotary_factor", partial), ("rope_theta", None)):
+    if key == "head_dim" and head_dim % 4:
+      continue
+    try:
+      new = rebuilt(key, value)
+    except Exception as e:  # noqa: BLE001  a key the class cannot take at all is a key it does not follow
+      follows[key] = f"fails: {type(e).__name__}"
+      continue
+    if key == "rope_theta":
+      follows[key] = all(not np.array_equal(new[n][1:], base[n][1:]) for n in base)
+    elif key == "head_dim":
+      follows[key] = all(len(new[n]) in (len(base[n]) // 2, (len(base[n]) + 1) // 2) for n in base)
+    else:
+      follows[key] = all(len(new[n]) == int(head_dim * partial) // 2 for n in base)
+  head_dim_key = None  # MLA: the rotated head dim is its own key (qk_rope_head_dim); found by perturbing
+  for key, value in serialized.items():
+    if key == "head_dim" or isinstance(value, bool) or value != head_dim or head_dim % 4:
+      continue
+    try:
+      new = rebuilt(key, head_dim // 2)
+    except Exception:  # noqa: BLE001
+      continue
+    if all(len(new[n]) == len(base[n]) // 2 for n in base):
+      head_dim_key = key
+      break
+  params = serialized.get("rope_parameters")
+  differs = []
+  for k in ("head_dim", "hidden_size", "num_attention_heads", "num_hidden_layers", "layer_types", "rope_parameters"):
+    try:
+      if hasattr(cfg, k) and _plain(getattr(cfg, k)) != serialized.get(k):
+        differs.append(k)
+    except Exception:  # noqa: BLE001  a per-layer attribute that has no one value (Gemma 4's head_dim)
+      differs.append(k)
+  return {"config": where, "config_class": type(cfg).__name__, "follows": follows,
+          "rope_parameters": params, "rope_type": getattr(rotary, "rope_type", None),
+          "n_freq": {n: len(v) for n, v in base.items()},
+          "defaults": {k: serialized.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads",
+                                                      "num_hidden_layers", "partial_rotary_factor", head_dim_key)
+                       if k},
+          "layer_types": list(serialized.get("layer_types") or []) or None,
+          "differs": differs, "head_dim_key": head_dim_key}
+
+
+def _plain(x):
+  return json.loads(json.dumps(x, default=str))
+
+
+def _same(a, b):
+  return a is b or (a is not None and b is not None and type(a) is type(b) and a.to_dict() == b.to_dict())
+
+
+def rebuild_from(cls, config, module):
+  with float64_transformers(modeling_rope_utils, module), warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    return cls(config=config)
+
+
+def classify(rotations):
+  """The reader's family dict for an observed model whose rotations the spec expresses, else Refused(mechanism)."""
+  pairing = {r["pairing"] for r in rotations}
+  if len(pairing) > 1:
+    raise Refused(f"layers pair channels differently ({sorted(pairing)})")
+  for r in rotations:
+    if r["direction"] < 0:
+      raise Refused("rotates by -theta (rotate_half turned the other way)")
+    if r["block"][0] != 0:
+      raise Refused(f"rotates the last {r['rotary_dim']} of {r['head_dim']} channels")
+    if r.get("mrope") and "mrope_interleaved" in (r["config_facts"]["rope_parameters"] or {}):
+      raise Refused("M-RoPE whose layout a config key (mrope_interleaved) may change: not observed both ways")
+    if not np.allclose(r["attention_factor"], 1.0, atol=1e-12) and r["config_facts"]["rope_type"] == "default":
+      raise Refused(f"scales cos/sin by {r['attention_factor']} with default RoPE")
+  facts = [r["config_facts"] for r in rotations]
+  if len({json.dumps([f["config"], f["config_class"], f["follows"]], sort_keys=True) for f in facts}) > 1:
+    raise Refused("its layers' rotary modules read different configs")
+  f = facts[0]
+  if f["follows"].get("rope_theta") is not True:
+    raise Refused("its rotary module does not follow rope_parameters' rope_theta")
+  d = f["defaults"]
+  params = f["rope_parameters"] or {}
+  # Hand-written (the q scaling happens in the attention, outside the apply function this script observes):
+  # Ministral 3 and Mistral 4 multiply q by 1 + beta * log(1 + floor(position / original length)).
+  flat = [params] if not params or not all(isinstance(v, dict) for v in params.values()) else params.values()
+  if any("llama_4_scaling_beta" in p for p in flat):
+    raise Refused("scales q by a position-dependent temperature (llama_4_scaling_beta) besides RoPE")
+  nested = bool(params) and all(isinstance(v, dict) for v in params.values())
+  follows_head_dim = f["follows"].get("head_dim") is True
+  follows_partial = f["follows"].get("partial_rotary_factor") is True
+  n_layers = d["num_hidden_layers"]
+  rotating = sorted({i for r in rotations for i in r["layers"]})
+  fam = {"layout": rotations[0]["pairing"], "hidden_size": d["hidden_size"],
+         "num_attention_heads": d["num_attention_heads"], "num_hidden_layers": n_layers,
+         "head_dim": d["head_dim"] if follows_head_dim else "computed", "partial": None}
+  for r in rotations:
+    h = r["head_dim"]
+    predicted = d["head_dim"] if follows_head_dim and d["head_dim"] else (
+        d["hidden_size"] // d["num_attention_heads"] if d["hidden_size"] and d["num_attention_heads"] else None)
+    if f["head_dim_key"] and d.get(f["head_dim_key"], h) == h:  # the key that drives it, whatever head_dim says
+      fam.update(rope_head_dim_key=f["head_dim_key"], head_dim=h)
+    elif predicted != h:
+      raise Refused(f"rotates a head dim of {h}, not head_dim ({d['head_dim']}) or hidden_size / num_attention_heads "
+                    f"({d['hidden_size']} / {d['num_attention_heads']})")
+    rtype = r["rotary_args"][0][0] if r["rotary_args"][0] else None
+    p = params.get(rtype, {}) if nested else params
+    partial = p.get("partial_rotary_factor", d["partial_rotary_factor"]) if follows_partial else None
+    expected = int(h * partial) if partial is not None else h
+    if expected != r["rotary_dim"]:
+      raise Refused(f"rotates {r['rotary_dim']} of {h} channels where partial_rotary_factor gives {expected}")
+    if partial is not None and not nested:
+      fam["partial"] = partial
+  if not follows_partial:
+    fam["ignores_partial"] = True
+  if nested:
+    fam["theta"] = {t: float(v["rope_theta"]) for t, v in params.items()}
+  else:
+    fam["theta"] = float(params.get("rope_theta", 10000.0))
+  fam["default_rope_parameters"] = params
+  types = f["layer_types"]
+  if types is not None:
+    fam["default_layer_types"] = types
+  if len(rotating) != n_layers:
+    if types is None:
+      raise Refused(f"{len(rotating)} of its {n_layers} layers rotate, by a rule its config has no layer_types for")
+    on = sorted({types[i] for i in rotating})
+    if [i for i in range(n_layers) if types[i] in on] != rotating:
+      raise Refused(f"the layers that rotate ({rotating[:6]}...) are not those of some layer types ({on})")
+    fam["rope_on"] = on
+  for r in rotations:
+    rtype = r["rotary_args"][0][0] if r["rotary_args"][0] else None
+    if rtype is not None and (not nested or types is None or any(types[i] != rtype for i in r["layers"])):
+      raise Refused(f"its rotary module takes a layer type ({rtype!r}) that the config does not key its rope by")
+  if len({json.dumps(r.get("mrope")) for r in rotations}) > 1:
+    raise Refused("its layers lay M-RoPE sections out differently")
+  if rotations[0].get("mrope"):
+    fam.update(mrope=rotations[0]["mrope"]["section_layout"], mrope_forced=True,
+               mrope_sections=rotations[0]["mrope"]["sections"])
+  if f["config"] is not None:
+    fam["sub"] = f["config"]
+  return fam
+
+
+def _role(t, outputs):
+  """How a positional argument of an apply call is rebuilt: a rotary module's output, a q-like tensor, a value."""
+  if torch.is_tensor(t):
+    src = outputs.get(id(t))
+    return {"rotary": src[0], "index": src[3]} if src else {"x": list(t.shape)}
+  return {"value": t} if isinstance(t, (str, int, float, bool, type(None))) else {"opaque": type(t).__name__}
+
+
+def _summary(r):
+  """A rotation as the registry records it (the arrays go to the golden file)."""
+  keep = ("pairing", "direction", "block", "head_dim", "attention_factor", "output", "mrope", "layers", "fn",
+          "rotary_module", "rotary_args")
+  out = {k: r[k] for k in keep if r.get(k) is not None}
+  out["follows"] = r["config_facts"]["follows"]
+  out["config"] = r["config_facts"]["config"]
+  return out
+
+
+def main():
+  only = sys.argv[1:]
+  types = only or list(CONFIG_MAPPING_NAMES)
+  t0 = time.time()
+  out = {}
+  rng = np.random.default_rng(SEED)
+  goldens = {}
+  for mt in types:
+    entry = {}
+    try:
+      module = modeling_module(mt)
+      try:
+        config = CONFIG_MAPPING[mt]()
+      except Exception as e:  # noqa: BLE001
+        entry = {"status": "no_default_config", "reason": f"{type(e).__name__}: {str(e)[:160]}"}
+        raise Refused(entry["reason"]) from None
+      if module is None or not candidates(module):
+        entry = {"status": "no_rope"}
+      else:
+        calls, rotary_shapes, model = meta_forward(mt, config, module)
+        rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
+        if not rotations:
+          entry = {"status": "no_rope"}
+        else:
+          entry = {"status": "observed", "rotations": [_summary(r) for r in rotations]}
+          goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)),
+                         "rotations": rotations}
+          entry["family"] = classify(rotations)
+          entry["status"] = "exact"
+    except Refused as e:
+      if entry.get("status") in (None, "observed"):
+        entry["status"] = "refused"
+      entry.setdefault("reason", str(e))
+    except Exception as e:  # noqa: BLE001  the observation itself failed: refused, with the failure
+      line = next((x for x in str(e).splitlines() if x.strip()), "")
+      entry = {"status": "refused", "reason": f"its observation fails: {type(e).__name__}: {line[:160]}"}
+    out[mt] = entry
+    if only:
+      print(mt, entry["status"], entry.get("reason"), json.dumps(entry.get("family"))[:300])
+  delegate(out)
+  stats = {}
+  for e in out.values():
+    stats[e["status"]] = stats.get(e["status"], 0) + 1
+  print(stats, f"{time.time() - t0:.0f} s", file=sys.stderr)
+  if only:
+    return
+  registry = {"made_by": "scripts/make_hf_rope_registry.py",
+              "versions": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]},
+              "model_types": out}
+  if os.path.exists(OUT_JSON):
+    with open(OUT_JSON) as f:
+      report_changes(json.load(f), registry)
+  with open(OUT_JSON, "w") as f:
+    json.dump(registry, f, indent=0, sort_keys=True, default=_json_default)
+    f.write("\n")
+  write_goldens(goldens, out)
+  print(f"wrote {OUT_JSON} ({os.path.getsize(OUT_JSON) // 1024} KiB) and {OUT_NPZ} "
+        f"({os.path.getsize(OUT_NPZ) // 1024} KiB)", file=sys.stderr)
+
+
+def _json_default(x):
+  if isinstance(x, (np.integer,)):
+    return int(x)
+  if isinstance(x, (np.floating,)):
+    return float(x)
+  raise TypeError(type(x).__name__)
+
+
+def delegate(out):
+  """A model type whose own code rotates nothing but whose config holds a sub-config of a rotating type (Llava's
+  text_config: Llama) reads that sub-config."""
+  for mt, entry in out.items():
+    if entry["status"] != "no_rope":
+      continue
+    try:
+      config = CONFIG_MAPPING[mt]()
+    except Exception:  # noqa: BLE001
+      continue
+    subs = {}
+    keys = sorted(getattr(config, "sub_configs", {}) or {}, key=lambda k: k != "text_config")  # the text model first
+    for key in keys:
+      sub = getattr(config, key, None)
+      sub_type = getattr(sub, "model_type", None)
+      if sub_type in out and out[sub_type]["status"] not in ("no_rope", "no_default_config"):
+        subs[key] = sub_type
+    if "text_config" in subs:
+      entry.update(status="delegates", sub_configs={"text_config": subs["text_config"]})
+    elif subs:
+      key, sub_type = next(iter(subs.items()))
+      entry.update(status="refused", reason=f"its RoPE is in its {key} ({sub_type}), not a text model: read "
+                                             f"from_hf_config(config[{key!r}]) for that part")
+
+
+def report_changes(old, new):
+  """What a re-run changed: new and removed types, and types whose status or observation changed."""
+  before, after = old.get("model_types", {}), new["model_types"]
+  print(f"registry: transformers {old.get('versions', {}).get('transformers')} -> {new['versions']['transformers']}")
+  for mt in sorted(set(after) - set(before)):
+    print(f"  new   {mt}: {after[mt]['status']} {after[mt].get('reason', '')}")
+  for mt in sorted(set(before) - set(after)):
+    print(f"  gone  {mt}")
+  for mt in sorted(set(before) & set(after)):
+    if json.dumps(before[mt], sort_keys=True, default=_json_default) != \
+        json.dumps(after[mt], sort_keys=True, default=_json_default):
+      print(f"  changed {mt}: {before[mt]['status']} -> {after[mt]['status']} {after[mt].get('reason', '')}")
+
+
+def write_goldens(goldens, out):
+  """Per observed rotation: positions, q and the model's rotated q (float64), and the default config.json."""
+  arrays, configs = {}, {}
+  for mt, g in sorted(goldens.items()):
+    configs[mt] = g["config"]
+    for i, r in enumerate(g["rotations"]):
+      arrays[f"{mt}/{i}/positions"] = np.asarray(r["positions"], np.int64)
+      arrays[f"{mt}/{i}/q"] = np.asarray(r["q"], np.float32)
+      arrays[f"{mt}/{i}/q_out"] = np.asarray(r["q_out"], np.float32)  # float64 result, rounded once
+  np.savez_compressed(OUT_NPZ, **arrays)
+  with open(OUT_NPZ.replace(".npz", "_configs.json"), "w") as f:
+    json.dump(configs, f, indent=0, sort_keys=True, default=_json_default)
+    f.write("\n")
+
+
+if __name__ == "__main__":
+  main()

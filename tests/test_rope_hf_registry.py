@@ -1,0 +1,142 @@
+"""`rope.from_hf_config` across the whole RoPE registry (issue 39): every model type transformers
+registers is exact, or refused naming why. Enumerated, not hand-picked.
+
+The registry (roformer_jax/rope/hf_registry.json) and the goldens (tests/golden/hf_rope_registry.npz
+and _configs.json) come from scripts/make_hf_rope_registry.py, which runs each model's own code:
+a meta-device forward finds which layers call which apply function with which rotary module, and
+that rotary module (rebuilt on the CPU, float64) and apply function rotate a random q at
+positions up to 2^15. The test walks every entry:
+
+- "exact": from_hf_config on the model's default config.json (every key the config class
+  writes) and on the bare {"model_type": ...} (every key from the registry's defaults) gives a
+  spec that rotates q as the golden does, per distinct rotation, and None for each layer that
+  does not rotate;
+- hand-written families (`hf_config._FAMILIES`, checked against tests/golden/hf_rope_families)
+  that the registry observed: also against these transformers-5.24 goldens;
+- "refused" / "no_default_config": ValueError naming the recorded mechanism;
+- "no_rope": ValueError saying so; "delegates": the sub-config's spec (Llava -> its Llama);
+- a model_type the registry does not hold: ValueError, and family= reads it explicitly.
+"""
+
+import collections
+import json
+import pathlib
+import re
+
+import numpy as np
+import pytest
+
+from roformer_jax import rope
+from roformer_jax.rope import hf_config
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+REGISTRY = hf_config.registry()
+TYPES = REGISTRY["model_types"]
+CONFIGS = json.loads((GOLDEN / "hf_rope_registry_configs.json").read_text())
+ARRAYS = np.load(GOLDEN / "hf_rope_registry.npz")
+HAND = set(hf_config._FAMILIES) | set(hf_config._TEXT_OF)
+
+
+def _check_rotation(mt, i, r, config):
+  """None when `config` read at the rotation's first layer rotates q as the golden does, else what differs."""
+  pos = np.asarray(ARRAYS[f"{mt}/{i}/positions"])
+  if pos.ndim == 3:  # [A, B, T] (M-RoPE) -> ours [B, T, A]
+    pos = np.moveaxis(pos, 0, -1)
+  q, want = np.asarray(ARRAYS[f"{mt}/{i}/q"]), np.asarray(ARRAYS[f"{mt}/{i}/q_out"])
+  try:
+    spec = rope.from_hf_config(config, layer=r["layers"][0])
+  except ValueError as e:
+    return f"refused: {e}"
+  if spec is None:
+    return "None for a layer that rotates"
+  got = np.asarray(spec.apply(q, pos.astype(np.int32)), np.float64)
+  if r.get("output") == "half":  # DeepSeek-V3: interleaved pairs written out in half order
+    h, (start, stop) = q.shape[-1], r["block"]
+    got = got[..., rope.layout_permutation(h, rotary_dim=stop - start, src="interleaved", dst="half")]
+  scale = max(1.0, float(np.abs(want).max()))
+  err = float(np.abs(got - want).max())
+  return None if err <= 1e-5 * scale + 1e-5 * float(np.abs(want).max()) else f"max error {err:.2e}"
+
+
+def _outcome(config):
+  try:
+    return rope.from_hf_config(config)
+  except ValueError as e:
+    return str(e)
+
+
+def test_the_registry_covers_every_model_type_with_its_versions():
+  assert REGISTRY["versions"]["transformers"] == "5.24.0"
+  counts = collections.Counter(e["status"] for e in TYPES.values())
+  assert set(counts) <= {"exact", "refused", "no_rope", "delegates", "no_default_config"}, counts
+  assert len(TYPES) > 800 and counts["exact"] > 100, counts
+  for mt, e in TYPES.items():
+    assert (e["status"] in ("refused", "no_default_config")) == bool(e.get("reason")), mt
+
+
+def test_every_entry_is_exact_or_refused_by_name():
+  wrong = {}
+  for mt, entry in sorted(TYPES.items()):
+    status = entry["status"]
+    if status == "exact" or (mt in HAND and mt in CONFIGS):
+      config = CONFIGS[mt]
+      for i, r in enumerate(entry["rotations"]):
+        for name, cfg in (("default config", config), ("bare model_type", {"model_type": mt})):
+          problem = _check_rotation(mt, i, r, cfg)
+          if problem:
+            wrong[f"{mt} rotation {i} ({name}, layer {r['layers'][0]})"] = problem
+      rotating = {layer for r in entry["rotations"] for layer in r["layers"]}
+      n = entry.get("family", {}).get("num_hidden_layers") or max(rotating) + 1
+      for layer in sorted(set(range(n)) - rotating)[:2]:
+        if rope.from_hf_config(config, layer=layer) is not None:
+          wrong[f"{mt} layer {layer}"] = "a spec for a layer that does not rotate"
+    elif status == "delegates":
+      key, sub_type = next(iter(entry["sub_configs"].items()))
+      if _outcome({"model_type": mt}) != _outcome({"model_type": sub_type}):
+        wrong[mt] = f"does not read its {key} ({sub_type})"
+    elif mt not in HAND:
+      want = "applies no RoPE" if status == "no_rope" else re.escape(entry["reason"][:60])
+      try:
+        rope.from_hf_config({"model_type": mt})
+        wrong[mt] = f"{status} but returned a spec"
+      except ValueError as e:
+        if not re.search(want, str(e)):
+          wrong[mt] = f"error does not say {want!r}: {e}"
+  assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
+
+
+def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():
+  config = {"model_type": "my_model", "rope_theta": 5e5, "hidden_size": 64, "num_attention_heads": 4}
+  with pytest.raises(ValueError, match=r"'my_model' is not in the RoPE registry \(made from transformers 5\.24"):
+    rope.from_hf_config(config)
+  with pytest.raises(ValueError, match="family='llama'"):
+    rope.from_hf_config({**config, "model_type": None})
+  assert rope.from_hf_config(config, family="llama") == rope.RotaryConfig(theta=5e5, layout="half")
+  assert rope.from_hf_config(config, family="cohere") == rope.RotaryConfig(theta=5e5, layout="interleaved")
+  with pytest.raises(ValueError, match="family='my_family' is not a family"):
+    rope.from_hf_config(config, family="my_family")
+  assert {"llama", "cohere"} <= set(rope.hf_families())
+
+
+def test_keys_the_model_ignores_are_ignored():
+  """transformers' Llama rotates every channel whatever partial_rotary_factor says (observed in the
+  registry: its rotary class does not follow the key); GPT-NeoX follows it."""
+  assert TYPES["llama"]["rotations"][0]["follows"]["partial_rotary_factor"] is False
+  spec = rope.from_hf_config({"model_type": "llama", "head_dim": 128, "partial_rotary_factor": 0.25})
+  assert spec is not None and spec.rotary_dim is None
+  neox = rope.from_hf_config({"model_type": "gpt_neox", "hidden_size": 512, "num_attention_heads": 4,
+                              "rotary_pct": 0.5})
+  assert neox is not None and neox.rotary_dim == 64
+
+
+def test_the_registry_page_is_generated_from_the_registry():
+  """docs/hf_rope_registry.md (counts per mechanism, every refused type with its reason) is what
+  scripts/render_hf_registry_doc.py makes from the registry now: regenerate it after a refresh."""
+  import importlib.util
+
+  path = pathlib.Path(__file__).resolve().parent.parent / "scripts" / "render_hf_registry_doc.py"
+  spec = importlib.util.spec_from_file_location("render_hf_registry_doc", path)
+  assert spec is not None and spec.loader is not None
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  assert module.PAGE.read_text() == module.render(), "run .venv/bin/python scripts/render_hf_registry_doc.py"
