@@ -104,10 +104,11 @@ def model_class(model_type, config=None, module=None):
       return getattr(transformers, name)
   if module is not None:
     own = [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, transformers.PreTrainedModel)
-           and getattr(c, "config_class", None) is type(config) and c.__name__.endswith("Model")
+           and getattr(c, "config_class", None) is type(config) and "PreTrained" not in c.__name__
            and "For" not in c.__name__]
-    if len(own) == 1:
-      return own[0]
+    for pick in ([c for c in own if c.__name__.endswith("Model")], own):  # a base model, else its one module
+      if len(pick) == 1:
+        return pick[0]
   return None
 
 
@@ -293,6 +294,8 @@ def pair_axes_observed(maps, facts, axis_positions):
     if fits[best] > 1e-9 or sorted(fits)[1] < 1e-9:
       raise Refused(f"pair {k}'s angle is not its frequency times one position axis")
     axes.append(best)
+    one = int(np.flatnonzero(pos[best] == 1)[0])
+    facts["frequencies"][k] = float(np.arctan2(sn[one], c[one]))
   axes = np.array(axes)
   sections = [int((axes == ax).sum()) for ax in range(n_axes)]
   for layout in ("chunked", "interleaved", "videorope"):
@@ -367,6 +370,7 @@ def _analyse(maps):
     pairing = "half"
   else:
     raise Refused(f"pairs {pairs[:4]}... are neither (i, i + R/2) nor (2i, 2i + 1)")
+  freqs = [float(np.arctan2(maps[1, q, p], maps[1, p, p])) for p, q in pairs]  # position 1 (row 0, t = 1)
   a, b = pairs[0]
   sin_ba = maps[:, b, a]
   cos_aa, cos_bb = maps[:, a, a], maps[:, b, b]
@@ -376,7 +380,7 @@ def _analyse(maps):
   direction = 1 if sin_ba[first] > 0 else -1
   scale = np.hypot(cos_aa, sin_ba)
   return {"pairing": pairing, "direction": direction, "block": [start, stop], "rotary_dim": r, "head_dim": h,
-          "attention_factor": [float(scale.min()), float(scale.max())]}
+          "attention_factor": [float(scale.min()), float(scale.max())], "frequencies": freqs}
 
 
 def rebuild(rotary, module):
@@ -537,20 +541,40 @@ def rebuild_from(cls, config, module):
     return cls(config=config)
 
 
+def _check_default_frequencies(r):
+  """Default RoPE: pair k turns by direction * theta ** (-2k / R) per position, theta the config's."""
+  f = r["config_facts"]
+  params = f["rope_parameters"] or {}
+  rtype = r["rotary_args"][0][0] if r["rotary_args"][0] else None
+  if params and all(isinstance(v, dict) for v in params.values()):
+    params = params.get(rtype) or {}
+  theta = params.get("rope_theta")
+  got = np.asarray(r["frequencies"])
+  if theta is None:
+    raise Refused("its config names no rope_theta for the frequencies it turns by")
+  want = r["direction"] * float(theta) ** (-np.arange(0, 2 * len(got), 2) / (2 * len(got)))
+  if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
+    k = int(np.argmax(np.abs(got - want)))
+    raise Refused(f"pair {k} turns by {got[k]:.6g} per position, not theta ** (-2k / R) = {want[k]:.6g} "
+                  f"(theta {theta}): frequencies of its own")
+
+
 def classify(rotations):
   """The reader's family dict for an observed model whose rotations the spec expresses, else Refused(mechanism)."""
   pairing = {r["pairing"] for r in rotations}
   if len(pairing) > 1:
     raise Refused(f"layers pair channels differently ({sorted(pairing)})")
+  if len({r["direction"] for r in rotations}) > 1:
+    raise Refused("its layers turn their pairs in opposite directions")
   for r in rotations:
-    if r["direction"] < 0:
-      raise Refused("rotates by -theta (rotate_half turned the other way)")
     if r["block"][0] != 0:
       raise Refused(f"rotates the last {r['rotary_dim']} of {r['head_dim']} channels")
     if r.get("mrope") and "mrope_interleaved" in (r["config_facts"]["rope_parameters"] or {}):
       raise Refused("M-RoPE whose layout a config key (mrope_interleaved) may change: not observed both ways")
-    if not np.allclose(r["attention_factor"], 1.0, atol=1e-12) and r["config_facts"]["rope_type"] == "default":
-      raise Refused(f"scales cos/sin by {r['attention_factor']} with default RoPE")
+    if r["config_facts"]["rope_type"] == "default":
+      if not np.allclose(r["attention_factor"], 1.0, atol=1e-12):
+        raise Refused(f"scales cos/sin by {r['attention_factor']} with default RoPE")
+      _check_default_frequencies(r)
   facts = [r["config_facts"] for r in rotations]
   if len({json.dumps([f["config"], f["config_class"], f["follows"]], sort_keys=True) for f in facts}) > 1:
     raise Refused("its layers' rotary modules read different configs")
@@ -569,7 +593,7 @@ def classify(rotations):
   follows_partial = f["follows"].get("partial_rotary_factor") is True
   n_layers = d["num_hidden_layers"]
   rotating = sorted({i for r in rotations for i in r["layers"]})
-  fam = {"layout": rotations[0]["pairing"], "hidden_size": d["hidden_size"],
+  fam = {"layout": rotations[0]["pairing"], "direction": rotations[0]["direction"], "hidden_size": d["hidden_size"],
          "num_attention_heads": d["num_attention_heads"], "num_hidden_layers": n_layers,
          "head_dim": d["head_dim"] if follows_head_dim else "computed", "partial": None}
   for r in rotations:
@@ -687,6 +711,10 @@ def main():
   registry = {"made_by": "scripts/make_hf_rope_registry.py",
               "versions": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]},
               "model_types": out}
+  diffusers_version, classes = diffusers_entries()
+  if classes is not None:
+    registry["versions"]["diffusers"] = diffusers_version
+    registry["diffusers"] = classes
   if os.path.exists(OUT_JSON):
     with open(OUT_JSON) as f:
       report_changes(json.load(f), registry)
@@ -704,6 +732,30 @@ def _json_default(x):
   if isinstance(x, (np.floating,)):
     return float(x)
   raise TypeError(type(x).__name__)
+
+
+def diffusers_entries():
+  """Every diffusers transformer class (a diffusers config.json names it in `_class_name`), so that from_hf_config
+  refuses each by name. Their forwards need latents, timesteps and text states per model, and their rotary
+  modules take position ids of their own (Flux's txt/img ids, video grids): not observed yet."""
+  try:
+    import diffusers
+    import diffusers.models.transformers as package
+  except ImportError:
+    return None, None
+  import pkgutil
+
+  classes = {}
+  for info in pkgutil.iter_modules(package.__path__):
+    module = importlib.import_module(f"{package.__name__}.{info.name}")
+    for name, cls in vars(module).items():
+      if inspect.isclass(cls) and issubclass(cls, diffusers.ModelMixin) and cls.__module__ == module.__name__:
+        rotary = sorted(n for n in vars(module) if CANDIDATE.search(n))
+        classes[name] = {"status": "refused", "module": info.name,
+                         "reason": "diffusers transformers are not observed yet (their forwards need latents, "
+                                   "timesteps and text states; their rotary modules take ids of their own)",
+                         "rotary_names": rotary[:6]}
+  return diffusers.__version__, classes
 
 
 def delegate(out):
@@ -742,7 +794,9 @@ def report_changes(old, new):
   for mt in sorted(set(before) & set(after)):
     if json.dumps(before[mt], sort_keys=True, default=_json_default) != \
         json.dumps(after[mt], sort_keys=True, default=_json_default):
-      print(f"  changed {mt}: {before[mt]['status']} -> {after[mt]['status']} {after[mt].get('reason', '')}")
+      keys = sorted(k for k in set(before[mt]) | set(after[mt]) if before[mt].get(k) != after[mt].get(k))
+      print(f"  changed {mt}: {before[mt]['status']} -> {after[mt]['status']} ({', '.join(keys)}) "
+            f"{after[mt].get('reason', '')}")
 
 
 def write_goldens(goldens, out):

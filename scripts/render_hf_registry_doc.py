@@ -3,6 +3,7 @@ mechanism, and every refused model type with its reason (issue 39).
 
   .venv/bin/python scripts/render_hf_registry_doc.py          # rewrite the page
   .venv/bin/python scripts/render_hf_registry_doc.py --check  # exit 1 if the page is stale (tests/test_rope_hf_registry.py)
+  .venv/bin/python scripts/render_hf_registry_doc.py --smoke  # render and report, write nothing
 """
 
 from __future__ import annotations
@@ -76,6 +77,15 @@ def render() -> str:
       by[_mechanism(e["reason"])].append(t)
   for mech, ts in sorted(by.items(), key=lambda kv: (-len(kv[1]), kv[0])):
     lines.append(f"| {mech} | {len(ts)} | {', '.join(f'`{t}`' for t in ts)} |")
+  classes = reg.get("diffusers", {})
+  if classes:
+    reasons = collections.Counter(e["reason"] for e in classes.values())
+    lines += ["", f"## diffusers {reg['versions'].get('diffusers')}", "",
+              f"{len(classes)} transformer classes, recognised by a config.json's `_class_name`; "
+              f"{sum(e['status'] == 'exact' for e in classes.values())} exact."]
+    for reason, n in reasons.most_common():
+      lines += ["", f"Refused ({n}): {reason}:", "", ", ".join(f"`{c}`" for c, e in sorted(classes.items())
+                                                              if e["reason"] == reason)]
   lines += ["", "## Every refused type and its reason", "", "| model type | reason |", "|---|---|"]
   for t, e in sorted(types.items()):
     if e["status"] in ("refused", "no_default_config") and t not in HAND:
@@ -87,5 +97,8 @@ if __name__ == "__main__":
   text = render()
   if "--check" in sys.argv:
     sys.exit(0 if PAGE.exists() and PAGE.read_text() == text else 1)
+  if "--smoke" in sys.argv:
+    print(f"rendered {len(text.splitlines())} lines; {PAGE} is {'up to date' if PAGE.read_text() == text else 'stale'}")
+    sys.exit(0)
   PAGE.write_text(text)
   print(f"wrote {PAGE}")

@@ -107,7 +107,7 @@ def test_every_entry_is_exact_or_refused_by_name():
 
 def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():
   config = {"model_type": "my_model", "rope_theta": 5e5, "hidden_size": 64, "num_attention_heads": 4}
-  with pytest.raises(ValueError, match=r"'my_model' is not in the RoPE registry \(made from transformers 5\.24"):
+  with pytest.raises(ValueError, match=r"'my_model' is not in the RoPE registry \(made from .*transformers 5\.24"):
     rope.from_hf_config(config)
   with pytest.raises(ValueError, match="family='llama'"):
     rope.from_hf_config({**config, "model_type": None})
@@ -140,3 +140,14 @@ def test_the_registry_page_is_generated_from_the_registry():
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   assert module.PAGE.read_text() == module.render(), "run .venv/bin/python scripts/render_hf_registry_doc.py"
+
+
+def test_every_diffusers_class_is_refused_by_name():
+  classes = REGISTRY["diffusers"]
+  assert REGISTRY["versions"]["diffusers"] == "0.42.1" and len(classes) > 70
+  assert {"FluxTransformer2DModel", "WanTransformer3DModel", "HunyuanVideoTransformer3DModel"} <= set(classes)
+  for name, entry in classes.items():
+    with pytest.raises(ValueError, match=f"diffusers class '{name}' is refused: " + re.escape(entry["reason"][:40])):
+      rope.from_hf_config({"_class_name": name, "_diffusers_version": "0.42.1", "num_layers": 2})
+  with pytest.raises(ValueError, match="diffusers class 'MyTransformer' is not in the RoPE registry"):
+    rope.from_hf_config({"_class_name": "MyTransformer"})

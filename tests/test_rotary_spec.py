@@ -114,3 +114,39 @@ def test_init_from_compares_the_spec_whole():
     checkpoints._check_same_architecture(a, b, "src")
   assert checkpoints._rope_changes(a, b, RotaryConfig.RETUNABLE) == {"rope_theta": (10000.0, 500000.0)}
   checkpoints._check_same_architecture(a, a.replace(rope_theta=5e5), "src")  # retunable: allowed
+
+
+def _turned(x, positions, theta, layout, sign):
+  """float64 NumPy: every pair of x [T, N, H] turned by sign * p * theta ** (-2i / H)."""
+  h = x.shape[-1]
+  ang = sign * positions[:, None, None] * theta ** (-np.arange(0, h, 2) / h)
+  a, b = (x[..., 0::2], x[..., 1::2]) if layout == "interleaved" else (x[..., :h // 2], x[..., h // 2:])
+  ra, rb = a * np.cos(ang) - b * np.sin(ang), a * np.sin(ang) + b * np.cos(ang)
+  if layout == "half":
+    return np.concatenate([ra, rb], axis=-1)
+  out = np.empty_like(x)
+  out[..., 0::2], out[..., 1::2] = ra, rb
+  return out
+
+
+@pytest.mark.parametrize("layout", ["interleaved", "half"])
+def test_direction_minus_one_turns_every_pair_the_other_way(layout):
+  """direction=-1 (nanochat): each pair turns by -phi, R(-m theta) of eq. (15) in float64, on the
+  fused path (apply) and the per-layer tables (cos_sin + rotate) alike."""
+  from roformer_jax import rope
+
+  dim, positions = 16, np.array([[0, 1, 5, 300, 4097]])
+  x = np.random.default_rng(0).standard_normal((1, 5, 2, dim)).astype(np.float32)
+  want = _turned(x[0].astype(np.float64), positions[0].astype(np.float64), 500.0, layout, -1)
+  if layout == "interleaved":  # the reference is eq. (15) at -m
+    eq15 = np.stack([x[0, t].astype(np.float64) @ rope.rotation_matrix(-p, dim, 500.0).T
+                     for t, p in enumerate(positions[0])])
+    np.testing.assert_allclose(want, eq15, atol=1e-12)
+  spec = rope.RotaryConfig(theta=500.0, layout=layout, direction=-1)
+  got = np.asarray(spec.apply(x, positions))[0]
+  np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5)
+  assert not np.allclose(got, _turned(x[0].astype(np.float64), positions[0], 500.0, layout, 1), atol=1e-2)
+  tables = np.asarray(spec.rotate(x, spec.cos_sin(positions, dim)))[0]
+  np.testing.assert_allclose(tables, got, rtol=1e-6, atol=1e-6)
+  with pytest.raises(ValueError, match="direction=0 must be 1 or -1"):
+    rope.RotaryConfig(direction=0)

@@ -149,6 +149,15 @@ def _observed(model_type: Any) -> dict[str, Any]:
   return out
 
 
+def _refuse_diffusers(class_name: Any) -> ValueError:
+  entry = registry().get("diffusers", {}).get(class_name) if isinstance(class_name, str) else None
+  if entry is None:
+    return ValueError(f"diffusers class {class_name!r} is not in the RoPE registry (made from {_made_from()}); "
+                      "nothing is guessed.")
+  return ValueError(f"diffusers class {class_name!r} is refused: {entry['reason']} (registry made from "
+                    f"{_made_from()}). Build its spec from the multi-axis layouts in docs/rope.md.")
+
+
 def _refuse(model_type: Any, entry: Mapping[str, Any] | None) -> ValueError:
   how = ("If you know the model rotates q and k exactly as one of rope.hf_families() does, say so with "
          "from_hf_config(config, family='llama') (or that family's name): an explicit assertion, never a default.")
@@ -272,6 +281,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     raise TypeError(f"config must be a dict (json.load of a config.json), got {type(config).__name__}.")
   cfg = dict(config)
   model_type: Any = cfg.get("model_type")  # a JSON value (None or a bad type: no family)
+  if model_type is None and family is None and "_class_name" in cfg:  # a diffusers config.json
+    raise _refuse_diffusers(cfg["_class_name"])
   if model_type in _TEXT_OF:
     text = cfg.get("text_config")
     cfg = dict(text) if isinstance(text, Mapping) else cfg
@@ -372,7 +383,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       section_layout = "videorope"
   spec = RotaryConfig(theta=theta, layout=layout, rotary_dim=rotary_dim, scaling=scaling,
                       sections=None if sections is None else tuple(int(s) for s in sections),
-                      section_layout=section_layout)
+                      section_layout=section_layout, direction=int(fam.get("direction", 1)))
   spec.check(head_dim)  # sections, factor lists and rotary_dim against the real head dim
   return spec
 

@@ -78,6 +78,8 @@ class RotaryConfig:
     xpos_scale_base: None, or xPos's gamma (512): q and k get amplitudes zeta ** (+-(n - c) /
       gamma) (`rope.xpos_amplitude`), which make attention decay with distance.
     xpos_center: c, the one centre shared by q and k (so cached decoding equals the full call).
+    direction: +1, or -1 to turn every pair by -phi (nanochat's rotate_half is the other way
+      round: x_i' = x_i cos + x_j sin). q . k then depends on n - m where +1 gives m - n.
   """
 
   theta: float = 10000.0
@@ -91,6 +93,7 @@ class RotaryConfig:
   blocks: int = 1
   xpos_scale_base: float | None = None
   xpos_center: int = 0
+  direction: int = 1
 
   # The fields that change no parameter and that a fine-tuning run may therefore set anew
   # (context extension: PI, YaRN, NTK, ABF); `checkpoints.init_from` reports their changes.
@@ -121,6 +124,8 @@ class RotaryConfig:
       raise ValueError(f"rope blocks={self.blocks!r} must be a positive int.")
     if self.xpos_scale_base is not None and not float(self.xpos_scale_base) > 0:
       raise ValueError(f"rope xpos_scale_base={self.xpos_scale_base!r} must be a positive number (xPos: 512).")
+    if self.direction not in (1, -1) or isinstance(self.direction, bool):
+      raise ValueError(f"rope direction={self.direction!r} must be 1 or -1 (-1: every pair turns by -phi).")
     if self.rotary_dim is not None:  # odd or zero fails here, not at the first forward
       check_dim(self.rotary_dim, "rope rotary_dim")
     # Theta and every scaling key now; what depends on the rotary dim too when it is set (the
@@ -250,7 +255,8 @@ class RotaryConfig:
       if frequencies is None:
         raise ValueError("a spec with frequencies='mixed' rotates with the layer's learned frequencies: pass "
                          "frequencies=F [2, N, R/2].")
-      return rotary_cos_sin(positions, rd, self.theta, exact=False, frequencies=frequencies)
+      cos, sin = rotary_cos_sin(positions, rd, self.theta, exact=False, frequencies=frequencies)
+      return (cos, sin) if self.direction > 0 else (cos, -sin)
     cos, sin = rotary_cos_sin(positions, rd, self.theta, scaling=self.scaling_dict, seq_len=seq_len,
                               exact=self.exact, sections=self.sections, section_layout=self.section_layout,
                               frequencies=self._frequencies())
@@ -258,7 +264,7 @@ class RotaryConfig:
       token_pos = positions if self.sections is None else positions[..., 0]
       amp = xpos_amplitude(token_pos, rd, scale_base=self.xpos_scale_base, center=self.xpos_center, key=key)
       cos, sin = cos * amp, sin * amp
-    return cos, sin
+    return (cos, sin) if self.direction > 0 else (cos, -sin)
 
   @property
   def needs_key_table(self) -> bool:
@@ -274,8 +280,8 @@ class RotaryConfig:
     """Rotates x [..., T, N, H] at positions [..., T] (or [..., T, A] with sections) with these
     settings; key=True for keys under xPos (their inverse amplitudes); frequencies: a learned
     spec's [2, N, R/2]."""
-    if self.learned:
-      return self.rotate(x, self.cos_sin(positions, x.shape[-1], frequencies=frequencies))
+    if self.learned or self.direction < 0:
+      return self.rotate(x, self.cos_sin(positions, x.shape[-1], seq_len=seq_len, key=key, frequencies=frequencies))
     xpos = None if self.xpos_scale_base is None else {"scale_base": self.xpos_scale_base,
                                                       "center": self.xpos_center, "key": key}
     return apply_rotary(x, positions, self.theta, layout=self.layout, rotary_dim=self.rotary_dim,
