@@ -149,12 +149,35 @@ def _caller_layer(frame, paths):
   return None
 
 
+@contextlib.contextmanager
+def meta_values_stubbed():
+  """A meta tensor's .item() / .tolist() / bool() give zeros instead of failing: some forwards read values (MoE
+  routing counts, a packed-sequence check) that decide nothing about which layers rotate. Entries observed this
+  way say so ("stubbed")."""
+  orig = torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__
+
+  def item(self):
+    return (0.0 if self.is_floating_point() else 0) if self.is_meta else orig[0](self)
+
+  def tolist(self):
+    return np.zeros(self.shape, int).tolist() if self.is_meta else orig[1](self)
+
+  def as_bool(self):
+    return False if self.is_meta else orig[2](self)
+
+  torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__ = item, tolist, as_bool
+  try:
+    yield
+  finally:
+    torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__ = orig
+
+
 def meta_forward(model_type, config, module):
   """Step 2: which layers call which candidate, with which rotary module's cos/sin."""
   cls = model_class(model_type, config, module)
   if cls is None:
     raise Refused("no transformers model class to run")
-  calls, outputs, depth, shapes = [], {}, [0], {}
+  calls, outputs, depth, shapes, stubbed = [], {}, [0], {}, [False]
 
   def hook(mod, args, kwargs, out):
     for i, t in enumerate(out if isinstance(out, tuple) else (out,)):
@@ -200,13 +223,22 @@ def meta_forward(model_type, config, module):
       params = inspect.signature(model.forward).parameters
       if "decoder_input_ids" in params:
         kwargs["decoder_input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
-      try:
-        model(**kwargs)
-      except Exception:  # noqa: BLE001  some models' caches need real values: run without one
-        if "use_cache" not in params:
-          raise
+      attempts = [kwargs]
+      if "use_cache" in params:  # some models' caches need real values: run without one
+        attempts.append({**kwargs, "use_cache": False, "attention_mask": torch.ones(1, T_META, dtype=torch.long)})
+      for attempt in [*attempts, None]:
         calls.clear()
-        model(**kwargs, use_cache=False, attention_mask=torch.ones(1, T_META, dtype=torch.long))
+        try:
+          if attempt is None:  # last: data-dependent reads on meta tensors get zeros (MoE routing, mask checks)
+            with meta_values_stubbed():
+              model(**attempts[-1])
+            stubbed[0] = True
+          else:
+            model(**attempt)
+          break
+        except Exception:  # noqa: BLE001
+          if attempt is None:
+            raise
   except Refused:
     raise
   except Exception as e:  # noqa: BLE001  the model's own failure is the observation
@@ -214,6 +246,8 @@ def meta_forward(model_type, config, module):
   finally:
     for name, fn in saved.items():
       setattr(module, name, fn)
+  for c in calls:
+    c["stubbed"] = stubbed[0]
   return calls, shapes, model
 
 def _probe_shape(shape, heads):
@@ -431,6 +465,7 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
     q_out, _ = run_group(built[path], module, call, rotary_shapes, q)
     facts["config_facts"] = config_facts(built[path], module, meta_model.config, h)
     out.append({**facts, "layers": sorted({c["layer"] for c in calls_of}), "fn": call["fn"],
+                "stubbed": call["stubbed"] or None,
                 "rotary_module": type(built[path]).__name__,
                 "rotary_args": call["rotary"][1:], "t_axis": t_axis,
                 "positions": pos.numpy(), "q": q.movedim(t_axis, 1).numpy(), "q_out": q_out.movedim(t_axis, 1).numpy()})
@@ -655,7 +690,7 @@ def _role(t, outputs):
 def _summary(r):
   """A rotation as the registry records it (the arrays go to the golden file)."""
   keep = ("pairing", "direction", "block", "head_dim", "attention_factor", "output", "mrope", "layers", "fn",
-          "rotary_module", "rotary_args")
+          "rotary_module", "rotary_args", "stubbed")
   out = {k: r[k] for k in keep if r.get(k) is not None}
   out["follows"] = r["config_facts"]["follows"]
   out["config"] = r["config_facts"]["config"]
@@ -683,8 +718,8 @@ def main():
       else:
         calls, rotary_shapes, model = meta_forward(mt, config, module)
         rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
-        if not rotations:
-          entry = {"status": "no_rope"}
+        if not rotations:  # rotary code, but the default config's forward calls none of it (Bamba: no attention)
+          entry = {"status": "no_rope", "unused_rotary_code": sorted(candidates(module))[:6]}
         else:
           entry = {"status": "observed", "rotations": [_summary(r) for r in rotations]}
           goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)),
@@ -767,7 +802,7 @@ def delegate(out):
     try:
       config = CONFIG_MAPPING[mt]()
     except Exception:  # noqa: BLE001
-      continue
+      config = None
     subs = {}
     keys = sorted(getattr(config, "sub_configs", {}) or {}, key=lambda k: k != "text_config")  # the text model first
     for key in keys:
@@ -777,6 +812,9 @@ def delegate(out):
         subs[key] = sub_type
     if "text_config" in subs:
       entry.update(status="delegates", sub_configs={"text_config": subs["text_config"]})
+    elif entry.get("unused_rotary_code"):
+      entry.update(status="refused", reason="its modeling code rotates (" + ", ".join(entry["unused_rotary_code"]) +
+                   "), but no layer of its default config calls it: the layers other settings add are not observed")
     elif subs:
       key, sub_type = next(iter(subs.items()))
       entry.update(status="refused", reason=f"its RoPE is in its {key} ({sub_type}), not a text model: read "
