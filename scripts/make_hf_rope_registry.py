@@ -51,6 +51,7 @@ import copy
 import importlib
 import inspect
 import json
+import math
 import os
 import re
 import sys
@@ -61,7 +62,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from make_hf_rope_families_golden import float64_transformers  # noqa: E402  (also hides an unloadable torchvision)
+from make_hf_rope_families_golden import float64_transformers, np_inv_freq  # noqa: E402  (hides a bad torchvision)
 
 import transformers  # noqa: E402
 from transformers import modeling_rope_utils  # noqa: E402
@@ -482,7 +483,15 @@ def _perturbed(serialized, key, value):
   partial_rotary_factor inside rope_parameters (flat or per layer type) and at the root where it is; any other
   key at the root."""
   out = copy.deepcopy(serialized)
-  if key in ("rope_theta", "partial_rotary_factor"):
+  if key == "scaling":  # value: rope parameters merged into each layer type's (or the one) rope_parameters
+    params = out.get("rope_parameters") or {}
+    nested = params and all(isinstance(v, dict) for v in params.values())
+    for p in (params.values() if nested else [params]):  # keep theta and the partial factor, replace the rest
+      kept = {k: p[k] for k in ("rope_theta", "partial_rotary_factor") if k in p}
+      p.clear()
+      p.update({**kept, **value})
+    out["rope_parameters"] = params
+  elif key in ("rope_theta", "partial_rotary_factor"):
     params = out.get("rope_parameters")
     if isinstance(params, dict):
       nested = params and all(isinstance(v, dict) for v in params.values())
@@ -533,6 +542,31 @@ def config_facts(rotary, module, top_config, head_dim):
       follows[key] = all(len(new[n]) in (len(base[n]) // 2, (len(base[n]) + 1) // 2) for n in base)
     else:
       follows[key] = all(len(new[n]) == int(head_dim * partial) // 2 for n in base)
+  # Which rope types the rotary class computes as transformers' standard init functions do (an independent NumPy
+  # transcription, scripts/make_hf_rope_families_golden.py): the reader refuses the others for this model.
+  max_pos = serialized.get("max_position_embeddings") or 4096
+  follows["scalings"] = []
+  for rp in ({"rope_type": "linear", "factor": 4.0},
+             {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": max(max_pos // 4, 16)},
+             {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": max(max_pos // 4, 16)}):
+    try:
+      new = rebuilt("scaling", rp)
+      rot = rebuild_from(type(rotary), type(cfg).from_dict(_perturbed(serialized, "scaling", rp)), module)
+    except Exception:  # noqa: BLE001
+      continue
+    ok = True
+    for n, freqs in new.items():
+      base_params = serialized.get("rope_parameters") or {}
+      if base_params and all(isinstance(v, dict) for v in base_params.values()):
+        base_params = next(iter(base_params.values()))
+      theta = float(base_params.get("rope_theta", 10000.0))
+      want = np_inv_freq({**rp, "rope_theta": theta}, 2 * len(freqs), max_pos)
+      ok = ok and np.allclose(freqs, want, rtol=1e-12, atol=0)
+    if rp["rope_type"] == "yarn":
+      ok = ok and abs(float(getattr(rot, "attention_scaling", 1.0)) - (0.1 * math.log(4.0) + 1.0)) < 1e-12
+    if ok:
+      follows["scalings"].append(rp["rope_type"])
   head_dim_key = None  # MLA: the rotated head dim is its own key (qk_rope_head_dim); found by perturbing
   for key, value in serialized.items():
     if key == "head_dim" or isinstance(value, bool) or value != head_dim or head_dim % 4:
@@ -650,6 +684,7 @@ def classify(rotations):
       fam["partial"] = partial
   if not follows_partial:
     fam["ignores_partial"] = True
+  fam["scalings"] = sorted(set.intersection(*(set(x["follows"].get("scalings", [])) for x in facts)))
   if nested:
     fam["theta"] = {t: float(v["rope_theta"]) for t, v in params.items()}
   else:

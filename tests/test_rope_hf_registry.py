@@ -151,3 +151,17 @@ def test_every_diffusers_class_is_refused_by_name():
       rope.from_hf_config({"_class_name": name, "_diffusers_version": "0.42.1", "num_layers": 2})
   with pytest.raises(ValueError, match="diffusers class 'MyTransformer' is not in the RoPE registry"):
     rope.from_hf_config({"_class_name": "MyTransformer"})
+
+
+def test_a_scaling_the_model_was_not_observed_to_follow_is_refused():
+  """The registry perturbs each model's rope_parameters to linear, YaRN and llama3 and compares its rotary class's
+  frequencies with a NumPy transcription of transformers' standard ones; a generic family reads only those."""
+  observed = [mt for mt, e in TYPES.items() if e["status"] == "exact" and mt not in HAND]
+  assert observed and all("scalings" in TYPES[mt]["family"] for mt in observed)
+  mt = next(mt for mt in observed if "yarn" in TYPES[mt]["family"]["scalings"])
+  config = {"model_type": mt, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}}
+  with pytest.raises(ValueError, match=f"'{mt}' with rope_type 'dynamic': its rotary class was observed"):
+    rope.from_hf_config(config)
+  spec = rope.from_hf_config({**config, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4,
+                                                            "original_max_position_embeddings": 1024}})
+  assert spec is not None and spec.scaling_dict["rope_type"] == "yarn"

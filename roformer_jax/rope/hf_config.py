@@ -340,6 +340,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   head_dim = _head_dim(cfg, fam, layer_type)
   theta = float(p["rope_theta"])
   rope_type = p["rope_type"]
+  if "scalings" in fam and rope_type not in ("default", *fam["scalings"]):  # the registry's observed families
+    raise ValueError(f"model_type {model_type!r} with rope_type {rope_type!r}: its rotary class was observed to "
+                     f"compute only {['default', *fam['scalings']]} as transformers' standard functions do "
+                     f"({_made_from()}), so {rope_type!r} is not read for it.")
   layout = fam["layout"]
   if fam.get("interleave_key") and not cfg.get(fam["interleave_key"], True):
     layout = "half"
