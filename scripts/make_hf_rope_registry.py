@@ -558,8 +558,8 @@ def config_facts(rotary, module, top_config, head_dim):
     ok = True
     for n, freqs in new.items():
       base_params = serialized.get("rope_parameters") or {}
-      if base_params and all(isinstance(v, dict) for v in base_params.values()):
-        base_params = next(iter(base_params.values()))
+      if base_params and all(isinstance(v, dict) for v in base_params.values()):  # per layer type: "<type>_inv_freq"
+        base_params = next((v for t, v in base_params.items() if n.startswith(t)), next(iter(base_params.values())))
       theta = float(base_params.get("rope_theta", 10000.0))
       want = np_inv_freq({**rp, "rope_theta": theta}, 2 * len(freqs), max_pos)
       ok = ok and np.allclose(freqs, want, rtol=1e-12, atol=0)
