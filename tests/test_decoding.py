@@ -175,7 +175,16 @@ def teacher_forced_scores(model, src, seqs, eos_id, alpha):
 # ---- CausalLM: greedy generate --------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list(LM_CONFIGS))
+# Eager dynamic NTK compiles its exact traced phases for every step (rope/float2.py): 15-45 s each on the 2-core
+# machine, so these run in make test's slow tier only (tests/test_layer_types.py checks dynamic decoding jitted).
+_DYNAMIC_SLOW = pytest.mark.slow
+
+
+def _with_dynamic_slow(names):
+  return [pytest.param(n, marks=_DYNAMIC_SLOW) if n == "softmax_dynamic" else n for n in names]
+
+
+@pytest.mark.parametrize("name", _with_dynamic_slow(LM_CONFIGS))
 def test_greedy_generate_matches_full_forward_and_left_padding(name):
   """Cached / recurrent decoding == argmax of the full forward recomputed every step, for a
   left-padded batch; each padded row also equals that row generated alone, unpadded."""
@@ -281,7 +290,7 @@ def _reorder_vs_permuted(graphdef, state, inputs, mask, perm, tokens):
   return cache, moved, permuted, step(tokens[perm], moved), step(tokens[perm], permuted)
 
 
-@pytest.mark.parametrize("name", ["softmax_rope", "linear_favor", "softmax_dynamic", "seq2seq"])
+@pytest.mark.parametrize("name", _with_dynamic_slow(["softmax_rope", "linear_favor", "softmax_dynamic", "seq2seq"]))
 def test_reorder_cache_then_decode_equals_decoding_the_permuted_batch(name):
   """The KV cache, the linear-attention (s, z, segment) state and the seq2seq cross-attention
   cache all follow `reorder_cache`: a reordered cache is the cache of the permuted batch,

@@ -298,7 +298,8 @@ def test_linear_attention_step_refuses_a_length_dependent_scaling():
     attention.linear_attention_step(state, q, q, q, positions=jnp.array([[5]]), scaling=SCALINGS["dynamic"])
 
 
-@pytest.mark.parametrize("name", [pytest.param("dynamic", marks=_EAGER_DYNAMIC), "longrope"])
+@pytest.mark.parametrize("name", [pytest.param("dynamic", marks=_EAGER_DYNAMIC),
+                                  pytest.param("longrope", marks=_EAGER_DYNAMIC)])  # 15-40 s eager: slow tier
 def test_seq2seq_cached_prediction_equals_the_teacher_forced_forward_of_its_prefix(name):
   """The decoder's self-attention under a length-dependent scaling: step i's logits equal the
   teacher-forced forward of target[:i + 1] (its last position)."""

@@ -168,6 +168,7 @@ def test_greedy_generate_fn_of_a_random_tiny_model_has_the_right_shapes(tiny_lm)
   assert np.max(results["digit_accuracy"]) <= 0.5
 
 
+@pytest.mark.slow  # a full forward per digit under LongRoPE's exact phases: 12-36 s, make test's slow tier
 def test_greedy_generate_fn_under_longrope_equals_a_full_forward_greedy_loop(tiny_lm):
   """Passkey retrieval with eval.rope_scaling = LongRoPE, whose original length (122) the
   answer's digits cross: the generate_fn's cached digits equal the argmax of a full forward
