@@ -3,10 +3,20 @@
 transformers reads a config.json through the model's config class: keys the file leaves out
 take that class's defaults, and each class has its own legacy keys (Gemma 3's
 `rope_local_base_freq`, GPT-NeoX's `rotary_pct` / `rotary_emb_base`, ModernBERT's
-`global_rope_theta`, Llama 4's inverted `no_rope_layers`, ...). `_FAMILIES` holds, per
-`model_type`, exactly what those classes (transformers 5.23) default and how their attention
-rotates (layout, which head dim, which layers). An unknown model_type is read only when the
-file itself names every RoPE key; otherwise it is refused, not guessed.
+`global_rope_theta`, Llama 4's inverted `no_rope_layers`, ...). Two sources say what each
+model_type does:
+
+- the RoPE registry (`hf_registry.json`, `registry()`), made by scripts/make_hf_rope_registry.py
+  by running every model type's own code in transformers 5.24: per type, exact (with the reading
+  rules it observed), a wrapper whose `text_config` is read, refused with the mechanism that
+  stopped it, or without RoPE; and every diffusers transformer class, refused by name;
+- `_FAMILIES`, written by hand for 20 families whose legacy keys and layer rules the registry's
+  generic reading does not cover, checked against tests/golden/hf_rope_families; they take
+  precedence, with what the registry observed of them (a class that ignores
+  partial_rotary_factor, default M-RoPE sections) applied on top.
+
+A model_type in neither is refused, never guessed; `family=` reads a config as a named family on
+the caller's say-so.
 
 The returned spec rotates in the channel order of the model's q/k projection weights. Where
 transformers permutes channels inside its rotary function (DeepSeek-V3's rope_interleave) the
@@ -145,7 +155,6 @@ def _observed(model_type: Any) -> dict[str, Any]:
   sections = {json.dumps(r.get("mrope")) for r in rotations}
   if len(sections) == 1 and rotations[0].get("mrope"):
     out["mrope_sections"] = rotations[0]["mrope"]["sections"]
-    out["mrope_observed"] = rotations[0]["mrope"]["section_layout"]
   return out
 
 
