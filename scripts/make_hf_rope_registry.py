@@ -431,6 +431,35 @@ def rebuild(rotary, module):
       raise Refused(f"its rotary module {type(rotary).__name__} is not built from a config alone: {e}") from None
 
 
+def _perturbed_golden(rotary, module, top_config, facts, call, rotary_shapes, q):
+  """The same rotation under a user's config that is not the default: rope_theta x 4 and, where the class follows
+  transformers' YaRN, YaRN over a quarter of max_position_embeddings (factor about 4). Returns (the whole config.json
+  with that change, the model's rotated q), or None when the class cannot be built from it. The test reads the
+  changed config.json with from_hf_config: the keys a user changes are read as the model reads them."""
+  top = json.loads(top_config.to_json_string(use_diff=False))
+  key = facts["config"]
+  sub = top if key is None else top.get(key)
+  if not isinstance(sub, dict):
+    return None
+  changed = _perturbed(sub, "rope_theta", None)
+  max_pos = changed.get("max_position_embeddings") or 4096
+  original = max(max_pos // 4, 16)
+  if "yarn" in facts["follows"].get("scalings", []) and max_pos > original:
+    # factor = max_position_embeddings / original exactly, as transformers expects (else it warns, and so do we)
+    changed = _perturbed(changed, "scaling", {"rope_type": "yarn", "factor": max_pos / original,
+                                              "original_max_position_embeddings": original})
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      rebuilt = rebuild_from(type(rotary), type(rotary.config).from_dict(changed), module)
+    q_out, _ = run_group(rebuilt, module, call, rotary_shapes, q)
+  except Exception:  # noqa: BLE001  no perturbed golden for this one
+    return None
+  if key is None:
+    return changed, q_out
+  return {**top, key: changed}, q_out
+
+
 def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
   """Step 3: per distinct apply call, the golden and what the rotation is."""
   built = {}
@@ -465,6 +494,11 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
     q = torch.tensor(rng.standard_normal(shape1).astype(np.float32).astype(np.float64))  # float32-exact input
     q_out, _ = run_group(built[path], module, call, rotary_shapes, q)
     facts["config_facts"] = config_facts(built[path], module, meta_model.config, h)
+    perturbed = _perturbed_golden(built[path], module, meta_model.config, facts["config_facts"], call, rotary_shapes,
+                                  q)
+    if perturbed is not None:
+      facts["perturbed_config"], q_perturbed = perturbed
+      facts["q_out_perturbed"] = q_perturbed.movedim(t_axis, 1).numpy()
     out.append({**facts, "layers": sorted({c["layer"] for c in calls_of}), "fn": call["fn"],
                 "stubbed": call["stubbed"] or None,
                 "rotary_module": type(built[path]).__name__,
@@ -881,6 +915,9 @@ def write_goldens(goldens, out):
       arrays[f"{mt}/{i}/positions"] = np.asarray(r["positions"], np.int64)
       arrays[f"{mt}/{i}/q"] = np.asarray(r["q"], np.float32)
       arrays[f"{mt}/{i}/q_out"] = np.asarray(r["q_out"], np.float32)  # float64 result, rounded once
+      if r.get("q_out_perturbed") is not None:
+        arrays[f"{mt}/{i}/q_out_perturbed"] = np.asarray(r["q_out_perturbed"], np.float32)
+        configs[f"{mt}/{i}/perturbed"] = r["perturbed_config"]
   np.savez_compressed(OUT_NPZ, **arrays)
   with open(OUT_NPZ.replace(".npz", "_configs.json"), "w") as f:
     json.dump(configs, f, indent=0, sort_keys=True, default=_json_default)

@@ -8,9 +8,10 @@ that rotary module (rebuilt on the CPU, float64) and apply function rotate a ran
 positions up to 2^15. The test walks every entry:
 
 - "exact": from_hf_config on the model's default config.json (every key the config class
-  writes) and on the bare {"model_type": ...} (every key from the registry's defaults) gives a
-  spec that rotates q as the golden does, per distinct rotation, and None for each layer that
-  does not rotate;
+  writes), on the bare {"model_type": ...} (every key from the registry's defaults) and on a
+  changed config.json (rope_theta x 4, and YaRN where the model follows transformers' YaRN)
+  gives a spec that rotates q as the model's own code does, per distinct rotation, and None for
+  each layer that does not rotate;
 - hand-written families (`hf_config._FAMILIES`, checked against tests/golden/hf_rope_families)
   that the registry observed: also against these transformers-5.24 goldens;
 - "refused" / "no_default_config": ValueError naming the recorded mechanism;
@@ -37,12 +38,12 @@ ARRAYS = np.load(GOLDEN / "hf_rope_registry.npz")
 HAND = set(hf_config._FAMILIES) | set(hf_config._TEXT_OF)
 
 
-def _check_rotation(mt, i, r, config):
+def _check_rotation(mt, i, r, config, golden="q_out"):
   """None when `config` read at the rotation's first layer rotates q as the golden does, else what differs."""
   pos = np.asarray(ARRAYS[f"{mt}/{i}/positions"])
   if pos.ndim == 3:  # [A, B, T] (M-RoPE) -> ours [B, T, A]
     pos = np.moveaxis(pos, 0, -1)
-  q, want = np.asarray(ARRAYS[f"{mt}/{i}/q"]), np.asarray(ARRAYS[f"{mt}/{i}/q_out"])
+  q, want = np.asarray(ARRAYS[f"{mt}/{i}/q"]), np.asarray(ARRAYS[f"{mt}/{i}/{golden}"])
   try:
     spec = rope.from_hf_config(config, layer=r["layers"][0])
   except ValueError as e:
@@ -70,6 +71,8 @@ def test_the_registry_covers_every_model_type_with_its_versions():
   counts = collections.Counter(e["status"] for e in TYPES.values())
   assert set(counts) <= {"exact", "refused", "no_rope", "delegates", "no_default_config"}, counts
   assert len(TYPES) > 800 and counts["exact"] > 100, counts
+  perturbed = [k for k in CONFIGS if k.endswith("/perturbed")]
+  assert len(perturbed) > 100, len(perturbed)
   for mt, e in TYPES.items():
     assert (e["status"] in ("refused", "no_default_config")) == bool(e.get("reason")), mt
 
@@ -81,8 +84,11 @@ def test_every_entry_is_exact_or_refused_by_name():
     if status == "exact" or (mt in HAND and mt in CONFIGS):
       config = CONFIGS[mt]
       for i, r in enumerate(entry["rotations"]):
-        for name, cfg in (("default config", config), ("bare model_type", {"model_type": mt})):
-          problem = _check_rotation(mt, i, r, cfg)
+        cases = [("default config", config, "q_out"), ("bare model_type", {"model_type": mt}, "q_out")]
+        if f"{mt}/{i}/perturbed" in CONFIGS:  # rope_theta x 4 (and YaRN where the class follows it)
+          cases.append(("changed config", CONFIGS[f"{mt}/{i}/perturbed"], "q_out_perturbed"))
+        for name, cfg, golden in cases:
+          problem = _check_rotation(mt, i, r, cfg, golden)
           if problem:
             wrong[f"{mt} rotation {i} ({name}, layer {r['layers'][0]})"] = problem
       rotating = {layer for r in entry["rotations"] for layer in r["layers"]}
