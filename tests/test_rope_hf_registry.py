@@ -119,6 +119,8 @@ def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():
     rope.from_hf_config({**config, "model_type": None})
   assert rope.from_hf_config(config, family="llama") == rope.RotaryConfig(theta=5e5, layout="half")
   assert rope.from_hf_config(config, family="cohere") == rope.RotaryConfig(theta=5e5, layout="interleaved")
+  with pytest.raises(ValueError, match="'qwen_2' is not in the RoPE registry.* Did you mean 'qwen2'"):
+    rope.from_hf_config({"model_type": "qwen_2"})
   with pytest.raises(ValueError, match="family='my_family' is not a family"):
     rope.from_hf_config(config, family="my_family")
   assert {"llama", "cohere"} <= set(rope.hf_families())

@@ -25,6 +25,7 @@ rotated q and k differ from transformers' by that permutation, and q . k is iden
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from collections.abc import Mapping
@@ -171,8 +172,11 @@ def _refuse(model_type: Any, entry: Mapping[str, Any] | None) -> ValueError:
   how = ("If you know the model rotates q and k exactly as one of rope.hf_families() does, say so with "
          "from_hf_config(config, family='llama') (or that family's name): an explicit assertion, never a default.")
   if entry is None:
+    close = difflib.get_close_matches(str(model_type), list(registry()["model_types"]), n=3, cutoff=0.75)
+    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     return ValueError(f"model_type {model_type!r} is not in the RoPE registry (made from {_made_from()}); nothing "
-                      f"is guessed. {how} A newer transformers' types: refresh the registry (docs/development.md).")
+                      f"is guessed.{hint} {how} A newer transformers' types: refresh the registry "
+                      "(docs/development.md).")
   if entry["status"] == "no_rope":
     return ValueError(f"model_type {model_type!r} applies no RoPE in {_made_from()} (its forward calls no rotary "
                       f"function), so there is no RoPE spec to read. {how}")
