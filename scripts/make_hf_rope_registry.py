@@ -76,6 +76,8 @@ SEED = 20261127
 T_META = 11  # tokens of the meta forward: a length no default head count or head dim equals
 POSITIONS = np.array([[0, 1, 2, 3, 7, 100, 1023], [1024, 4095, 4096, 8191, 16383, 30000, 32767]])
 CANDIDATE = re.compile(r"rot|rope", re.I)
+GUARDED_NAME = re.compile(r"rope|attn|attention|sliding|swa|nope", re.I)
+GUARDED_PART = re.compile(r"layer|interval|period|indices|pattern|offset", re.I)
 MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
             "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES")
 
@@ -620,7 +622,12 @@ def config_facts(rotary, module, top_config, head_dim):
         differs.append(k)
     except Exception:  # noqa: BLE001  a per-layer attribute that has no one value (Gemma 4's head_dim)
       differs.append(k)
-  return {"config": where, "config_class": type(cfg).__name__, "follows": follows,
+  # Keys that may change which layers rotate, or with what, and that the generic reading does not read (Granite's
+  # layer_rope_theta, Molmo 2's rope_scaling_layers, a sliding-window pattern): from_hf_config refuses a config that
+  # sets one to another value than the default observed here. Found by name, to refuse, never to read.
+  guarded = {k: v for k, v in serialized.items() if k != "layer_types" and GUARDED_NAME.search(k)
+             and GUARDED_PART.search(k)}
+  return {"config": where, "config_class": type(cfg).__name__, "follows": follows, "guarded": guarded,
           "rope_parameters": params, "rope_type": getattr(rotary, "rope_type", None),
           "n_freq": {n: len(v) for n, v in base.items()},
           "defaults": {k: serialized.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads",
@@ -745,6 +752,8 @@ def classify(rotations):
                mrope_sections=rotations[0]["mrope"]["sections"])
   if f["config"] is not None:
     fam["sub"] = f["config"]
+  if f["guarded"]:
+    fam["guarded"] = f["guarded"]
   return fam
 
 

@@ -173,3 +173,16 @@ def test_a_scaling_the_model_was_not_observed_to_follow_is_refused():
   spec = rope.from_hf_config({**config, "rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4,
                                                             "original_max_position_embeddings": 1024}})
   assert spec is not None and spec.scaling_dict["rope_type"] == "yarn"
+
+
+def test_a_layer_key_the_registry_did_not_observe_changed_is_refused():
+  """Granite's layer_rope_theta (a theta per layer, 0 = NoPE) is not read by the generic reading: a config that
+  changes it from the observed default is refused, naming the key; the default itself reads."""
+  guarded = {mt: e["family"]["guarded"] for mt, e in TYPES.items()
+             if e["status"] == "exact" and "guarded" in e.get("family", {})}
+  assert "layer_rope_theta" in guarded["granite_swa"]
+  config = dict(CONFIGS["granite_swa"])
+  assert rope.from_hf_config(config) is not None
+  config["layer_rope_theta"] = [0.0] + list(config["layer_rope_theta"][1:])
+  with pytest.raises(ValueError, match="sets layer_rope_theta=.*observed this model only with layer_rope_theta="):
+    rope.from_hf_config(config)

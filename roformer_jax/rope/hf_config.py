@@ -323,6 +323,11 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     sub = cfg.get(fam["sub"])
     cfg = dict(sub) if isinstance(sub, Mapping) else {}
   fam = {**_COMMON, **fam}
+  for key, default in fam.get("guarded", {}).items():  # observed only at its default (layer_rope_theta, ...)
+    if key in cfg and cfg[key] != default:
+      raise ValueError(f"model_type {model_type!r}: the config sets {key}={cfg[key]!r}, but the registry observed this "
+                       f"model only with {key}={default!r} ({_made_from()}); what another value changes (which layers "
+                       "rotate, with what) is not observed, so it is not read.")
 
   num_layers = int(cfg.get("num_hidden_layers", fam.get("num_hidden_layers") or 1))
   index = 0 if layer is None else layer
