@@ -317,6 +317,7 @@ def pair_axes_observed(maps, facts, axis_positions):
   half = facts["pairing"] == "half"
   n_axes = axis_positions.shape[0]
   pos = axis_positions.reshape(n_axes, -1).astype(np.float64)  # [A, P]
+  ones = [int(np.flatnonzero(pos[ax] == 1)[0]) for ax in range(n_axes)]  # where each axis is at position 1
   axes = []
   for k in range(r // 2):
     a, b = (start + k, start + k + r // 2) if half else (start + 2 * k, start + 2 * k + 1)
@@ -324,15 +325,13 @@ def pair_axes_observed(maps, facts, axis_positions):
     scale = np.hypot(c, sn)
     fits = []
     for ax in range(n_axes):
-      one = int(np.flatnonzero(pos[ax] == 1)[0])  # the angle at axis position 1 is the frequency (< pi)
-      f = np.arctan2(sn[one], c[one])
+      f = np.arctan2(sn[ones[ax]], c[ones[ax]])  # the angle at axis position 1 is the frequency (< pi)
       fits.append(np.abs(c - scale * np.cos(f * pos[ax])).max() + np.abs(sn - scale * np.sin(f * pos[ax])).max())
     best = int(np.argmin(fits))
     if fits[best] > 1e-9 or sorted(fits)[1] < 1e-9:
       raise Refused(f"pair {k}'s angle is not its frequency times one position axis")
     axes.append(best)
-    one = int(np.flatnonzero(pos[best] == 1)[0])
-    facts["frequencies"][k] = float(np.arctan2(sn[one], c[one]))
+    facts["frequencies"][k] = float(np.arctan2(sn[ones[best]], c[ones[best]]))
   axes = np.array(axes)
   sections = [int((axes == ax).sum()) for ax in range(n_axes)]
   for layout in ("chunked", "interleaved", "videorope"):
@@ -558,7 +557,7 @@ def config_facts(rotary, module, top_config, head_dim):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
       changed = type(cfg).from_dict(_perturbed(serialized, key, value))
-    return inv_freqs(rebuild_from(type(rotary), changed, module))
+    return rebuild_from(type(rotary), changed, module)
 
   follows = {}
   current = serialized.get("partial_rotary_factor") or (serialized.get("rope_parameters") or {}).get(
@@ -568,7 +567,7 @@ def config_facts(rotary, module, top_config, head_dim):
     if key == "head_dim" and head_dim % 4:
       continue
     try:
-      new = rebuilt(key, value)
+      new = inv_freqs(rebuilt(key, value))
     except Exception as e:  # noqa: BLE001  a key the class cannot take at all is a key it does not follow
       follows[key] = f"fails: {type(e).__name__}"
       continue
@@ -587,10 +586,10 @@ def config_facts(rotary, module, top_config, head_dim):
              {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
               "original_max_position_embeddings": max(max_pos // 4, 16)}):
     try:
-      new = rebuilt("scaling", rp)
-      rot = rebuild_from(type(rotary), type(cfg).from_dict(_perturbed(serialized, "scaling", rp)), module)
+      rot = rebuilt("scaling", rp)
     except Exception:  # noqa: BLE001
       continue
+    new = inv_freqs(rot)
     ok = True
     for n, freqs in new.items():
       base_params = serialized.get("rope_parameters") or {}
@@ -608,20 +607,13 @@ def config_facts(rotary, module, top_config, head_dim):
     if key == "head_dim" or isinstance(value, bool) or value != head_dim or head_dim % 4:
       continue
     try:
-      new = rebuilt(key, head_dim // 2)
+      new = inv_freqs(rebuilt(key, head_dim // 2))
     except Exception:  # noqa: BLE001
       continue
     if all(len(new[n]) == len(base[n]) // 2 for n in base):
       head_dim_key = key
       break
   params = serialized.get("rope_parameters")
-  differs = []
-  for k in ("head_dim", "hidden_size", "num_attention_heads", "num_hidden_layers", "layer_types", "rope_parameters"):
-    try:
-      if hasattr(cfg, k) and _plain(getattr(cfg, k)) != serialized.get(k):
-        differs.append(k)
-    except Exception:  # noqa: BLE001  a per-layer attribute that has no one value (Gemma 4's head_dim)
-      differs.append(k)
   # Keys that may change which layers rotate, or with what, and that the generic reading does not read (Granite's
   # layer_rope_theta, Molmo 2's rope_scaling_layers, a sliding-window pattern): from_hf_config refuses a config that
   # sets one to another value than the default observed here. Found by name, to refuse, never to read.
@@ -634,11 +626,7 @@ def config_facts(rotary, module, top_config, head_dim):
                                                       "num_hidden_layers", "partial_rotary_factor", head_dim_key)
                        if k},
           "layer_types": list(serialized.get("layer_types") or []) or None,
-          "differs": differs, "head_dim_key": head_dim_key}
-
-
-def _plain(x):
-  return json.loads(json.dumps(x, default=str))
+          "head_dim_key": head_dim_key}
 
 
 def _same(a, b):

@@ -21,7 +21,7 @@ from roformer_jax.rope import hf_config  # noqa: E402
 
 # Families written by hand (checked against tests/golden/hf_rope_families): they take precedence over the
 # registry's generic reading.
-HAND = set(hf_config._FAMILIES) | set(hf_config._TEXT_OF)
+HAND = set(hf_config.SUPPORTED_MODEL_TYPES)
 
 
 def _mechanism(reason: str) -> str:

@@ -12,7 +12,7 @@ positions up to 2^15. The test walks every entry:
   changed config.json (rope_theta x 4, and YaRN where the model follows transformers' YaRN)
   gives a spec that rotates q as the model's own code does, per distinct rotation, and None for
   each layer that does not rotate;
-- hand-written families (`hf_config._FAMILIES`, checked against tests/golden/hf_rope_families)
+- hand-written families (`hf_config.SUPPORTED_MODEL_TYPES`, checked against tests/golden/hf_rope_families)
   that the registry observed: also against these transformers-5.24 goldens;
 - "refused" / "no_default_config": ValueError naming the recorded mechanism;
 - "no_rope": ValueError saying so; "delegates": the sub-config's spec (Llava -> its Llama);
@@ -35,7 +35,7 @@ REGISTRY = hf_config.registry()
 TYPES = REGISTRY["model_types"]
 CONFIGS = json.loads((GOLDEN / "hf_rope_registry_configs.json").read_text())
 ARRAYS = np.load(GOLDEN / "hf_rope_registry.npz")
-HAND = set(hf_config._FAMILIES) | set(hf_config._TEXT_OF)
+HAND = set(hf_config.SUPPORTED_MODEL_TYPES)
 
 
 def _check_rotation(mt, i, r, config, golden="q_out"):

@@ -111,6 +111,7 @@ _FAMILIES: dict[str, dict[str, Any]] = {
 _TEXT_OF = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": "qwen3_vl_text",
             "qwen3_5": "qwen3_5_text", "gemma3": "gemma3_text", "llama4": "llama4_text"}
 _NOT_SCALING = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved", "type")
+# The model types read by the hand-written rules above (they take precedence over the registry's).
 SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILIES)) + tuple(sorted(_TEXT_OF))
 
 
@@ -130,7 +131,7 @@ def hf_families() -> tuple[str, ...]:
   """The names `from_hf_config(..., family=...)` takes: the hand-verified families and every model_type the
   registry reads exactly."""
   exact = {mt for mt, e in registry()["model_types"].items() if e["status"] == "exact"}
-  return tuple(sorted(set(_FAMILIES) | set(_TEXT_OF) | exact))
+  return tuple(sorted(set(SUPPORTED_MODEL_TYPES) | exact))
 
 
 def _family(name: str) -> dict[str, Any]:
@@ -206,13 +207,11 @@ def _layer_types(cfg: Mapping[str, Any], fam: Mapping[str, Any], num_layers: int
 
 def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type: str | None) -> dict[str, Any]:
   """This layer type's rope parameters dict, as transformers standardises it (theta inside)."""
-  params: Any = cfg.get("rope_parameters")  # a JSON value: narrowed by `nested` below
+  params: Any = _given_parameters(cfg, fam)  # a JSON value: narrowed by `nested` below
   v4 = cfg.get("rope_scaling")
-  if params is None and v4 is None and cfg.get("rope_theta") is None and fam.get("default_rope_parameters"):
-    params = fam["default_rope_parameters"]  # the registry's config class default
   theta_default = fam["theta"]
   per_type = isinstance(theta_default, dict)
-  nested = _nested({"rope_parameters": params})
+  nested = _nested(params)
   if nested:
     if layer_type not in params:
       raise ValueError(f"rope_parameters is keyed by layer type {sorted(params)}, but layer type {layer_type!r} "
@@ -266,7 +265,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   Args:
     config: the config as a dict (json.load of config.json). A multimodal config's
       `text_config` is used; keys it leaves out take the defaults of the transformers config
-      class of its model_type (`SUPPORTED_MODEL_TYPES`). Both formats are read: v4
+      class of its model_type (the registry's, or `SUPPORTED_MODEL_TYPES`' hand-written ones).
+      Both formats are read: v4
       (`rope_theta` + `rope_scaling` with "type" or "rope_type", `partial_rotary_factor`,
       `rotary_pct`, `rotary_dim`, `head_dim`, model-specific keys) and v5 (`rope_parameters`,
       flat or keyed by layer type).
@@ -346,8 +346,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   if fam.get("rope_on") is not None and layer_type not in fam["rope_on"]:
     return None
 
-  nested = _nested(cfg) or (cfg.get("rope_parameters") is None and _nested(
-      {"rope_parameters": fam.get("default_rope_parameters")}))
+  nested = _nested(_given_parameters(cfg, fam))
   p = _rope_parameters(cfg, fam, layer_type if isinstance(fam["theta"], dict) or nested else None)
   if not p and nested:
     return None  # a None entry of rope_parameters: "possibly a NoPE layer"
@@ -410,9 +409,16 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   return spec
 
 
-def _nested(cfg: Mapping[str, Any]) -> bool:
+def _given_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any]) -> Any:
+  """The config's rope_parameters; for a file with no RoPE keys at all, the registry's config-class default."""
+  params = cfg.get("rope_parameters")
+  if params is None and cfg.get("rope_scaling") is None and cfg.get("rope_theta") is None:
+    return fam.get("default_rope_parameters") or None
+  return params
+
+
+def _nested(params: Any) -> bool:
   """rope_parameters keyed by layer type (Gemma 3's full/sliding_attention, Zaya's hybrid/hybrid_sliding): every
   value a dict (or None: a NoPE type). A flat one holds numbers, strings and lists."""
-  params = cfg.get("rope_parameters")
   return bool(isinstance(params, Mapping) and params
               and all(isinstance(v, Mapping) or v is None for v in params.values()))
