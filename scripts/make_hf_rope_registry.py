@@ -75,11 +75,16 @@ OUT_NPZ = os.path.join(REPO_ROOT, "tests", "golden", "hf_rope_registry.npz")
 SEED = 20261127
 T_META = 11  # tokens of the meta forward: a length no default head count or head dim equals
 POSITIONS = np.array([[0, 1, 2, 3, 7, 100, 1023], [1024, 4095, 4096, 8191, 16383, 30000, 32767]])
+VISION_GRID = (1, 4, 10)  # a vision tower's probe image: grid_thw (t, h, w) in patches, 40 tokens
+N_VISION = VISION_GRID[0] * VISION_GRID[1] * VISION_GRID[2]
 CANDIDATE = re.compile(r"rot|rope", re.I)
 GUARDED_NAME = re.compile(r"rope|attn|attention|sliding|swa|nope", re.I)
 GUARDED_PART = re.compile(r"layer|interval|period|indices|pattern|offset", re.I)
 MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
             "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES")
+
+
+SEEN_IDS = {}  # the position ids each rotary module got in the last real forward (a vision tower's token order)
 
 
 class Refused(Exception):
@@ -175,12 +180,62 @@ def meta_values_stubbed():
     torch.Tensor.item, torch.Tensor.tolist, torch.Tensor.__bool__ = orig
 
 
+class NoModel(Refused):
+  """The default config builds no model in transformers itself (a None where the model needs a size): recorded as
+  status "no_default_config", outside the share of types that run."""
+
+
+WIDTH_KEY = re.compile(r"intermediate_size|ffn_hidden_size|ffn_dim|^d_ff$|expert_hidden_size")
+
+
+def shrunk(config):
+  """A copy of the config small enough to run for real on the CPU, with every fact the observation records kept:
+  the layer count and pattern, head_dim (head count 2, hidden_size 2 * head_dim where head_dim is computed), the
+  RoPE keys. Only widths that do not reach the attention shrink (MLP and expert widths). A forward that data-
+  dependent code stops on the meta device (MoE routing by nonzero, a sampled distribution) runs on this."""
+  small = copy.deepcopy(config)
+  todo, seen = [small], set()
+  while todo:
+    cfg = todo.pop()
+    if id(cfg) in seen:
+      continue
+    seen.add(id(cfg))
+    todo += [getattr(cfg, k) for k in getattr(cfg, "sub_configs", {}) or {} if getattr(cfg, k, None) is not None]
+    heads, hidden = getattr(cfg, "num_attention_heads", None), getattr(cfg, "hidden_size", None)
+    head_dim = getattr(cfg, "head_dim", None)
+    with contextlib.suppress(Exception):
+      if isinstance(heads, int) and isinstance(hidden, int) and heads > 2:
+        hd = head_dim if isinstance(head_dim, int) and head_dim else hidden // heads
+        kv = getattr(cfg, "num_key_value_heads", None)
+        cfg.num_attention_heads = 2
+        if isinstance(kv, int):
+          cfg.num_key_value_heads = 2 if kv >= 2 else 1
+        cfg.hidden_size = 2 * hd
+    with contextlib.suppress(Exception):  # token ids are zeros: a large vocabulary only costs memory (kept above
+      # every special token id the config names: padding_idx and friends must stay inside it)
+      ids = [v for k, v in cfg.to_dict().items() if k.endswith("token_id") and isinstance(v, int)]
+      small_vocab = max([4096, *(i + 1 for i in ids)])
+      if isinstance(getattr(cfg, "vocab_size", None), int) and cfg.vocab_size > small_vocab:
+        cfg.vocab_size = small_vocab
+    for key, value in list(cfg.to_dict().items()):
+      if WIDTH_KEY.search(key) and isinstance(value, int) and not isinstance(value, bool) and value > 64:
+        with contextlib.suppress(Exception):
+          setattr(cfg, key, 64)
+  return small
+
+
+def _failure(e):
+  return f"{type(e).__name__}: {next((x for x in str(e).splitlines() if x.strip()), '')[:160]}"
+
+
 def meta_forward(model_type, config, module):
-  """Step 2: which layers call which candidate, with which rotary module's cos/sin."""
+  """Step 2: which layers call which candidate, with which rotary module's cos/sin. On the meta device from the
+  default config; where that forward stops on data-dependent code, for real on the CPU from `shrunk(config)`
+  (the same modules at the same paths, so the rotary modules are still rebuilt from the default config)."""
   cls = model_class(model_type, config, module)
   if cls is None:
     raise Refused("no transformers model class to run")
-  calls, outputs, depth, shapes, stubbed = [], {}, [0], {}, [False]
+  calls, outputs, depth, shapes, how, paths = [], {}, [0], {}, [None], {}
 
   def hook(mod, args, kwargs, out):
     for i, t in enumerate(out if isinstance(out, tuple) else (out,)):
@@ -188,6 +243,9 @@ def meta_forward(model_type, config, module):
         outputs[id(t)] = (paths[id(mod)], [v for v in args if isinstance(v, (str, int, float))],
                           {k: v for k, v in kwargs.items() if isinstance(v, (str, int, float))}, i)
     shapes[paths[id(mod)]] = [list(a.shape) for a in [*args, *kwargs.values()] if torch.is_tensor(a)]
+    ids = [a for a in [*args, *kwargs.values()] if torch.is_tensor(a) and not a.is_meta and not a.is_floating_point()]
+    if ids:
+      SEEN_IDS[paths[id(mod)]] = ids[0].tolist()
 
   saved = candidates(module)
   for name, fn in saved.items():
@@ -209,19 +267,21 @@ def meta_forward(model_type, config, module):
       finally:
         depth[0] -= 1
     setattr(module, name, wrapper)
-  try:
-    with torch.device("meta"), warnings.catch_warnings():
-      warnings.simplefilter("ignore")
-      with contextlib.suppress(Exception):  # MoE: the experts' batched matmul has no data-dependent shapes
-        config._experts_implementation = "batched_mm"
-        for key in getattr(config, "sub_configs", {}):
-          if getattr(config, key, None) is not None:
-            getattr(config, key)._experts_implementation = "batched_mm"
-      model = cls(config)
-      paths = {id(m): p for p, m in model.named_modules()}
-      for m in model.modules():
-        if is_rotary_module(m):
-          m.register_forward_hook(hook, with_kwargs=True)
+
+  def batched_experts(cfg):  # MoE: the experts' batched matmul has no data-dependent shapes
+    with contextlib.suppress(Exception):
+      cfg._experts_implementation = "batched_mm"
+      for key in getattr(cfg, "sub_configs", {}):
+        if getattr(cfg, key, None) is not None:
+          getattr(cfg, key)._experts_implementation = "batched_mm"
+
+  def run(model, stub, attempts=None):
+    paths.clear()
+    paths.update({id(m): p for p, m in model.named_modules()})
+    for m in model.modules():
+      if is_rotary_module(m):
+        m.register_forward_hook(hook, with_kwargs=True)
+    if attempts is None:
       kwargs = {"input_ids": torch.zeros(1, T_META, dtype=torch.long)}
       params = inspect.signature(model.forward).parameters
       if "decoder_input_ids" in params:
@@ -229,33 +289,125 @@ def meta_forward(model_type, config, module):
       attempts = [kwargs]
       if "use_cache" in params:  # some models' caches need real values: run without one
         attempts.append({**kwargs, "use_cache": False, "attention_mask": torch.ones(1, T_META, dtype=torch.long)})
-      for attempt in [*attempts, None]:
-        calls.clear()
+    if stub:
+      attempts.append(None)
+    for attempt in attempts:
+      calls.clear()
+      outputs.clear()
+      try:
+        if attempt is None:  # last: data-dependent reads on meta tensors get zeros (MoE routing, mask checks)
+          with meta_values_stubbed():
+            model(**attempts[-2])
+          how[0] = "stubbed"
+        else:
+          model(**attempt)
+        return
+      except Exception:  # noqa: BLE001
+        if attempt is attempts[-1]:
+          raise
+
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      batched_experts(config)
+      try:
+        with torch.device("meta"):
+          model = cls(config)
+      except ImportError as e:  # a library the reference venv lacks (timm needs a CPU torchvision): not observed
+        raise Refused(f"its model needs a library the reference venv lacks: {_failure(e)}") from e
+      except Exception as e:  # noqa: BLE001  building modules reads sizes only: it fails on any device alike
+        raise NoModel(f"its default config builds no model in transformers: {_failure(e)}") from e
+      vision = _vision_inputs(model, config)
+      if vision is not None:  # a vision tower: for real, its ids come from grid_thw's values
         try:
-          if attempt is None:  # last: data-dependent reads on meta tensors get zeros (MoE routing, mask checks)
-            with meta_values_stubbed():
-              model(**attempts[-1])
-            stubbed[0] = True
-          else:
-            model(**attempt)
-          break
-        except Exception:  # noqa: BLE001
-          if attempt is None:
-            raise
-  except Refused:
-    raise
-  except Exception as e:  # noqa: BLE001  the model's own failure is the observation
-    raise Refused(f"its meta forward fails: {type(e).__name__}: {str(e).splitlines()[0][:160]}") from e
+          with torch.no_grad():
+            run(_real(model), stub=False, attempts=[vision])
+          how[0] = "vision"
+        except Exception as e:  # noqa: BLE001
+          raise Refused(f"its forward on a {VISION_GRID} patch grid fails: {_failure(e)}") from e
+        return _done(calls, how, shapes, model, saved, module)
+      try:
+        with torch.device("meta"):
+          run(model, stub=True)
+      except Exception as meta_error:  # noqa: BLE001
+        small = shrunk(config)
+        batched_experts(small)
+        try:
+          with torch.device("meta"):
+            _check_fits(cls(small), 4)
+          torch.manual_seed(0)
+          with torch.no_grad():
+            run(cls(small), stub=False)
+          how[0] = "shrunk"
+        except Exception as cpu_error:  # noqa: BLE001
+          raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
+                        f"({_failure(cpu_error)})") from cpu_error
   finally:
     for name, fn in saved.items():
       setattr(module, name, fn)
+  return _done(calls, how, shapes, model, saved, module)
+
+
+def _done(calls, how, shapes, model, saved, module):
+  for name, fn in saved.items():
+    setattr(module, name, fn)
   for c in calls:
-    c["stubbed"] = stubbed[0]
+    c["stubbed"] = how[0]
   return calls, shapes, model
+
+
+def _vision_inputs(model, config):
+  """A vision tower's forward inputs for one image of VISION_GRID patches (Qwen-VL style: flattened patches and
+  grid_thw), from the config's patch sizes; None for a model that takes no grid."""
+  params = inspect.signature(model.forward).parameters
+  grid_key = next((k for k in ("grid_thw", "image_grid_thw") if k in params), None)
+  if grid_key is None or "input_ids" in params:  # a composite (Qwen2-VL) runs on token ids: its text model rotates
+    return None
+
+  def size(*keys, default):
+    value = next((getattr(config, k) for k in keys if isinstance(getattr(config, k, None), (int, list, tuple))),
+                 default)
+    return int(value[0] if isinstance(value, (list, tuple)) else value)
+
+  channels = size("in_channels", "num_channels", "in_chans", default=3)
+  temporal = size("temporal_patch_size", default=1)
+  patch = size("patch_size", "spatial_patch_size", default=14)
+  name = "hidden_states" if "hidden_states" in params else "pixel_values"
+  torch.manual_seed(0)
+  return {name: torch.randn(N_VISION, channels * temporal * patch * patch, dtype=torch.bfloat16),
+          grid_key: torch.tensor([list(VISION_GRID)])}
+
+
+MAX_BYTES = 8e9  # the largest model the script makes real on the CPU (a 24 GiB machine runs it beside others)
+
+
+def _check_fits(model, bytes_per_parameter):
+  n = sum(p.numel() for p in model.parameters())
+  if n * bytes_per_parameter > MAX_BYTES:
+    raise RuntimeError(f"{n / 1e9:.1f}B parameters: too large to run on the CPU")
+
+
+def _real(meta_model):
+  """The meta model made real on the CPU in bfloat16 with random weights, without its slow initialisation: the
+  forward only has to run (which layer calls what with which ids); the rotations are rebuilt in float64."""
+  _check_fits(meta_model, 2)
+  model = meta_model.to(torch.bfloat16).to_empty(device="cpu")
+  with torch.no_grad():
+    for p in model.parameters():
+      p.normal_(0, 0.02)
+    for b in model.buffers():
+      if b.is_floating_point():
+        b.zero_()
+      else:
+        b.fill_(0)
+  return model
+
 
 def _probe_shape(shape, heads):
   """A recorded q shape [1, .., T_META, .., H] -> [2, .., 7, .., H] with `heads` on every other axis."""
   if T_META not in shape[1:-1]:
+    if len(shape) == 3 and shape[0] == N_VISION:  # a vision tower's q [tokens, heads, D]: no batch axis
+      return [POSITIONS.size, heads, shape[-1]], 0
     raise Refused(f"the apply's q {shape} has no token axis of length {T_META}")
   t = shape.index(T_META, 1)
   return [2 if i == 0 else POSITIONS.shape[1] if i == t else shape[-1] if i == len(shape) - 1 else heads
@@ -270,6 +422,8 @@ def _positions(rotary_shapes):
       return torch.stack([pos // (a + 1) for a in range(shape[0])])
     if shape == [1, T_META]:
       return pos
+    if len(shape) == 2 and shape[0] == N_VISION and shape[1] in (2, 3):  # a vision tower's [tokens, axes] ids
+      return torch.stack([pos.reshape(-1) // (a + 1) for a in range(shape[1])], -1)
   raise Refused(f"its rotary module gets no position ids of shape [B, T] or [A, B, T] (got {rotary_shapes})")
 
 
@@ -277,7 +431,9 @@ def run_group(rotary, module, call, rotary_shapes, q):
   """The group's apply on probe q (shape of the recorded q with heads moved): the model's own code, float64."""
   path, rot_args, rot_kwargs = call["rotary"]
   pos = _positions(rotary_shapes[path])
-  hidden = torch.zeros(2, POSITIONS.shape[1], rotary_shapes[path][0][-1], dtype=torch.float64)
+  vision = pos.ndim == 2 and pos.shape[0] == POSITIONS.size
+  hidden = torch.zeros(*(pos.shape[:1] if vision else POSITIONS.shape), rotary_shapes[path][0][-1],
+                       dtype=torch.float64)
   with float64_transformers(modeling_rope_utils, module), torch.no_grad():
     out = rotary(hidden, pos, *rot_args, **rot_kwargs)
     out = out if isinstance(out, tuple) else (out,)
@@ -288,7 +444,7 @@ def run_group(rotary, module, call, rotary_shapes, q):
           raise Refused(f"{call['fn']} mixes two rotary modules' outputs")
         args.append(out[role["index"]])
       elif "x" in role:
-        args.append(q.clone())
+        args.append(q[..., :role["x"][-1]].clone())  # the model hands its apply the first R of the head's channels
         xs += 1
       elif "value" in role:
         args.append(role["value"])
@@ -301,6 +457,8 @@ def run_group(rotary, module, call, rotary_shapes, q):
       kwargs[k] = out[role["index"]]
     result = getattr(module, call["fn"])(*args, **kwargs)
   result = result if isinstance(result, tuple) else (result,)
+  if xs and q.shape[-1] > result[0].shape[-1]:  # the channels after the slice pass unrotated
+    result = tuple(torch.cat([r, q[..., r.shape[-1]:]], -1) for r in result[:xs]) + result[xs:]
   if xs == 0 or any(r.shape != q.shape for r in result[:xs]):
     raise Refused(f"{call['fn']} returns {[tuple(r.shape) for r in result]} for q of {tuple(q.shape)}")
   for r in result[1:xs]:
@@ -473,7 +631,13 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
   out = []
   for calls_of in groups.values():
     call = calls_of[0]
-    x_shape = next(r["x"] for r in call["args"] if "x" in r)
+    path = call["rotary"][0]
+    if path not in built:
+      built[path] = rebuild(meta_model.get_submodule(path), module)
+    x_role = next(r for r in call["args"] if "x" in r)
+    x_shape = list(x_role["x"])
+    if x_role.get("slice_of") and x_role["slice_of"][0] == 0 and x_role["slice_of"][1] in _head_dims(built[path]):
+      x_shape[-1] = x_role["slice_of"][1]  # the first R of a head's D channels (Phi): probe all D
     h = x_shape[-1]
     shape, t_axis = _probe_shape(x_shape, h)
     probe = torch.zeros(shape, dtype=torch.float64)  # head j holds e_j at every position: the map, column j
@@ -482,13 +646,12 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
       idx[1 if t_axis != 1 else 2] = j
       idx[-1] = j
       probe[tuple(idx)] = 1.0
-    path = call["rotary"][0]
-    if path not in built:
-      built[path] = rebuild(meta_model.get_submodule(path), module)
     mapped, pos = run_group(built[path], module, call, rotary_shapes, probe)
-    m = mapped.movedim(t_axis, 1)  # [2, 7, heads=j, out i]
+    m = _bt(mapped, t_axis)  # [2, 7, heads=j, out i]
     maps = m.reshape(-1, h, h).transpose(1, 2).numpy()  # [positions, out, in]
     facts = analyse(maps)
+    if pos.ndim == 2 and t_axis == 0:  # a vision tower: positions [tokens, axes] -> [axes, 1, tokens]
+      pos = pos.T[:, None, :]
     if pos.ndim == 3:  # M-RoPE
       facts["mrope"] = pair_axes_observed(maps, facts, pos.numpy())
     shape1, _ = _probe_shape(x_shape, 1)
@@ -499,13 +662,30 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
                                   q)
     if perturbed is not None:
       facts["perturbed_config"], q_perturbed = perturbed
-      facts["q_out_perturbed"] = q_perturbed.movedim(t_axis, 1).numpy()
+      facts["q_out_perturbed"] = _bt(q_perturbed, t_axis).numpy()
     out.append({**facts, "layers": sorted({c["layer"] for c in calls_of}), "fn": call["fn"],
+                "slice_of": x_role.get("slice_of"),
                 "stubbed": call["stubbed"] or None,
                 "rotary_module": type(built[path]).__name__,
                 "rotary_args": call["rotary"][1:], "t_axis": t_axis,
-                "positions": pos.numpy(), "q": q.movedim(t_axis, 1).numpy(), "q_out": q_out.movedim(t_axis, 1).numpy()})
+                "positions": pos.numpy(), "q": _bt(q, t_axis).numpy(), "q_out": _bt(q_out, t_axis).numpy()})
   return out
+
+
+def _head_dims(rotary):
+  """The head widths the rotary module's config gives: head_dim, hidden_size / num_attention_heads (a slice of a
+  wider tensor is a head's first channels only when that tensor is a head; GPT-NeoX slices q from fused qkv)."""
+  cfg = rotary.config
+  values = json.loads(cfg.to_json_string(use_diff=False))  # the serialized values (a per-layer key raises on getattr)
+  heads, hidden, head_dim = (values.get(k) for k in ("num_attention_heads", "hidden_size", "head_dim"))
+  return {d for d in (head_dim, hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads
+                      else None) if isinstance(d, int)}
+
+
+def _bt(x, t_axis):
+  """[B, T, heads, D] from the apply's layout: the token axis moved to 1, or (a vision tower's [T, heads, D], no batch
+  axis) a batch of one put in front."""
+  return x.unsqueeze(0) if t_axis == 0 else x.movedim(t_axis, 1)
 
 
 def inv_freqs(rotary):
@@ -522,7 +702,7 @@ def _perturbed(serialized, key, value):
     params = out.get("rope_parameters") or {}
     nested = params and all(isinstance(v, dict) for v in params.values())
     for p in (params.values() if nested else [params]):  # keep theta and the partial factor, replace the rest
-      kept = {k: p[k] for k in ("rope_theta", "partial_rotary_factor") if k in p}
+      kept = {k: p[k] for k in ("rope_theta", "partial_rotary_factor", "llama_4_scaling_beta") if k in p}
       p.clear()
       p.update({**kept, **value})
     out["rope_parameters"] = params
@@ -563,9 +743,9 @@ def config_facts(rotary, module, top_config, head_dim):
   current = serialized.get("partial_rotary_factor") or (serialized.get("rope_parameters") or {}).get(
       "partial_rotary_factor")
   partial = 0.25 if current == 0.5 else 0.5
-  for key, value in (("head_dim", head_dim // 2), ("partial_rotary_factor", partial), ("rope_theta", None)):
-    if key == "head_dim" and head_dim % 4:
-      continue
+  halve = head_dim % 4 == 0  # else double it (GLM-4.5's default 42): either way every width changes
+  for key, value in (("head_dim", head_dim // 2 if halve else head_dim * 2), ("partial_rotary_factor", partial),
+                     ("rope_theta", None)):
     try:
       new = inv_freqs(rebuilt(key, value))
     except Exception as e:  # noqa: BLE001  a key the class cannot take at all is a key it does not follow
@@ -574,9 +754,10 @@ def config_facts(rotary, module, top_config, head_dim):
     if key == "rope_theta":
       follows[key] = all(not np.array_equal(new[n][1:], base[n][1:]) for n in base)
     elif key == "head_dim":
-      follows[key] = all(len(new[n]) in (len(base[n]) // 2, (len(base[n]) + 1) // 2) for n in base)
+      follows[key] = all(len(new[n]) in ((len(b) // 2, (len(b) + 1) // 2) if halve else (2 * len(b), 2 * len(b) - 1))
+                         for n, b in base.items())
     else:
-      follows[key] = all(len(new[n]) == int(head_dim * partial) // 2 for n in base)
+      follows[key] = all(len(new[n]) == (int(head_dim * partial) + 1) // 2 for n in base)
   # Which rope types the rotary class computes as transformers' standard init functions do (an independent NumPy
   # transcription, scripts/make_hf_rope_families_golden.py): the reader refuses the others for this model.
   max_pos = serialized.get("max_position_embeddings") or 4096
@@ -613,6 +794,19 @@ def config_facts(rotary, module, top_config, head_dim):
     if all(len(new[n]) == len(base[n]) // 2 for n in base):
       head_dim_key = key
       break
+  head_dim_from = None  # a vision config's head dim: embed_dim / num_heads, found by value and checked by perturbing
+  heads = serialized.get("num_attention_heads")
+  if heads is None and head_dim != serialized.get("head_dim"):  # a tower's config (num_heads, embed_dim) only
+    ints = {k: v for k, v in serialized.items() if isinstance(v, int) and not isinstance(v, bool) and v > 1}
+    for w, wv in sorted(ints.items()):
+      for n, nv in sorted(ints.items()):
+        if head_dim_from is None and w != n and wv == head_dim * nv:
+          try:
+            new = inv_freqs(rebuilt(w, wv * 2))
+          except Exception:  # noqa: BLE001
+            continue
+          if all(len(new[x]) == 2 * len(b) for x, b in base.items()):
+            head_dim_from = [w, n, wv, nv]
   params = serialized.get("rope_parameters")
   # Keys that may change which layers rotate, or with what, and that the generic reading does not read (Granite's
   # layer_rope_theta, Molmo 2's rope_scaling_layers, a sliding-window pattern): from_hf_config refuses a config that
@@ -626,7 +820,10 @@ def config_facts(rotary, module, top_config, head_dim):
                                                       "num_hidden_layers", "partial_rotary_factor", head_dim_key)
                        if k},
           "layer_types": list(serialized.get("layer_types") or []) or None,
-          "head_dim_key": head_dim_key}
+          "lists": {k: v for k, v in serialized.items() if isinstance(v, list) and v
+                    and all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in v)},
+          "head_dim_key": head_dim_key, "head_dim_from": head_dim_from,
+          "ints": {k: v for k, v in serialized.items() if isinstance(v, int) and not isinstance(v, bool)}}
 
 
 def _same(a, b):
@@ -650,11 +847,40 @@ def _check_default_frequencies(r):
   got = np.asarray(r["frequencies"])
   if theta is None:
     raise Refused("its config names no rope_theta for the frequencies it turns by")
-  want = r["direction"] * float(theta) ** (-np.arange(0, 2 * len(got), 2) / (2 * len(got)))
+  # transformers' default: dim = int(head_dim * partial_rotary_factor), theta ** (-arange(0, dim, 2) / dim), so an
+  # odd dim (GLM-4.5's default config: int(42 * 0.5) = 21) gives (dim + 1) / 2 pairs over a denominator of dim
+  partial = params.get("partial_rotary_factor", f["defaults"].get("partial_rotary_factor"))
+  dims = [2 * len(got)]
+  if partial is not None and int(r["head_dim"] * partial) == 2 * len(got) - 1:
+    dims.append(2 * len(got) - 1)
+  for dim in dims:
+    want = r["direction"] * float(theta) ** (-np.arange(0, 2 * len(got), 2) / dim)
+    if np.allclose(got, want, rtol=1e-9, atol=1e-12):
+      break
   if not np.allclose(got, want, rtol=1e-9, atol=1e-12):
     k = int(np.argmax(np.abs(got - want)))
     raise Refused(f"pair {k} turns by {got[k]:.6g} per position, not theta ** (-2k / R) = {want[k]:.6g} "
                   f"(theta {theta}): frequencies of its own")
+
+
+def _frequency_kind(r):
+  """Which spectrum a tower's own rope type turns its M-RoPE pairs by, against independent formulas: "shared"
+  (theta ** (-2k / R) over all R / 2 pairs) or "per_axis" (each axis's s pairs theta ** (-2j / 2s), Qwen2-VL vision's
+  axial RoPE), with the pairs laid out in chunked sections; else Refused."""
+  params = r["config_facts"]["rope_parameters"] or {}
+  theta = params.get("rope_theta")
+  if theta is None:
+    raise Refused("its config names no rope_theta for the frequencies it turns by")
+  got = np.asarray(r["frequencies"])
+  sections = r["mrope"]["sections"]
+  k = len(got)
+  kinds = {"shared": float(theta) ** (-np.arange(0, 2 * k, 2) / (2 * k))}
+  if r["mrope"]["section_layout"] == "chunked":
+    kinds["per_axis"] = np.concatenate([float(theta) ** (-np.arange(0, 2 * n, 2) / (2 * n)) for n in sections])
+  for kind, want in kinds.items():
+    if np.allclose(got, r["direction"] * want, rtol=1e-9, atol=1e-12):
+      return kind
+  raise Refused(f"its {r['config_facts']['rope_type']!r} RoPE turns its pairs by frequencies of its own")
 
 
 def classify(rotations):
@@ -673,6 +899,11 @@ def classify(rotations):
       if not np.allclose(r["attention_factor"], 1.0, atol=1e-12):
         raise Refused(f"scales cos/sin by {r['attention_factor']} with default RoPE")
       _check_default_frequencies(r)
+    elif r.get("mrope") and isinstance(r["config_facts"]["rope_type"], str) and \
+        r["config_facts"]["rope_type"] not in transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS:
+      if not np.allclose(r["attention_factor"], 1.0, atol=1e-12):
+        raise Refused(f"scales cos/sin by {r['attention_factor']} with {r['config_facts']['rope_type']!r} RoPE")
+      r["frequency_kind"] = _frequency_kind(r)
   facts = [r["config_facts"] for r in rotations]
   if len({json.dumps([f["config"], f["config_class"], f["follows"]], sort_keys=True) for f in facts}) > 1:
     raise Refused("its layers' rotary modules read different configs")
@@ -682,24 +913,39 @@ def classify(rotations):
   d = f["defaults"]
   params = f["rope_parameters"] or {}
   # Hand-written (the q scaling happens in the attention, outside the apply function this script observes):
-  # Ministral 3 and Mistral 4 multiply q by 1 + beta * log(1 + floor(position / original length)).
+  # Ministral 3 and Mistral 4 multiply q by 1 + beta * log(1 + floor(position / original length)); the golden takes
+  # the model's own get_llama_4_attn_scale (`with_q_temperature`). The spec's q_temperature rides on cos and sin, so
+  # it holds where every channel of q rotates; Mistral 4 (MLA) scales its unrotated channels as well.
   flat = [params] if not params or not all(isinstance(v, dict) for v in params.values()) else params.values()
-  if any("llama_4_scaling_beta" in p for p in flat):
-    raise Refused("scales q by a position-dependent temperature (llama_4_scaling_beta) besides RoPE")
+  q_temperature = any("llama_4_scaling_beta" in p for p in flat)
+  if q_temperature and (f["head_dim_key"] or f["head_dim_from"] or any(r.get("slice_of") for r in rotations)
+                        or any(r["rotary_dim"] != r["head_dim"] for r in rotations)):
+    raise Refused("scales all of q, its unrotated channels too, by a position-dependent temperature "
+                  "(llama_4_scaling_beta) besides RoPE")
   nested = bool(params) and all(isinstance(v, dict) for v in params.values())
   follows_head_dim = f["follows"].get("head_dim") is True
   follows_partial = f["follows"].get("partial_rotary_factor") is True
   n_layers = d["num_hidden_layers"]
   rotating = sorted({i for r in rotations for i in r["layers"]})
+  if n_layers is None and rotating == list(range(len(rotating))):  # a tower counts its blocks by another key
+    n_layers = len(rotating)
+    keys = [k for k, v in f["ints"].items() if v == n_layers]
+    fam_layers_key = keys[0] if len(keys) == 1 else None
+  else:
+    fam_layers_key = None
   fam = {"layout": rotations[0]["pairing"], "direction": rotations[0]["direction"], "hidden_size": d["hidden_size"],
          "num_attention_heads": d["num_attention_heads"], "num_hidden_layers": n_layers,
          "head_dim": d["head_dim"] if follows_head_dim else "computed", "partial": None}
+  if fam_layers_key:
+    fam["layers_key"] = fam_layers_key
   for r in rotations:
     h = r["head_dim"]
     predicted = d["head_dim"] if follows_head_dim and d["head_dim"] else (
         d["hidden_size"] // d["num_attention_heads"] if d["hidden_size"] and d["num_attention_heads"] else None)
     if f["head_dim_key"] and d.get(f["head_dim_key"], h) == h:  # the key that drives it, whatever head_dim says
       fam.update(rope_head_dim_key=f["head_dim_key"], head_dim=h)
+    elif f["head_dim_from"] and predicted != h:  # a vision tower: embed_dim / num_heads
+      fam.update(head_dim_from=f["head_dim_from"], head_dim="from")
     elif predicted != h:
       raise Refused(f"rotates a head dim of {h}, not head_dim ({d['head_dim']}) or hidden_size / num_attention_heads "
                     f"({d['hidden_size']} / {d['num_attention_heads']})")
@@ -707,6 +953,7 @@ def classify(rotations):
     p = params.get(rtype, {}) if nested else params
     partial = p.get("partial_rotary_factor", d["partial_rotary_factor"]) if follows_partial else None
     expected = int(h * partial) if partial is not None else h
+    expected += expected % 2  # an odd dim rotates (dim + 1) / 2 pairs (see _check_default_frequencies)
     if expected != r["rotary_dim"]:
       raise Refused(f"rotates {r['rotary_dim']} of {h} channels where partial_rotary_factor gives {expected}")
     if partial is not None and not nested:
@@ -722,9 +969,16 @@ def classify(rotations):
   types = f["layer_types"]
   if types is not None:
     fam["default_layer_types"] = types
-  if len(rotating) != n_layers:
-    if types is None:
+  if len(rotating) != n_layers and types is None:
+    rule = _layer_rule(f["lists"], rotating, n_layers)
+    if rule is None:
       raise Refused(f"{len(rotating)} of its {n_layers} layers rotate, by a rule its config has no layer_types for")
+    fam.update(rule)
+    f["guarded"].pop(next(iter(rule.values()))[0], None)  # the key is read now, not guarded
+    if "layer_types_key" in rule:
+      key, default = rule["layer_types_key"]
+      types = [default[i % len(default)] for i in range(n_layers)]
+  if len(rotating) != n_layers and "nope_layers_key" not in fam:
     on = sorted({types[i] for i in rotating})
     if [i for i in range(n_layers) if types[i] in on] != rotating:
       raise Refused(f"the layers that rotate ({rotating[:6]}...) are not those of some layer types ({on})")
@@ -738,6 +992,15 @@ def classify(rotations):
   if rotations[0].get("mrope"):
     fam.update(mrope=rotations[0]["mrope"]["section_layout"], mrope_forced=True,
                mrope_sections=rotations[0]["mrope"]["sections"])
+    if rotations[0].get("frequency_kind"):  # a tower's own rope type (Qwen2-VL vision's "axial")
+      sections = rotations[0]["mrope"]["sections"]
+      if len(set(sections)) != 1 or "mrope_section" in (params or {}):
+        raise Refused(f"its {f['rope_type']!r} RoPE splits the pairs {sections} over the axes: not the equal "
+                      "split of a head this reading derives from the head dim")
+      fam.update(axial_rope_type=f["rope_type"], frequencies=rotations[0]["frequency_kind"],
+                 sections_equal=len(sections))
+  if q_temperature:
+    fam["q_temperature"] = True
   if f["config"] is not None:
     fam["sub"] = f["config"]
   if f["guarded"]:
@@ -745,12 +1008,70 @@ def classify(rotations):
   return fam
 
 
+def _layer_rule(lists, rotating, n_layers):
+  """Which config list says which layers rotate, where the config has no layer_types: a list of layer indices equal
+  to the layers observed not to rotate (Mllama's cross_attention_layers), or a list of block types that, repeated
+  over the layers, puts the rotating layers in types of their own (RecurrentGemma's block_types). Matched by the
+  observed values, never by the key's name."""
+  still = sorted(set(range(n_layers)) - set(rotating))
+  for key, value in sorted(lists.items()):
+    if all(isinstance(x, int) for x in value) and sorted(value) == still:
+      return {"nope_layers_key": [key, value]}
+  for key, value in sorted(lists.items()):
+    if all(isinstance(x, str) for x in value):
+      types = [value[i % len(value)] for i in range(n_layers)]
+      on = {types[i] for i in rotating}
+      if on and all((types[i] in on) == (i in rotating) for i in range(n_layers)):
+        return {"layer_types_key": [key, value]}
+  return None
+
+
+def with_q_temperature(module, rotations):
+  """The goldens of a model that scales q after rotating it (Ministral 3): the rotated q times the model's own
+  get_llama_4_attn_scale(positions, beta, length), called with its config's rope parameters as its attention calls
+  it. Hand-written wiring: that call is in the attention, outside the apply this script observes."""
+  fn = getattr(module, "get_llama_4_attn_scale", None)
+  if fn is None:
+    raise Refused("its rope parameters hold llama_4_scaling_beta, but its module has no get_llama_4_attn_scale")
+  for r in rotations:
+    key = r["config_facts"]["config"]
+    cases = [(r["config_facts"]["rope_parameters"], "q_out")]
+    if r.get("perturbed_config") is not None:
+      top = r["perturbed_config"]
+      cases.append(((top if key is None else top[key]).get("rope_parameters"), "q_out_perturbed"))
+    for params, out in cases:
+      with torch.no_grad():
+        scale = fn(torch.tensor(r["positions"], dtype=torch.float64), params["llama_4_scaling_beta"],
+                   params["original_max_position_embeddings"])
+      r[out] = r[out] * scale[:, 0, :, 0].numpy()[:, :, None, None]
+
+
 def _role(t, outputs):
   """How a positional argument of an apply call is rebuilt: a rotary module's output, a q-like tensor, a value."""
   if torch.is_tensor(t):
     src = outputs.get(id(t))
-    return {"rotary": src[0], "index": src[3]} if src else {"x": list(t.shape)}
+    if src:
+      return {"rotary": src[0], "index": src[3]}
+    role = {"x": list(t.shape)}
+    sliced = _slice_of(t)
+    if sliced:
+      role["slice_of"] = sliced
+    return role
   return {"value": t} if isinstance(t, (str, int, float, bool, type(None))) else {"opaque": type(t).__name__}
+
+
+def _slice_of(t):
+  """[start, D] when the tensor is channels start..start + R of a head of D channels: a view of the per-head
+  tensor (Phi's q[..., :rotary_ndims]), read from its strides (the smallest stride of a longer axis is the head's
+  channel count) and storage offset. None when it is a whole head."""
+  if t.dim() < 2 or t.stride()[-1] != 1:
+    return None
+  strides = [st for st, n in zip(t.stride()[:-1], t.shape[:-1], strict=True) if n > 1]
+  if not strides:
+    return None
+  d, r = min(strides), t.shape[-1]
+  start = t.storage_offset() % d if d > r else 0
+  return [start, d] if d > r and start + r <= d else None
 
 
 def _summary(r):
@@ -782,6 +1103,7 @@ def main():
       if module is None or not candidates(module):
         entry = {"status": "no_rope"}
       else:
+        SEEN_IDS.clear()
         calls, rotary_shapes, model = meta_forward(mt, config, module)
         rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
         if not rotations:  # rotary code, but the default config's forward calls none of it (Bamba: no attention)
@@ -790,11 +1112,15 @@ def main():
           entry = {"status": "observed", "rotations": [_summary(r) for r in rotations]}
           goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)),
                          "rotations": rotations}
+          if calls and calls[0]["stubbed"] == "vision":  # the token order the tower gave the probe image's ids
+            goldens[mt]["vision_ids"] = SEEN_IDS.get(calls[0]["rotary"][0]) if calls[0]["rotary"] else None
           entry["family"] = classify(rotations)
+          if entry["family"].get("q_temperature"):
+            with_q_temperature(module, rotations)
           entry["status"] = "exact"
     except Refused as e:
       if entry.get("status") in (None, "observed"):
-        entry["status"] = "refused"
+        entry["status"] = "no_default_config" if isinstance(e, NoModel) else "refused"
       entry.setdefault("reason", str(e))
     except Exception as e:  # noqa: BLE001  the observation itself failed: refused, with the failure
       line = next((x for x in str(e).splitlines() if x.strip()), "")
@@ -802,6 +1128,8 @@ def main():
     out[mt] = entry
     if only:
       print(mt, entry["status"], entry.get("reason"), json.dumps(entry.get("family"))[:300])
+    else:
+      print(f"{len(out)}/{len(types)} {mt}: {entry['status']} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
   delegate(out)
   stats = {}
   for e in out.values():
@@ -908,6 +1236,8 @@ def write_goldens(goldens, out):
   arrays, configs = {}, {}
   for mt, g in sorted(goldens.items()):
     configs[mt] = g["config"]
+    if g.get("vision_ids") is not None:  # [tokens, axes] for VISION_GRID
+      arrays[f"{mt}/vision_ids"] = np.asarray(g["vision_ids"], np.int64)
     for i, r in enumerate(g["rotations"]):
       arrays[f"{mt}/{i}/positions"] = np.asarray(r["positions"], np.int64)
       arrays[f"{mt}/{i}/q"] = np.asarray(r["q"], np.float32)

@@ -41,6 +41,8 @@ def render() -> str:
   status = collections.Counter(shown(t, e) for t, e in types.items())
   exact = sorted(t for t, e in types.items() if shown(t, e) == "exact")
   rotating = [t for t, e in types.items() if e.get("rotations") or t in HAND]
+  unobserved = [t for t, e in types.items() if e["status"] == "refused" and not e.get("rotations") and t not in HAND
+                and not e.get("unused_rotary_code") and "not a text model" not in e.get("reason", "")]
   lines = [
       "# The RoPE registry: every transformers model type, exact or refused by name",
       "",
@@ -58,11 +60,15 @@ def render() -> str:
       f"| delegates | {status['delegates']} | a wrapper (Llava, ...) whose `text_config` is read |",
       f"| refused | {status['refused']} | raises, naming the mechanism below |",
       f"| no RoPE | {status['no_rope']} | its forward calls no rotary function: raises saying so |",
-      f"| no default config | {status['no_default_config']} | transformers cannot build its default config |",
+      f"| no default config | {status['no_default_config']} | transformers builds no model from its default "
+      "config (a size it leaves None): outside the share below |",
       "",
       f"Of the {len(rotating)} types observed to rotate, {sum(t in exact for t in rotating)} are exact "
-      f"({100 * sum(t in exact for t in rotating) / max(1, len(rotating)):.0f}%). Types refused because their "
-      "observation failed (a forward that needs pixel or audio inputs, a class to find) may rotate too.",
+      f"({100 * sum(t in exact for t in rotating) / max(1, len(rotating)):.0f}%). A further {len(unobserved)} "
+      "types have rotary code that the observation could not run (a forward that needs audio inputs, a "
+      "processor's ids or a class to find): they are refused and may rotate too, so the share of every type "
+      f"with rotary code is {sum(t in exact for t in rotating)} of {len(rotating) + len(unobserved)} "
+      f"({100 * sum(t in exact for t in rotating) / max(1, len(rotating) + len(unobserved)):.0f}%).",
       "",
       "## Exact",
       "",

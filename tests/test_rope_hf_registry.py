@@ -186,3 +186,35 @@ def test_a_layer_key_the_registry_did_not_observe_changed_is_refused():
   config["layer_rope_theta"] = [0.0] + list(config["layer_rope_theta"][1:])
   with pytest.raises(ValueError, match="sets layer_rope_theta=.*observed this model only with layer_rope_theta="):
     rope.from_hf_config(config)
+
+
+def test_vision_towers_number_their_tokens_as_grid_positions_does():
+  """A vision tower observed on one image (scripts/make_hf_rope_registry.py's VISION_GRID: 1 x 4 x 10 patches)
+  gave its rotary module these (h, w) ids, from its own code (get_vision_position_ids and kin). The spec's
+  positions for that image are rope.grid_positions(4, 10, merge_size=the config's spatial_merge_size): the
+  same ids in the same token order, for every tower the registry reads."""
+  towers = sorted(mt for mt in (k[:-len("/vision_ids")] for k in ARRAYS.files if k.endswith("/vision_ids"))
+                  if TYPES[mt]["status"] == "exact")
+  assert len(towers) >= 10, towers
+  wrong = {}
+  for mt in towers:
+    ids = np.asarray(ARRAYS[f"{mt}/vision_ids"])
+    merge = int(CONFIGS[mt].get("spatial_merge_size") or 1)
+    want = rope.grid_positions(4, 10, merge_size=merge)
+    if ids.shape != want.shape or not np.array_equal(ids, want):
+      wrong[mt] = f"ids {ids[:6].tolist()}... vs grid_positions(4, 10, merge_size={merge}) {want[:6].tolist()}..."
+    spec = rope.from_hf_config(CONFIGS[mt], layer=TYPES[mt]["rotations"][0]["layers"][0])
+    assert spec is not None and spec.sections is not None and len(spec.sections) == ids.shape[1], mt
+  assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
+
+
+def test_a_vision_config_without_its_model_type_reads_with_family():
+  """Qwen2-VL's published config.json (v4) keeps a vision_config with no model_type: refused as unknown, read
+  with family='qwen2_vl_vision' exactly as the tower's own config class (the golden's config.json) reads."""
+  published = {"depth": 32, "embed_dim": 1280, "mlp_ratio": 4, "num_heads": 16, "in_chans": 3, "hidden_size": 3584,
+               "patch_size": 14, "spatial_merge_size": 2, "spatial_patch_size": 14, "temporal_patch_size": 2}
+  with pytest.raises(ValueError, match="family="):
+    rope.from_hf_config(published)
+  spec = rope.from_hf_config(published, family="qwen2_vl_vision")
+  assert spec == rope.from_hf_config(CONFIGS["qwen2_vl_vision"])
+  assert spec.sections == (20, 20) and spec.frequencies == "per_axis" and spec.layout == "half"

@@ -150,3 +150,33 @@ def test_direction_minus_one_turns_every_pair_the_other_way(layout):
   np.testing.assert_allclose(tables, got, rtol=1e-6, atol=1e-6)
   with pytest.raises(ValueError, match="direction=0 must be 1 or -1"):
     rope.RotaryConfig(direction=0)
+
+
+def test_q_temperature_scales_the_query_after_its_rotation_and_not_the_key():
+  """q_temperature=(beta, L) (Ministral 3's llama_4_scaling_beta): q is rotated and then scaled
+  by 1 + beta * log(1 + floor(n / L)), float64 NumPy; k only rotated. The fused apply, the
+  per-layer tables and the attention's rotate_qkv agree; the scale is exact at bucket edges."""
+  from roformer_jax import rope
+  from roformer_jax.attention.softmax import rotate_qkv
+
+  dim, beta, length = 16, 0.1, 16
+  positions = np.array([[0, 1, 15, 16, 17, 31, 32, 1000, 16383, 16384]])
+  x = np.random.default_rng(1).standard_normal((1, positions.shape[1], 2, dim)).astype(np.float32)
+  turned = _turned(x[0].astype(np.float64), positions[0].astype(np.float64), 1e4, "half", 1)
+  scale = 1 + beta * np.log1p(np.floor(positions[0] / length))
+  spec = rope.RotaryConfig(layout="half", q_temperature=(beta, length))
+  np.testing.assert_allclose(np.asarray(spec.query_temperature(positions))[0], scale, rtol=1e-6)
+  q, k = np.asarray(spec.apply(x, positions))[0], np.asarray(spec.apply(x, positions, key=True))[0]
+  np.testing.assert_allclose(q, turned * scale[:, None, None], rtol=2e-5, atol=2e-5)
+  np.testing.assert_allclose(k, turned, rtol=2e-5, atol=2e-5)
+  assert spec.needs_key_table
+  tables = np.asarray(spec.rotate(x, spec.cos_sin(positions, dim)))[0]
+  np.testing.assert_allclose(tables, q, rtol=1e-6, atol=1e-6)
+  rq, rk, _ = rotate_qkv(x, x, x, positions, positions, spec, False)
+  np.testing.assert_allclose(np.asarray(rq)[0], q, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(rk)[0], k, rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(np.asarray(rope.RotaryConfig().query_temperature(positions)), 1.0)
+  with pytest.raises(ValueError, match=r"q_temperature=\(0.1, 0\) must be \(beta, length\)"):
+    rope.RotaryConfig(q_temperature=(0.1, 0))
+  with pytest.raises(ValueError, match="every channel must rotate; got rotary_dim=8"):
+    rope.RotaryConfig(rotary_dim=8, q_temperature=(0.1, 16))

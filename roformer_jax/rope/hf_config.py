@@ -32,6 +32,8 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
+import numpy as np
+
 from roformer_jax.rope.spec import RotaryConfig
 
 # Per model_type: the config class's defaults for keys a config.json may leave out, and how
@@ -110,7 +112,8 @@ _FAMILIES: dict[str, dict[str, Any]] = {
 # Multimodal wrappers whose text model is in `text_config` (or, in older files, flat at the top).
 _TEXT_OF = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": "qwen3_vl_text",
             "qwen3_5": "qwen3_5_text", "gemma3": "gemma3_text", "llama4": "llama4_text"}
-_NOT_SCALING = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved", "type")
+_NOT_SCALING = ("rope_theta", "partial_rotary_factor", "mrope_section", "mrope_interleaved", "type",
+                "llama_4_scaling_beta")
 # The model types read by the hand-written rules above (they take precedence over the registry's).
 SUPPORTED_MODEL_TYPES = tuple(sorted(_FAMILIES)) + tuple(sorted(_TEXT_OF))
 
@@ -188,6 +191,10 @@ def _refuse(model_type: Any, entry: Mapping[str, Any] | None) -> ValueError:
 def _layer_types(cfg: Mapping[str, Any], fam: Mapping[str, Any], num_layers: int) -> list[str] | None:
   if cfg.get("layer_types") is not None:
     return list(cfg["layer_types"])
+  if fam.get("layer_types_key"):  # observed: a list of block types, repeated over the layers (RecurrentGemma)
+    key, default = fam["layer_types_key"]
+    blocks = list(cfg.get(key) or default)
+    return [blocks[i % len(blocks)] for i in range(num_layers)]
   rule = fam.get("layer_types")
   if rule is None:
     default = fam.get("default_layer_types")
@@ -251,6 +258,9 @@ def _head_dim(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type: str | 
   heads = cfg.get("num_attention_heads", fam.get("num_attention_heads"))
   if fam.get("rope_head_dim_key"):
     return int(cfg.get(fam["rope_head_dim_key"], fam["head_dim"]))
+  if fam.get("head_dim_from"):  # observed: a vision tower's embed_dim / num_heads
+    width, count, width_default, count_default = fam["head_dim_from"]
+    return int(cfg.get(width) or width_default) // int(cfg.get(count) or count_default)
   if fam["head_dim"] == "computed" or (cfg.get("head_dim") is None and fam["head_dim"] is None):
     if hidden is None or heads is None:
       raise ValueError("the config gives no head_dim and no hidden_size / num_attention_heads to derive it.")
@@ -329,7 +339,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
                        f"model only with {key}={default!r} ({_made_from()}); what another value changes (which layers "
                        "rotate, with what) is not observed, so it is not read.")
 
-  num_layers = int(cfg.get("num_hidden_layers", fam.get("num_hidden_layers") or 1))
+  num_layers = int(cfg.get(fam.get("layers_key") or "num_hidden_layers", fam.get("num_hidden_layers") or 1))
   index = 0 if layer is None else layer
   if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
     raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer model.")
@@ -345,18 +355,32 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       return None
   if fam.get("rope_on") is not None and layer_type not in fam["rope_on"]:
     return None
+  if fam.get("nope_layers_key"):  # observed: the layers this list names do not rotate (Mllama's cross-attention)
+    key, default = fam["nope_layers_key"]
+    if index in (cfg[key] if cfg.get(key) is not None else default):
+      return None
 
   nested = _nested(_given_parameters(cfg, fam))
   p = _rope_parameters(cfg, fam, layer_type if isinstance(fam["theta"], dict) or nested else None)
   if not p and nested:
     return None  # a None entry of rope_parameters: "possibly a NoPE layer"
-  if "llama_4_scaling_beta" in p:
-    raise ValueError(f"model_type {model_type!r}: its rope parameters hold llama_4_scaling_beta, which scales q by a "
-                     "position-dependent temperature besides RoPE (Ministral 3, Mistral 4); the spec does not express "
-                     "it yet, so its q would differ from the model's.")
+  q_temperature = None
+  if p.get("llama_4_scaling_beta") is not None:
+    if not fam.get("q_temperature"):
+      raise ValueError(f"model_type {model_type!r}: its rope parameters hold llama_4_scaling_beta, which scales q by "
+                       "a position-dependent temperature besides RoPE, and this model was not observed to scale q "
+                       "as the spec's q_temperature does (Mistral 4 scales its unrotated channels too), so its q "
+                       "would differ from the model's.")
+    length = p.get("original_max_position_embeddings")
+    if length is None:
+      raise ValueError(f"model_type {model_type!r}: llama_4_scaling_beta needs rope_parameters' "
+                       "original_max_position_embeddings (the temperature's bucket length); the config has none.")
+    q_temperature = (float(p["llama_4_scaling_beta"]), float(length))
   head_dim = _head_dim(cfg, fam, layer_type)
   theta = float(p["rope_theta"])
   rope_type = p["rope_type"]
+  if rope_type == fam.get("axial_rope_type"):  # observed: a tower's own rope type, unscaled (Qwen2-VL's "axial")
+    rope_type = "default"
   if "scalings" in fam and rope_type not in ("default", *fam["scalings"]):  # the registry's observed families
     raise ValueError(f"model_type {model_type!r} with rope_type {rope_type!r}: its rotary class was observed to "
                      f"compute only {['default', *fam['scalings']]} as transformers' standard functions do "
@@ -377,7 +401,17 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     rotary_dim = int(cfg.get(fam["rotary_dim_key"]) or fam["rotary_dim_default"])
   elif partial is not None and rope_type != "proportional":
     rotary_dim = int(head_dim * float(partial))
-  if rotary_dim == head_dim:
+  frequencies: Any = fam.get("frequencies", "shared")  # observed: "per_axis" for Qwen2-VL's vision tower
+  if rotary_dim is not None and rotary_dim % 2:
+    # transformers' default RoPE for dim = int(head_dim * partial) odd: theta ** (-arange(0, dim, 2) / dim), i.e.
+    # (dim + 1) / 2 pairs whose exponents run over a denominator of dim (GLM-4.5's default config: dim 21)
+    if rope_type != "default":
+      raise ValueError(f"model_type {model_type!r}: head_dim * partial_rotary_factor = {rotary_dim} is odd; "
+                       f"transformers then rotates {rotary_dim + 1} channels with default RoPE's exponents over "
+                       f"{rotary_dim}, which is read for rope_type 'default' only (got {rope_type!r}).")
+    frequencies = tuple(float(theta) ** (-np.arange(0, rotary_dim, 2) / rotary_dim))
+    rotary_dim += 1
+  if rotary_dim == head_dim and not isinstance(frequencies, tuple):
     rotary_dim = None
 
   scaling = None
@@ -393,6 +427,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
 
   sections = p.get("mrope_section", (cfg.get("rope_scaling") or {}).get("mrope_section"))
   section_layout = "chunked"
+  if sections is None and fam.get("sections_equal"):  # observed: the rotated pairs split equally over the axes
+    pairs = (rotary_dim or head_dim) // 2
+    sections = [pairs // int(fam["sections_equal"])] * int(fam["sections_equal"])
   if sections is None and fam.get("mrope_sections"):  # the rotary class's default, observed (Qwen2-VL)
     sections = fam["mrope_sections"]
   if sections is not None or fam.get("mrope_forced"):
@@ -404,7 +441,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       section_layout = "videorope"
   spec = RotaryConfig(theta=theta, layout=layout, rotary_dim=rotary_dim, scaling=scaling,
                       sections=None if sections is None else tuple(int(s) for s in sections),
-                      section_layout=section_layout, direction=int(fam.get("direction", 1)))
+                      section_layout=section_layout, direction=int(fam.get("direction", 1)),
+                      q_temperature=q_temperature, frequencies=frequencies)
   spec.check(head_dim)  # sections, factor lists and rotary_dim against the real head dim
   return spec
 

@@ -11,6 +11,7 @@ its fields, so a new field is an edit here (and its math in the rope package), n
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -78,6 +79,10 @@ class RotaryConfig:
     xpos_scale_base: None, or xPos's gamma (512): q and k get amplitudes zeta ** (+-(n - c) /
       gamma) (`rope.xpos_amplitude`), which make attention decay with distance.
     xpos_center: c, the one centre shared by q and k (so cached decoding equals the full call).
+    q_temperature: None, or (beta, length): the query (key=False) is also scaled by
+      1 + beta * log(1 + floor(n / length)) at token position n, after its rotation
+      (Ministral 3's `llama_4_scaling_beta` over `original_max_position_embeddings`; keys are not
+      scaled). Every channel must rotate (rotary_dim None): the scale rides on cos and sin.
     direction: +1, or -1 to turn every pair by -phi (nanochat's rotate_half is the other way
       round: x_i' = x_i cos + x_j sin). q . k then depends on n - m where +1 gives m - n.
   """
@@ -94,6 +99,7 @@ class RotaryConfig:
   xpos_scale_base: float | None = None
   xpos_center: int = 0
   direction: int = 1
+  q_temperature: tuple[float, float] | None = None
 
   # The fields that change no parameter and that a fine-tuning run may therefore set anew
   # (context extension: PI, YaRN, NTK, ABF); `checkpoints.init_from` reports their changes.
@@ -126,6 +132,17 @@ class RotaryConfig:
       raise ValueError(f"rope xpos_scale_base={self.xpos_scale_base!r} must be a positive number (xPos: 512).")
     if self.direction not in (1, -1) or isinstance(self.direction, bool):
       raise ValueError(f"rope direction={self.direction!r} must be 1 or -1 (-1: every pair turns by -phi).")
+    if self.q_temperature is not None:
+      qt = self.q_temperature
+      if (not isinstance(qt, (tuple, list)) or len(qt) != 2
+          or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) for v in qt)
+          or not qt[1] > 0):
+        raise ValueError(f"rope q_temperature={qt!r} must be (beta, length) with finite numbers and length > 0 "
+                         "(Ministral 3: (0.1, 16384)).")
+      if self.rotary_dim is not None:
+        raise ValueError(f"rope q_temperature={tuple(qt)!r} scales q through cos and sin, so every channel must "
+                         f"rotate; got rotary_dim={self.rotary_dim}. Scale q yourself with `query_temperature`.")
+      object.__setattr__(self, "q_temperature", (float(qt[0]), float(qt[1])))
     if self.rotary_dim is not None:  # odd or zero fails here, not at the first forward
       check_dim(self.rotary_dim, "rope rotary_dim")
     # Theta and every scaling key now; what depends on the rotary dim too when it is set (the
@@ -256,20 +273,41 @@ class RotaryConfig:
         raise ValueError("a spec with frequencies='mixed' rotates with the layer's learned frequencies: pass "
                          "frequencies=F [2, N, R/2].")
       cos, sin = rotary_cos_sin(positions, rd, self.theta, exact=False, frequencies=frequencies)
-      return (cos, sin) if self.direction > 0 else (cos, -sin)
-    cos, sin = rotary_cos_sin(positions, rd, self.theta, scaling=self.scaling_dict, seq_len=seq_len,
-                              exact=self.exact, sections=self.sections, section_layout=self.section_layout,
-                              frequencies=self._frequencies())
+    else:
+      cos, sin = rotary_cos_sin(positions, rd, self.theta, scaling=self.scaling_dict, seq_len=seq_len,
+                                exact=self.exact, sections=self.sections, section_layout=self.section_layout,
+                                frequencies=self._frequencies())
     if self.xpos_scale_base is not None:
       token_pos = positions if self.sections is None else positions[..., 0]
       amp = xpos_amplitude(token_pos, rd, scale_base=self.xpos_scale_base, center=self.xpos_center, key=key)
       cos, sin = cos * amp, sin * amp
+    if self.q_temperature is not None and not key:
+      scale = self.query_temperature(positions)[..., None]
+      if cos.ndim > scale.ndim:  # a learned spec's per-head tables [..., T, N, R/2]
+        scale = scale[..., None]
+      cos, sin = cos * scale, sin * scale
     return (cos, sin) if self.direction > 0 else (cos, -sin)
+
+  def query_temperature(self, positions: jax.Array) -> jax.Array:
+    """The query's scale float32[..., T] at token positions [..., T] (or [..., T, A]: the first
+    axis): 1 + beta * log(1 + floor(n / length)) under q_temperature, else ones. The bucket
+    is computed on the int positions, so it is exact at any length."""
+    pos = jnp.asarray(positions)
+    if self.sections is not None and pos.ndim >= 1 and pos.shape[-1] == len(self.sections):
+      pos = pos[..., 0]
+    if self.q_temperature is None:
+      return jnp.ones(pos.shape, jnp.float32)
+    beta, length = self.q_temperature
+    if float(length).is_integer():
+      bucket = jnp.floor_divide(pos.astype(jnp.int32), jnp.int32(int(length))).astype(jnp.float32)
+    else:
+      bucket = jnp.floor(pos.astype(jnp.float32) / jnp.float32(length))
+    return (1.0 + beta * jnp.log1p(bucket)).astype(jnp.float32)
 
   @property
   def needs_key_table(self) -> bool:
-    """True when keys need their own cos/sin table (xPos's inverse amplitudes)."""
-    return self.xpos_scale_base is not None
+    """True when keys need their own cos/sin table (xPos's inverse amplitudes, q_temperature)."""
+    return self.xpos_scale_base is not None or self.q_temperature is not None
 
   def rotate(self, x: jax.Array, cos_sin: tuple[jax.Array, jax.Array]) -> jax.Array:
     cos, sin = cos_sin
@@ -280,7 +318,7 @@ class RotaryConfig:
     """Rotates x [..., T, N, H] at positions [..., T] (or [..., T, A] with sections) with these
     settings; key=True for keys under xPos (their inverse amplitudes); frequencies: a learned
     spec's [2, N, R/2]."""
-    if self.learned or self.direction < 0:
+    if self.learned or self.direction < 0 or self.q_temperature is not None:
       return self.rotate(x, self.cos_sin(positions, x.shape[-1], seq_len=seq_len, key=key, frequencies=frequencies))
     xpos = None if self.xpos_scale_base is None else {"scale_base": self.xpos_scale_base,
                                                       "center": self.xpos_center, "key": key}
