@@ -84,6 +84,8 @@ MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_F
             "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES")
 
 
+TOKENS = [T_META]  # the token count of the current type's forward: T_META, or an audio encoder's frames after its
+# subsampling (read from the position ids its rotary module got)
 SEEN_IDS = {}  # the position ids each rotary module got in the last real forward (a vision tower's token order)
 
 
@@ -317,6 +319,19 @@ def meta_forward(model_type, config, module):
         raise Refused(f"its model needs a library the reference venv lacks: {_failure(e)}") from e
       except Exception as e:  # noqa: BLE001  building modules reads sizes only: it fails on any device alike
         raise NoModel(f"its default config builds no model in transformers: {_failure(e)}") from e
+      audio = _audio_inputs(model, config)
+      if audio is not None:  # an audio encoder: for real, on 400 frames (or 2 s of samples), in either layout
+        try:
+          with torch.no_grad():
+            run(_real(model), stub=False, attempts=audio)
+          how[0] = "audio"
+        except Exception as e:  # noqa: BLE001
+          raise Refused(f"its forward on 400 feature frames (or 2 s of audio) fails: {_failure(e)}") from e
+        # the frames after subsampling: the length of the position ids [1, T] each rotary module got
+        frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
+        if len(frames) == 1:
+          TOKENS[0] = frames.pop()
+        return _done(calls, how, shapes, model, saved, module)
       vision = _vision_inputs(model, config)
       if vision is not None:  # a vision tower: for real, its ids come from grid_thw's values
         try:
@@ -387,6 +402,25 @@ def _check_fits(model, bytes_per_parameter):
     raise RuntimeError(f"{n / 1e9:.1f}B parameters: too large to run on the CPU")
 
 
+def _audio_inputs(model, config):
+  """An audio encoder's forward inputs, tried in turn: 400 frames of log-mel features ([B, T, mels] and
+  [B, mels, T]) or 2 s of 16 kHz samples ([B, S] and [B, 1, S]); None for a model that takes token ids."""
+  params = inspect.signature(model.forward).parameters
+  if "input_ids" in params:
+    return None
+  torch.manual_seed(0)
+  if "input_features" in params:
+    values = json.loads(config.to_json_string(use_diff=False))
+    mels = next((values[k] for k in ("num_mel_bins", "feature_size", "input_feat_size", "n_mels")
+                 if isinstance(values.get(k), int)), 128)
+    return [{"input_features": torch.randn(1, 400, mels, dtype=torch.bfloat16)},
+            {"input_features": torch.randn(1, mels, 400, dtype=torch.bfloat16)}]
+  if "input_values" in params:
+    return [{"input_values": torch.randn(1, 32000, dtype=torch.bfloat16)},
+            {"input_values": torch.randn(1, 1, 32000, dtype=torch.bfloat16)}]
+  return None
+
+
 def _real(meta_model):
   """The meta model made real on the CPU in bfloat16 with random weights, without its slow initialisation: the
   forward only has to run (which layer calls what with which ids); the rotations are rebuilt in float64."""
@@ -405,11 +439,14 @@ def _real(meta_model):
 
 def _probe_shape(shape, heads):
   """A recorded q shape [1, .., T_META, .., H] -> [2, .., 7, .., H] with `heads` on every other axis."""
-  if T_META not in shape[1:-1]:
+  tokens = TOKENS[0]
+  if tokens not in shape[1:-1]:
     if len(shape) == 3 and shape[0] == N_VISION:  # a vision tower's q [tokens, heads, D]: no batch axis
       return [POSITIONS.size, heads, shape[-1]], 0
-    raise Refused(f"the apply's q {shape} has no token axis of length {T_META}")
-  t = shape.index(T_META, 1)
+    raise Refused(f"the apply's q {shape} has no token axis of length {tokens}")
+  if shape[1:-1].count(tokens) != 1:
+    raise Refused(f"the apply's q {shape} has more than one axis of length {tokens}: which is the token axis?")
+  t = shape.index(tokens, 1)
   return [2 if i == 0 else POSITIONS.shape[1] if i == t else shape[-1] if i == len(shape) - 1 else heads
           for i in range(len(shape))], t
 
@@ -418,9 +455,9 @@ def _positions(rotary_shapes):
   """The positions the rotary module is called with: [2, 7], or [A, 2, 7] for A position axes (M-RoPE)."""
   pos = torch.tensor(POSITIONS)
   for shape in rotary_shapes:
-    if len(shape) == 3 and shape[1:] == [1, T_META]:  # M-RoPE: [axes, B, T]; axis a takes positions // (a + 1)
+    if len(shape) == 3 and shape[1:] == [1, TOKENS[0]]:  # M-RoPE: [axes, B, T]; axis a takes positions // (a + 1)
       return torch.stack([pos // (a + 1) for a in range(shape[0])])
-    if shape == [1, T_META]:
+    if shape == [1, TOKENS[0]]:
       return pos
     if len(shape) == 2 and shape[0] == N_VISION and shape[1] in (2, 3):  # a vision tower's [tokens, axes] ids
       return torch.stack([pos.reshape(-1) // (a + 1) for a in range(shape[1])], -1)
@@ -1104,6 +1141,7 @@ def main():
         entry = {"status": "no_rope"}
       else:
         SEEN_IDS.clear()
+        TOKENS[0] = T_META
         calls, rotary_shapes, model = meta_forward(mt, config, module)
         rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
         if not rotations:  # rotary code, but the default config's forward calls none of it (Bamba: no attention)

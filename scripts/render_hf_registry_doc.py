@@ -65,8 +65,8 @@ def render() -> str:
       "",
       f"Of the {len(rotating)} types observed to rotate, {sum(t in exact for t in rotating)} are exact "
       f"({100 * sum(t in exact for t in rotating) / max(1, len(rotating)):.0f}%). A further {len(unobserved)} "
-      "types have rotary code that the observation could not run (a forward that needs audio inputs, a "
-      "processor's ids or a class to find): they are refused and may rotate too, so the share of every type "
+      "types have rotary code that the observation could not run (a forward that needs pixels without a patch "
+      "grid, inputs a processor builds, or a class to find): they are refused and may rotate too, so the share of every type "
       f"with rotary code is {sum(t in exact for t in rotating)} of {len(rotating) + len(unobserved)} "
       f"({100 * sum(t in exact for t in rotating) / max(1, len(rotating) + len(unobserved)):.0f}%).",
       "",
