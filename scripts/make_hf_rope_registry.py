@@ -18,7 +18,12 @@ For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
    candidate wrapped, and a forward runs on meta token ids (shapes only, seconds per model). Each
    wrapper records who called it (the attention module and its ``layer_idx``), the shapes and
    keyword arguments, and which rotary module produced the cos/sin it got (forward hooks record
-   each rotary module's outputs). A type whose forward calls no candidate, and whose config holds
+   each rotary module's outputs). Where that forward cannot run, the same wrappers watch a real CPU
+   forward instead (random weights; a model over 8 GB is refused): a copy of the config with narrow
+   MLP and expert widths where data-dependent code stops the meta forward (`shrunk`); a vision
+   tower that takes ``grid_thw`` on one VISION_GRID image, its token ids kept for the golden; an
+   audio encoder on 400 feature frames or 2 s of samples. A default config from which transformers
+   builds no model is recorded as "no_default_config". A type whose forward calls no candidate, and whose config holds
    a sub-config with its own model type, delegates to that sub-config (``text_config``: Llava's
    Llama); one with no candidate at all has no RoPE.
 3. **What the rotation is**, in float64: the model is built again with parameters on meta and
