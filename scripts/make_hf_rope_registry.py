@@ -222,8 +222,9 @@ def shrunk(config):
       # every special token id the config names: padding_idx and friends must stay inside it)
       ids = [v for k, v in cfg.to_dict().items() if k.endswith("token_id") and isinstance(v, int)]
       small_vocab = max([4096, *(i + 1 for i in ids)])
-      if isinstance(getattr(cfg, "vocab_size", None), int) and cfg.vocab_size > small_vocab:
-        cfg.vocab_size = small_vocab
+      for key in ("vocab_size", "vocab_size_per_layer_input"):  # Gemma 3n: a per-layer embedding table too
+        if isinstance(getattr(cfg, key, None), int) and getattr(cfg, key) > small_vocab:
+          setattr(cfg, key, small_vocab)
     for key, value in list(cfg.to_dict().items()):
       if WIDTH_KEY.search(key) and isinstance(value, int) and not isinstance(value, bool) and value > 64:
         with contextlib.suppress(Exception):
