@@ -326,54 +326,42 @@ def meta_forward(model_type, config, module):
       except Exception as e:  # noqa: BLE001  building modules reads sizes only: it fails on any device alike
         raise NoModel(f"its default config builds no model in transformers: {_failure(e)}") from e
       audio = _audio_inputs(model, config)
-      if audio is not None:  # an audio encoder: for real, on 400 frames (or 2 s of samples), in either layout
+      vision = None if audio else _vision_inputs(model, config)
+      if audio or vision:  # a tower, for real: an audio encoder on 400 frames (or 2 s of samples), in either
+        # layout; a vision tower on one VISION_GRID image, its ids from grid_thw's values
+        how[0] = "audio" if audio else "vision"
         try:
           with torch.no_grad():
-            run(_real(model), stub=False, attempts=audio)
-          how[0] = "audio"
+            run(_real(model), stub=False, attempts=audio or [vision])
         except Exception as e:  # noqa: BLE001
-          raise Refused(f"its forward on 400 feature frames (or 2 s of audio) fails: {_failure(e)}") from e
-        # the frames after subsampling: the length of the position ids [1, T] each rotary module got
+          what = "400 feature frames (or 2 s of audio)" if audio else f"a {VISION_GRID} patch grid"
+          raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
+        # an audio encoder's frames after subsampling: the length of the position ids [1, T] its rotary module got
         frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
-        if len(frames) == 1:
+        if audio and len(frames) == 1:
           TOKENS[0] = frames.pop()
-        return _done(calls, how, shapes, model, saved, module)
-      vision = _vision_inputs(model, config)
-      if vision is not None:  # a vision tower: for real, its ids come from grid_thw's values
-        try:
-          with torch.no_grad():
-            run(_real(model), stub=False, attempts=[vision])
-          how[0] = "vision"
-        except Exception as e:  # noqa: BLE001
-          raise Refused(f"its forward on a {VISION_GRID} patch grid fails: {_failure(e)}") from e
-        return _done(calls, how, shapes, model, saved, module)
-      try:
-        with torch.device("meta"):
-          run(model, stub=True)
-      except Exception as meta_error:  # noqa: BLE001
-        small = shrunk(config)
-        batched_experts(small)
+      else:
         try:
           with torch.device("meta"):
-            _check_fits(cls(small), 4)
-          torch.manual_seed(0)
-          with torch.no_grad():
-            run(cls(small), stub=False)
-          how[0] = "shrunk"
-        except Exception as cpu_error:  # noqa: BLE001
-          raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
-                        f"({_failure(cpu_error)})") from cpu_error
+            run(model, stub=True)
+        except Exception as meta_error:  # noqa: BLE001
+          small = shrunk(config)
+          batched_experts(small)
+          try:
+            with torch.device("meta"):
+              _check_fits(cls(small), 4)
+            torch.manual_seed(0)
+            with torch.no_grad():
+              run(cls(small), stub=False)
+            how[0] = "shrunk"
+          except Exception as cpu_error:  # noqa: BLE001
+            raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
+                          f"({_failure(cpu_error)})") from cpu_error
   finally:
     for name, fn in saved.items():
       setattr(module, name, fn)
-  return _done(calls, how, shapes, model, saved, module)
-
-
-def _done(calls, how, shapes, model, saved, module):
-  for name, fn in saved.items():
-    setattr(module, name, fn)
   for c in calls:
-    c["stubbed"] = how[0]
+    c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
   return calls, shapes, model
 
 
@@ -1167,8 +1155,7 @@ def main():
         entry["status"] = "no_default_config" if isinstance(e, NoModel) else "refused"
       entry.setdefault("reason", str(e))
     except Exception as e:  # noqa: BLE001  the observation itself failed: refused, with the failure
-      line = next((x for x in str(e).splitlines() if x.strip()), "")
-      entry = {"status": "refused", "reason": f"its observation fails: {type(e).__name__}: {line[:160]}"}
+      entry = {"status": "refused", "reason": f"its observation fails: {_failure(e)}"}
     out[mt] = entry
     if only:
       print(mt, entry["status"], entry.get("reason"), json.dumps(entry.get("family"))[:300])

@@ -32,8 +32,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-import numpy as np
-
+from roformer_jax.rope.frequencies import default_inv_freq
 from roformer_jax.rope.spec import RotaryConfig
 
 # Per model_type: the config class's defaults for keys a config.json may leave out, and how
@@ -409,7 +408,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       raise ValueError(f"model_type {model_type!r}: head_dim * partial_rotary_factor = {rotary_dim} is odd; "
                        f"transformers then rotates {rotary_dim + 1} channels with default RoPE's exponents over "
                        f"{rotary_dim}, which is read for rope_type 'default' only (got {rope_type!r}).")
-    frequencies = tuple(float(theta) ** (-np.arange(0, rotary_dim, 2) / rotary_dim))
+    frequencies = tuple(default_inv_freq(rotary_dim, theta))
     rotary_dim += 1
   if rotary_dim == head_dim and not isinstance(frequencies, tuple):
     rotary_dim = None

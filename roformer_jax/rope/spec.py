@@ -293,7 +293,7 @@ class RotaryConfig:
     axis): 1 + beta * log(1 + floor(n / length)) under q_temperature, else ones. The bucket
     is computed on the int positions, so it is exact at any length."""
     pos = jnp.asarray(positions)
-    if self.sections is not None and pos.ndim >= 1 and pos.shape[-1] == len(self.sections):
+    if self.sections is not None:  # positions [..., T, A] (`position_shape`): the token position is axis 0
       pos = pos[..., 0]
     if self.q_temperature is None:
       return jnp.ones(pos.shape, jnp.float32)
