@@ -20,12 +20,22 @@ Variants, each compiled and timed separately from the same initial weights:
 - "no-rope": "auto" with the rotation made the identity while tracing (the cos/sin
   tables then fold away). 1 - t(no-rope) / t(auto) is RoPE's share of the step (goal <= 2%);
 - "packed": the pipeline's packed rows (4 documents of T/4 per row: segment ids, positions
-  restarting per document), whose dense segment mask sends attention to XLA;
+  restarting per document), whose dense segment mask keeps cuDNN out: "auto" then takes XLA's
+  dense attention, or the chunked kernel once one call's float32 logits pass
+  `attention.GPU_DENSE_LOGITS_BYTES` (4 GiB; e.g. --batch 8 --seq 4096: 6 GiB);
+- "packed-xla": "packed" with XLA's dense attention forced: beside "packed" at such a shape,
+  the GPU's dense/chunked switch measured on the real model (time and "temp GiB");
 - "bert-dropout": "auto" with BERT's dropout 0.1 (hidden and attention probabilities), which
   takes the explicit XLA attention path: what configs/bert_base_mlm.py ran before it set
   attention_dropout 0;
 - "config": configs/bert_base_mlm.py's own dropouts (hidden 0.1, attention 0) on its unmasked
   rows (`data.document_mask=False`): the step that config trains with;
+- "config-rbg", "config-unsafe-rbg": "config" with the dropout stream drawn by JAX's rbg /
+  unsafe_rbg PRNG (`config.dropout_rng`) instead of threefry: the same distribution, other
+  random bits, fewer instructions per bit;
+- "full-logits": "auto" scoring the loss on [B, T, V] logits (the batch without
+  `masked_positions`, its weights zero off the masked tokens): what the masked head (B x M
+  rows through the vocabulary projection, the default) saves. The same loss and gradients;
 - "fused-qkv": "auto" with `model.fused_qkv` (q, k and v as one matmul over the stacked
   kernels; the same parameters);
 - "gelu-tanh": "auto" with the tanh GELU (`activation="gelu_new"`) instead of BERT's exact erf
@@ -89,7 +99,12 @@ from roformer_jax.training.data import pipeline  # noqa: E402
 
 GOAL_MFU = 0.45
 GOAL_ROPE_SHARE = 0.02
-VARIANTS = ("auto", "xla", "no-rope", "packed", "bert-dropout", "config", "fused-qkv", "gelu-tanh", "gelu-saved")
+VARIANTS = ("auto", "xla", "no-rope", "packed", "packed-xla", "bert-dropout", "config", "config-rbg",
+            "config-unsafe-rbg", "full-logits", "fused-qkv", "gelu-tanh", "gelu-saved")
+# (lever, its baseline): the ratios the table's last lines give. full-logits and auto, and
+# each config-* and config, score the same loss (rbg: another dropout stream, so not the same number).
+PAIRS = (("gelu-saved", "auto"), ("fused-qkv", "auto"), ("full-logits", "auto"), ("config-rbg", "config"),
+         ("config-unsafe-rbg", "config"), ("packed-xla", "packed"))
 # "gelu-saved"'s activation: jax.nn's exact GELU without models.ACTIVATIONS' jax.checkpoint,
 # registered only while that variant is built and traced (`Variant`), never for the process.
 SAVED_GELU = {"gelu_saved": functools.partial(jax.nn.gelu, approximate=False)}
@@ -119,10 +134,11 @@ def load_config(smoke: bool, batch: int, seq: int, remat: str = "none"):
 
 def variant_config(config, name: str):
   c = config.copy_and_resolve_references()
-  if name != "config":  # "config" keeps configs/bert_base_mlm.py's own dropouts
+  if not name.startswith("config"):  # "config*" keep configs/bert_base_mlm.py's own dropouts
     dropout = 0.1 if name == "bert-dropout" else 0.0
     c.model.dropout = c.model.attention_dropout = dropout
-  c.model.attention_implementation = "xla" if name == "xla" else "auto"
+  c.dropout_rng = {"config-rbg": "rbg", "config-unsafe-rbg": "unsafe_rbg"}.get(name, "threefry")
+  c.model.attention_implementation = "xla" if name in ("xla", "packed-xla") else "auto"
   c.model.fused_qkv = name == "fused-qkv"
   if name in ("gelu-tanh", "gelu-saved"):
     c.model.activation = {"gelu-tanh": "gelu_new", "gelu-saved": "gelu_saved"}[name]
@@ -152,7 +168,9 @@ def make_batch(config, name: str, *, seed: int = 0) -> dict[str, np.ndarray | No
   batch = {"inputs": inputs, "targets": ids, "weights": weights, "masked_positions": masked_positions,
            "masked_targets": masked_targets, "masked_weights": masked_weights,
            "segment_ids": None, "positions": None}
-  if name == "packed":
+  if name == "full-logits":  # the [B, T, V] loss: targets and weights over every position
+    batch = {k: v for k, v in batch.items() if not k.startswith("masked_")}
+  if name in ("packed", "packed-xla"):
     docs = 4
     batch["segment_ids"] = np.repeat(np.arange(1, docs + 1, dtype=np.int32), t // docs)[None].repeat(b, 0)
     batch["positions"] = np.tile(np.arange(t // docs, dtype=np.int32), docs)[None].repeat(b, 0)
@@ -356,11 +374,11 @@ def main(argv=None) -> int:
   unit = "bf16" if gpu else "fp32"
   peak_text = f"{peak['detail']} = {peak['flops'] / 1e12:.0f} TFLOP/s" if peak else "unknown for this device"
   lines.append(f"peak: {peak_text}; measured {unit} [{matmul_n}^3] matmul {matmul_rate:.1f} TFLOP/s per device")
-  lines.append(f"{'variant':<16}{'attention':>10}{'ms/step':>10}{'min..max':>18}{'tokens/s':>12}{'TFLOP/s':>9}"
+  lines.append(f"{'variant':<19}{'attention':>10}{'ms/step':>10}{'min..max':>18}{'tokens/s':>12}{'TFLOP/s':>9}"
                f"{'MFU':>7}{'of matmul':>10}{'compile s':>10}{'temp GiB':>10}")
   for name, r in rows.items():
     mfu = f"{r['mfu']:.1%}" if "mfu" in r else "-"
-    lines.append(f"{name:<16}{r['attention_kernel']:>10}{r['ms']:>10.2f}{r['ms_min']:>9.2f}..{r['ms_max']:<7.2f}"
+    lines.append(f"{name:<19}{r['attention_kernel']:>10}{r['ms']:>10.2f}{r['ms_min']:>9.2f}..{r['ms_max']:<7.2f}"
                  f"{r['tokens_per_s']:>12,.0f}{r['model_tflops']:>9.2f}{mfu:>7}{r['fraction_of_matmul']:>10.1%}"
                  f"{r['lower_s'] + r['compile_s']:>10.2f}"
                  + (f"{r['temp_gib']:>10.2f}" if r["temp_gib"] is not None else f"{'-':>10}"))
@@ -369,6 +387,15 @@ def main(argv=None) -> int:
   if loss_check:
     lines.append(f"xla / auto time: {rows['xla']['ms'] / rows['auto']['ms']:.3f} ({rows['auto']['attention_kernel']} "
                  f"attention in 'auto'); first losses {loss_check['auto']:.5f} vs {loss_check['xla']:.5f}")
+  pairs = {}  # each lever against its same-run baseline: time ratio and first losses
+  for lever, base in PAIRS:
+    if lever in rows and base in rows:
+      r, b = rows[lever], rows[base]
+      pairs[f"{lever}/{base}"] = {"time_ratio": r["ms"] / b["ms"], "first_loss": [r["first_loss"], b["first_loss"]],
+                                  "temp_gib": [r["temp_gib"], b["temp_gib"]]}
+      lines.append(f"{lever} / {base} time: {r['ms'] / b['ms']:.3f}; first losses {r['first_loss']:.5f} vs "
+                   f"{b['first_loss']:.5f}" + (f"; temp {r['temp_gib']:.2f} vs {b['temp_gib']:.2f} GiB"
+                                                if r["temp_gib"] is not None and b["temp_gib"] is not None else ""))
   if "auto" in rows and "mfu" in rows["auto"]:
     auto = rows["auto"]
     lines.append(f"MFU of 'auto': {auto['mfu']:.1%} against the device's peak (goal >= {GOAL_MFU:.0%} on an "
@@ -382,7 +409,7 @@ def main(argv=None) -> int:
       "bench": "gpu_mlm", "smoke": args.smoke, "remat": args.remat, "batch": batch, "seq": seq, "rounds": rounds, "steps_per_round": steps,
       "warmup": args.warmup, "flops_per_token": flops, "peak": peak, "datasheet_peak": datasheet, "matmul_tflops": matmul_rate,
       "matmul_tflops_before_after": [matmul_before, matmul_after], "matmul": {"dtype": unit, "n": matmul_n},
-      "rows": rows, "rope_share": rope_share, "loss_check": loss_check,
+      "rows": rows, "rope_share": rope_share, "loss_check": loss_check, "pairs": pairs,
       "profiles": {name: {k: p[k] for k in ("top", "scopes", "lines") if k in p} for name, p in profiles.items()},
       "compile_s_all_variants": sum(r["lower_s"] + r["compile_s"] for r in rows.values()),
       "goal_mfu_ge_45pct": (rows["auto"]["mfu"] >= GOAL_MFU) if "auto" in rows and "mfu" in rows["auto"] else None,

@@ -102,6 +102,7 @@ def base_config() -> ml_collections.ConfigDict:
   config = ml_collections.ConfigDict()
   config.task = "lm"  # lm | mlm | seq2seq | classification | image (roformer_jax.training.tasks)
   config.seed = 0  # PRNG seed for init, data order, MLM masks and dropout.
+  config.dropout_rng = "threefry"  # dropout's PRNG: threefry | rbg | unsafe_rbg (cheaper on GPUs; docs/training.md).
   config.total_steps = 100_000  # loop steps = batches (optimiser updates unless grad_accum_steps > 1).
   config.batch_size = 64  # global batch, split over the mesh's (data, fsdp) axes.
   config.checkpoint_every_steps = 2000  # orbax save interval (also at the end and on SIGTERM; not at step 1).

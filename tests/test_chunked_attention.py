@@ -116,12 +116,20 @@ def test_fully_masked_rows_are_zero_with_finite_gradients():
   assert np.isfinite(out) and all(np.all(np.isfinite(g)) for g in grads)
 
 
-def test_dropout_is_the_documented_per_tile_mask_and_reproducible():
+@pytest.mark.parametrize("impl", ["threefry2x32", "unsafe_rbg"])  # config.dropout_rng's PRNGs
+def test_dropout_is_the_documented_per_tile_mask_and_reproducible(impl):
   rng = np.random.default_rng(1)
   b, t, n, h, rate = 2, 19, 2, 8, 0.3
   q, k, v = (_rand(rng, (b, t, n, h)) for _ in range(3))
   f = mask_factors(b, t, t, causal=True)
-  key = jax.random.key(7)
+  key = jax.random.key(7, impl=impl)
+  # The key's own PRNG draws the mask: rbg and unsafe_rbg keys share a data layout, not a stream.
+  masks = {i: np.asarray(dropout_keep_mask(jax.random.key(7, impl=i), t, t, b, n, rate, 8, 5))
+           for i in ("threefry2x32", "rbg", "unsafe_rbg")}
+  assert all(not np.array_equal(masks[impl], m) for i, m in masks.items() if i != impl)
+  tile = jax.random.fold_in(jax.random.fold_in(key, 1), 2)  # tile (1, 2), as the docstring says
+  np.testing.assert_array_equal(masks[impl][:, :, 8:16, 10:15] > 0,
+                                np.asarray(jax.random.bernoulli(tile, 1.0 - rate, (b, n, 8, 5))))
   run = lambda q, k, v, key: chunked_attention(q, k, v, mask=f, block_q=8, block_k=5, dropout_rate=rate,
                                                dropout_rng=key)
   out = run(q, k, v, key)

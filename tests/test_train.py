@@ -217,6 +217,29 @@ def test_multistage_moves_through_stages_and_resumes_mid_stage_exactly(tmp_path,
   jax.tree.map(np.testing.assert_array_equal, p1, p2)
 
 
+def test_dropout_rng_unsafe_rbg_draws_its_own_stream_and_resumes_exactly(tmp_path):
+  """config.dropout_rng (issue 41's GPU lever): with dropout on, an unsafe_rbg run stopped after
+  step 1 and resumed ends bitwise where an uninterrupted one does, and the checkpointed dropout
+  key is unsafe_rbg's (4 words of key data; threefry's has 2)."""
+  def config(steps):
+    c = smoke(dropout_rng="unsafe_rbg", total_steps=steps, checkpoint_every_steps=1, eval_every_steps=2,
+              async_checkpoints=False)
+    c.model.update(dict(dropout=0.1, attention_dropout=0.1))
+    return c
+
+  trainer.train_and_evaluate(config(2), str(tmp_path / "ref"))
+  trainer.train_and_evaluate(config(1), str(tmp_path / "run"))
+  trainer.train_and_evaluate(config(2), str(tmp_path / "run"))
+  (s1, p1), (s2, p2) = final_params(tmp_path / "ref"), final_params(tmp_path / "run")
+  assert s1 == s2 == 2
+  jax.tree.map(np.testing.assert_array_equal, p1, p2)
+  keys = [x.shape for path, x in jax.tree_util.tree_flatten_with_path(p1)[0]
+          if "dropout" in jax.tree_util.keystr(path) and "key" in jax.tree_util.keystr(path)]
+  assert keys and all(shape == (4,) for shape in keys), keys
+  with pytest.raises(ValueError, match="config.dropout_rng='philox'.*unsafe_rbg"):
+    trainer.check_config(smoke(dropout_rng="philox"))
+
+
 def test_stages_must_add_up_to_total_steps():
   from configs import multistage
   c = multistage.get_config("smoke")

@@ -83,10 +83,12 @@ def chunked_attention(q, k, v, *, mask: MaskFactors | None = None, scale: float 
   rate = float(dropout_rate) if dropout_rng is not None else 0.0
   if not 0.0 <= rate < 1.0:
     raise ValueError(f"dropout_rate={dropout_rate} must be in [0, 1).")
-  key = jax.random.key_data(dropout_rng) if (rate and dropout_rng is not None  # a rate: an rng
-                                             and jnp.issubdtype(dropout_rng.dtype, jax.dtypes.prng_key)) \
-      else (dropout_rng if rate else None)
-  out = _attention(pad(q, pt), pad(k, ps), pad(v, ps), f, key, scale, bq, bk, rate)
+  typed = rate and dropout_rng is not None and jnp.issubdtype(dropout_rng.dtype, jax.dtypes.prng_key)
+  key = jax.random.key_data(dropout_rng) if typed else (dropout_rng if rate else None)  # a rate: an rng
+  # The key's PRNG (threefry, rbg, unsafe_rbg: config.dropout_rng) travels beside its raw data,
+  # which alone cannot tell rbg from unsafe_rbg; raw uint32 data is the default PRNG's.
+  impl = jax.random.key_impl(dropout_rng) if typed else None
+  out = _attention(pad(q, pt), pad(k, ps), pad(v, ps), f, key, scale, bq, bk, rate, impl)
   return out[:, :t]
 
 
@@ -168,9 +170,9 @@ def _tile_mask(f: MaskFactors, i, j, bq: int, bk: int):
   return functools.reduce(jnp.logical_and, m) if m else None
 
 
-def _keep(key, i, j, rate, shape):
-  """Dropout keep mask of tile (i, j), scaled: keep / (1 - rate)."""
-  kk = jax.random.fold_in(jax.random.fold_in(jax.random.wrap_key_data(key), i), j)
+def _keep(key, i, j, rate, shape, impl=None):
+  """Dropout keep mask of tile (i, j), scaled: keep / (1 - rate). `impl`: the key data's PRNG."""
+  kk = jax.random.fold_in(jax.random.fold_in(jax.random.wrap_key_data(key, impl=impl), i), j)
   return jax.random.bernoulli(kk, 1.0 - rate, shape).astype(jnp.float32) / (1.0 - rate)
 
 
@@ -179,8 +181,9 @@ def dropout_keep_mask(key, t: int, s: int, batch: int, heads: int, rate: float, 
   """The scaled keep mask float32[B, N, T, S] that `chunked_attention` applies (for tests)."""
   bq, bk = min(block_q, t), min(block_k, s)
   nq, nk = -(-t // bq), -(-s // bk)
-  key = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
-  rows = [jnp.concatenate([_keep(key, i, j, rate, (batch, heads, bq, bk)) for j in range(nk)], -1)
+  impl = jax.random.key_impl(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else None
+  key = jax.random.key_data(key) if impl is not None else key
+  rows = [jnp.concatenate([_keep(key, i, j, rate, (batch, heads, bq, bk), impl) for j in range(nk)], -1)
           for i in range(nq)]
   return jnp.concatenate(rows, -2)[:, :, :t, :s]
 
@@ -202,12 +205,12 @@ def _over_live(live_row, body, init):
   return jax.lax.fori_loop(0, count, lambda c, carry: body(order[c], carry), init)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
-def _attention(q, k, v, f, key, scale, bq, bk, rate):
-  return _forward(q, k, v, f, key, scale, bq, bk, rate)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8, 9))
+def _attention(q, k, v, f, key, scale, bq, bk, rate, impl):
+  return _forward(q, k, v, f, key, scale, bq, bk, rate, impl)[0]
 
 
-def _forward(q, k, v, f, key, scale, bq, bk, rate):
+def _forward(q, k, v, f, key, scale, bq, bk, rate, impl):
   b, t, n, _ = q.shape
   s, hv = k.shape[1], v.shape[-1]
   nq = t // bq
@@ -229,7 +232,7 @@ def _forward(q, k, v, f, key, scale, bq, bk, rate):
       corr = jnp.exp(m - m_safe)
       l = l * corr + jnp.sum(p, axis=-1)
       if rate:
-        p = p * _keep(key, i, j, rate, p.shape)
+        p = p * _keep(key, i, j, rate, p.shape, impl)
       pv = jnp.einsum("bnqk,bknh->bnqh", p.astype(v.dtype), vj, preferred_element_type=jnp.float32)
       return m_new, l, acc * corr[..., None] + pv
 
@@ -246,12 +249,12 @@ def _forward(q, k, v, f, key, scale, bq, bk, rate):
   return out, lse  # lse: float32[nq, B, N, bq]
 
 
-def _attention_fwd(q, k, v, f, key, scale, bq, bk, rate):
-  out, lse = _forward(q, k, v, f, key, scale, bq, bk, rate)
+def _attention_fwd(q, k, v, f, key, scale, bq, bk, rate, impl):
+  out, lse = _forward(q, k, v, f, key, scale, bq, bk, rate, impl)
   return out, (q, k, v, f, key, out, lse)
 
 
-def _attention_bwd(scale, bq, bk, rate, res, dout):
+def _attention_bwd(scale, bq, bk, rate, impl, res, dout):
   q, k, v, f, key, out, lse = res
   b, t, n, h = q.shape
   s = k.shape[1]
@@ -274,7 +277,7 @@ def _attention_bwd(scale, bq, bk, rate, res, dout):
         p = jnp.where(tile, p, 0.0)
       dp = jnp.einsum("bqnh,bknh->bnqk", doi, vj, preferred_element_type=jnp.float32)
       if rate:
-        keep = _keep(key, i, j, rate, p.shape)
+        keep = _keep(key, i, j, rate, p.shape, impl)
         pd, dp = p * keep, dp * keep
       else:
         pd = p

@@ -87,6 +87,8 @@ def context_parallel_attention(kernel: Callable[..., jax.Array], q, k, v, *, mas
     mask = dataclasses.replace(mask, q_index=slots(q.shape[1]), kv_index=slots(k.shape[1]))
   mask_specs = jax.tree.map(lambda _: rows, mask)
   key = jax.random.key_data(dropout_rng) if dropout_rng is not None else None
+  typed = dropout_rng is not None and jnp.issubdtype(dropout_rng.dtype, jax.dtypes.prng_key)
+  impl = jax.random.key_impl(dropout_rng) if typed else None  # rbg's key data is not threefry's
   axis = context_parallel.AXIS
 
   def local(q, k, v, mask, key=None):
@@ -98,8 +100,9 @@ def context_parallel_attention(kernel: Callable[..., jax.Array], q, k, v, *, mas
     rng = None
     if key is not None:  # a different dropout stream on every device
       for ax in mesh.axis_names:
-        key = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key), jax.lax.axis_index(ax)))
-      rng = jax.random.wrap_key_data(key)
+        key = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key, impl=impl),
+                                                     jax.lax.axis_index(ax)))
+      rng = jax.random.wrap_key_data(key, impl=impl)
     return kernel(q, k, v, mask=mask, dropout_rng=rng)
 
   args: tuple[Any, ...]

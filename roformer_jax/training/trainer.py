@@ -40,6 +40,22 @@ from roformer_jax.training.data import pipeline
 from roformer_jax.training.workdir_lock import lock_workdir
 
 REQUIRED_KEYS = ("seed", "total_steps", "batch_size", "checkpoint_every_steps", "eval_every_steps", "mesh")
+# config.dropout_rng -> the PRNG of the dropout stream (jax.random.key's impl). Parameters are
+# always initialised with threefry, so every choice starts from the same weights. "rbg" and
+# "unsafe_rbg" draw the same Bernoulli distribution from different streams, cheaper on GPUs
+# (MaxText sets unsafe_rbg for this reason); "unsafe_rbg" gives up split/fold_in's statistical
+# guarantees. Every choice is deterministic for a seed and resumes exactly (the stream's key is
+# checkpointed with its PRNG). docs/training.md, "The dropout PRNG".
+DROPOUT_RNGS = {"threefry": "threefry2x32", "rbg": "rbg", "unsafe_rbg": "unsafe_rbg"}
+
+
+def dropout_rng(config: ml_collections.ConfigDict) -> str:
+  """config.dropout_rng, checked; a config written before the key existed drew threefry."""
+  name = config.get("dropout_rng", "threefry")
+  if name not in DROPOUT_RNGS:
+    raise ValueError(f"config.dropout_rng={name!r} is not a PRNG this trainer knows; choose one of "
+                     f"{sorted(DROPOUT_RNGS)} (threefry is JAX's default; rbg and unsafe_rbg are cheaper on GPUs).")
+  return name
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -56,6 +72,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
       raise ValueError(f"config.{key}={value!r} must be an integer >= {low}.")
   task = tasks.get(config.task)
+  dropout_rng(config)
   tasks.model_config(config)  # validates every model field now
   if config.model.attention_implementation == "cudnn" and jax.default_backend() != "gpu":
     raise ValueError(f"config.model.attention_implementation='cudnn' needs a GPU, but JAX's backend is "
@@ -209,7 +226,8 @@ def create_state(config: ml_collections.ConfigDict, mesh, rules, tx):
 
   @nnx.jit
   def create():
-    model = tasks.build_model(config, nnx.Rngs(params=config.seed, dropout=config.seed + 1))
+    dropout = jax.random.key(config.seed + 1, impl=DROPOUT_RNGS[dropout_rng(config)])
+    model = tasks.build_model(config, nnx.Rngs(params=config.seed, dropout=dropout))
     return model, nnx.Optimizer(model, tx, wrt=nnx.Param)
 
   with jax.set_mesh(mesh), nnx.logical_axis_rules(rules):
