@@ -83,11 +83,13 @@ def chunked_attention(q, k, v, *, mask: MaskFactors | None = None, scale: float 
   rate = float(dropout_rate) if dropout_rng is not None else 0.0
   if not 0.0 <= rate < 1.0:
     raise ValueError(f"dropout_rate={dropout_rate} must be in [0, 1).")
-  typed = rate and dropout_rng is not None and jnp.issubdtype(dropout_rng.dtype, jax.dtypes.prng_key)
-  key = jax.random.key_data(dropout_rng) if typed else (dropout_rng if rate else None)  # a rate: an rng
   # The key's PRNG (threefry, rbg, unsafe_rbg: config.dropout_rng) travels beside its raw data,
   # which alone cannot tell rbg from unsafe_rbg; raw uint32 data is the default PRNG's.
-  impl = jax.random.key_impl(dropout_rng) if typed else None
+  key, impl = None, None
+  if rate and dropout_rng is not None:  # a rate: an rng
+    key = dropout_rng
+    if jnp.issubdtype(dropout_rng.dtype, jax.dtypes.prng_key):
+      key, impl = jax.random.key_data(dropout_rng), jax.random.key_impl(dropout_rng)
   out = _attention(pad(q, pt), pad(k, ps), pad(v, ps), f, key, scale, bq, bk, rate, impl)
   return out[:, :t]
 

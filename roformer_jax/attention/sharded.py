@@ -86,9 +86,9 @@ def context_parallel_attention(kernel: Callable[..., jax.Array], q, k, v, *, mas
     slots = lambda n: jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (q.shape[0], n))
     mask = dataclasses.replace(mask, q_index=slots(q.shape[1]), kv_index=slots(k.shape[1]))
   mask_specs = jax.tree.map(lambda _: rows, mask)
-  key = jax.random.key_data(dropout_rng) if dropout_rng is not None else None
-  typed = dropout_rng is not None and jnp.issubdtype(dropout_rng.dtype, jax.dtypes.prng_key)
-  impl = jax.random.key_impl(dropout_rng) if typed else None  # rbg's key data is not threefry's
+  key, impl = None, None
+  if dropout_rng is not None:  # its PRNG travels beside its data: rbg's data is not threefry's
+    key, impl = jax.random.key_data(dropout_rng), jax.random.key_impl(dropout_rng)
   axis = context_parallel.AXIS
 
   def local(q, k, v, mask, key=None):
