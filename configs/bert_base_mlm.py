@@ -34,6 +34,7 @@ def get_config(arg: str = "") -> ml_collections.ConfigDict:
   config = common.base_config()
   config.task = "mlm"  # RoFormerForMaskedLM: CE at the masked positions (roformer_jax.training.tasks).
   config.seed = 0  # PRNG seed for init, data order, masks and dropout.
+  config.dropout_rng = "rbg"  # ours: dropout's PRNG; 5.5% faster steps than threefry on an H200 (docs/training.md).
   config.total_steps = 100_000  # Sec. 4.2: 100k steps.
   config.batch_size = 64  # Sec. 4.2: batch size 64 (sequences of max_length tokens, packed).
   config.checkpoint_every_steps = 2000  # ours.

@@ -79,9 +79,9 @@ want b3 && for v in auto xla; do
   cp /tmp/b3_trace/$v/step.hlo.txt.gz "$R/b3_hlo_$v.txt.gz" 2>/dev/null
 done; want b3 && pack
 #    The dense/chunked switch on the real model: packed rows (a dense mask, so no cuDNN) at
-#    B=8 x T=4096, where one call's float32 logits (6 GiB) pass GPU_DENSE_LOGITS_BYTES and "auto"
+#    B=6 x T=4096, where one call's float32 logits (4.5 GiB) pass GPU_DENSE_LOGITS_BYTES and "auto"
 #    takes the chunked kernel, against XLA's dense attention forced (time and temp memory).
-step switch 90 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 2 || echo 8) \
+step switch 90 "$PY" bench/gpu_mlm.py $S --batch $([ "$SMOKE" = 1 ] && echo 2 || echo "${SWITCH_BATCH:-6}") \
   --seq $([ "$SMOKE" = 1 ] && echo 1024 || echo 4096) --variants packed,packed-xla --rounds 2 --steps 2 --warmup 1 \
   --json-out "$R/switch.json"
 #    and larger batches (MFU grows with the matmuls' size), not recorded: B = 128 as it is, and
@@ -113,7 +113,7 @@ step attention64 70 "$PY" bench/long_context.py $S --dtype bfloat16 --methods de
 #    third session's 100 s ended while generate.py was starting (after 60 + 30 steps): now it
 #    runs right after the first training, and every command is timed.
 W=/tmp/gpu_default
-N=$([ "$SMOKE" = 1 ] && echo 4 || echo 40)
+N=$([ "$SMOKE" = 1 ] && echo 4 || echo 60)  # default.py warms up for 50 steps
 CFG=configs/default.py$([ "$SMOKE" = 1 ] && echo :smoke)
 #    (Fifth session: generate.py under its own 60 s limit, since the third session's stopped
 #    after printing its prompt; the resume, already shown twice on the GPU, is left out.)
