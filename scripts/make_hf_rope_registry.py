@@ -44,9 +44,15 @@ channel block, and every layer either rotates or is one the config's ``layer_typ
 else is ``refused`` with the mechanism that stopped it. ``tests/test_rope_hf_registry.py`` walks
 every entry: ``exact`` ones must equal the golden, refused ones must raise naming their reason.
 
-Run in the throwaway reference venv (Python 3.11, torch 2.13 CPU, transformers 5.24):
-  python scripts/make_hf_rope_registry.py            # writes both files, prints what changed
-  python scripts/make_hf_rope_registry.py llama ...  # observe only these types, print, write nothing
+Diffusers transformers (``_class_name``): those whose forward takes Flux's ``img_ids`` and
+``txt_ids`` run their own forward on a shrunk config (scripts/diffusers_rope_observer.py says how
+the rotation is fitted from what their apply function did); their goldens are
+``tests/golden/diffusers_rope_registry.npz``. Every other class is refused by name.
+
+Run in the throwaway reference venv (Python 3.11, torch 2.13 CPU, transformers 5.24, diffusers 0.42.1):
+  python scripts/make_hf_rope_registry.py              # writes the files, prints what changed
+  python scripts/make_hf_rope_registry.py llama ...    # observe only these types, print, write nothing
+  python scripts/make_hf_rope_registry.py --diffusers  # the diffusers part alone, written (a minute)
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_M
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_JSON = os.path.join(REPO_ROOT, "roformer_jax", "rope", "hf_registry.json")
 OUT_NPZ = os.path.join(REPO_ROOT, "tests", "golden", "hf_rope_registry.npz")
+DIFFUSERS_NPZ = os.path.join(REPO_ROOT, "tests", "golden", "diffusers_rope_registry.npz")
 SEED = 20261127
 T_META = 11  # tokens of the meta forward: a length no default head count or head dim equals
 POSITIONS = np.array([[0, 1, 2, 3, 7, 100, 1023], [1024, 4095, 4096, 8191, 16383, 30000, 32767]])
@@ -1117,6 +1124,16 @@ def _summary(r):
 
 def main():
   only = sys.argv[1:]
+  if only == ["--diffusers"]:
+    with open(OUT_JSON) as f:
+      registry = json.load(f)
+    old = {"model_types": {}, "diffusers": registry.get("diffusers", {})}
+    registry["versions"]["diffusers"], registry["diffusers"] = diffusers_entries()
+    report_diffusers(old["diffusers"], registry["diffusers"])
+    with open(OUT_JSON, "w") as f:
+      json.dump(registry, f, indent=0, sort_keys=True, default=_json_default)
+      f.write("\n")
+    return
   types = only or list(CONFIG_MAPPING_NAMES)
   t0 = time.time()
   out = {}
@@ -1177,7 +1194,9 @@ def main():
     registry["diffusers"] = classes
   if os.path.exists(OUT_JSON):
     with open(OUT_JSON) as f:
-      report_changes(json.load(f), registry)
+      old = json.load(f)
+    report_changes(old, registry)
+    report_diffusers(old.get("diffusers", {}), registry.get("diffusers", {}))
   with open(OUT_JSON, "w") as f:
     json.dump(registry, f, indent=0, sort_keys=True, default=_json_default)
     f.write("\n")
@@ -1195,15 +1214,18 @@ def _json_default(x):
 
 
 def diffusers_entries():
-  """Every diffusers transformer class (a diffusers config.json names it in `_class_name`), so that from_hf_config
-  refuses each by name. Their forwards need latents, timesteps and text states per model, and their rotary
-  modules take position ids of their own (Flux's txt/img ids, video grids): not observed yet."""
+  """Every diffusers transformer class (a diffusers config.json names it in `_class_name`): those whose forward
+  takes Flux's img_ids/txt_ids observed (scripts/diffusers_rope_observer.py; their goldens written to
+  DIFFUSERS_NPZ), every other one refused by name: their forwards need latents, timesteps and text states per
+  model, and their rotary modules take position ids of their own (video grids, centred ids) not probed yet."""
   try:
     import diffusers
     import diffusers.models.transformers as package
   except ImportError:
     return None, None
   import pkgutil
+
+  import diffusers_rope_observer as observer
 
   classes = {}
   for info in pkgutil.iter_modules(package.__path__):
@@ -1215,7 +1237,39 @@ def diffusers_entries():
                          "reason": "diffusers transformers are not observed yet (their forwards need latents, "
                                    "timesteps and text states; their rotary modules take ids of their own)",
                          "rotary_names": rotary[:6]}
+        given = [p for p in inspect.signature(cls.forward).parameters if CANDIDATE.search(p)]
+        if given:  # CogVideoX, HunyuanDiT, Lumina-Next, Stable Audio: the pipeline makes the rotary tensors
+          classes[name]["reason"] = (f"its forward takes its rotary tensors ({', '.join(given)}) from its pipeline, "
+                                     "which this registry does not observe")
+        elif not rotary:  # as for transformers: no rotary candidate in its module, none passed in
+          classes[name].update(status="no_rope", reason="its module has no rotary code (no function or class "
+                                                        "named rot/rope) and its forward takes no rotary tensors: "
+                                                        "it has no RoPE")
+  goldens = {}
+  for name in observer.ids_classes(classes):
+    entry, golden = observer.observe(name, SEED)
+    if entry["status"] == "refused":  # the Flux-style observation was tried and failed: say how
+      entry["reason"] = f"its forward takes img_ids/txt_ids, but {entry['reason']}"
+    classes[name] = {"module": classes[name]["module"], "rotary_names": classes[name]["rotary_names"], **entry}
+    if golden is not None:
+      goldens[name] = golden
+    print(f"diffusers {name}: {entry['status']} {entry.get('reason', '')}", file=sys.stderr, flush=True)
+  arrays = {f"{name}/{k}": np.asarray(v) for name, g in goldens.items() for k, v in g.items() if k != "config"}
+  arrays.update(observer.pipeline_ids())
+  np.savez_compressed(DIFFUSERS_NPZ, **arrays)
+  with open(DIFFUSERS_NPZ.replace(".npz", "_configs.json"), "w") as f:
+    json.dump({name: g["config"] for name, g in sorted(goldens.items())}, f, indent=0, sort_keys=True)
+    f.write("\n")
   return diffusers.__version__, classes
+
+
+def report_diffusers(before, after):
+  """What a re-run changed among the diffusers classes."""
+  for name in sorted(set(before) | set(after)):
+    b, a = before.get(name), after.get(name)
+    if b is None or a is None or b.get("status") != a.get("status") or b.get("family") != a.get("family"):
+      print(f"  diffusers {name}: {None if b is None else b.get('status')} -> {None if a is None else a.get('status')} "
+            f"{(a or {}).get('reason', '')}")
 
 
 def delegate(out):

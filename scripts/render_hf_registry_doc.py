@@ -87,13 +87,19 @@ def render() -> str:
     lines.append(f"| {mech} | {len(ts)} | {', '.join(f'`{t}`' for t in ts)} |")
   classes = reg.get("diffusers", {})
   if classes:
-    reasons = collections.Counter(e["reason"] for e in classes.values())
+    reasons = collections.Counter(e["reason"] for e in classes.values() if e["status"] != "exact")
+    exact = sorted(c for c, e in classes.items() if e["status"] == "exact")
     lines += ["", f"## diffusers {reg['versions'].get('diffusers')}", "",
               f"{len(classes)} transformer classes, recognised by a config.json's `_class_name`; "
-              f"{sum(e['status'] == 'exact' for e in classes.values())} exact."]
+              f"{len(exact)} exact, observed in their own forward (scripts/diffusers_rope_observer.py):", "",
+              "| class | axes (`axes_dims_rope`) | theta | pairs | token order |", "|---|---|---|---|---|"]
+    for c in exact:
+      f = classes[c]["family"]
+      theta = f"{f['theta']:g}" if "theta" in f else f"`{f['theta_key']}` ({f['theta_default']:g})"
+      lines.append(f"| `{c}` | {f['axes_default']} | {theta} | {f['layout']} | {f['order'].replace('_', ' ')} |")
     for reason, n in reasons.most_common():
       lines += ["", f"Refused ({n}): {reason}:", "", ", ".join(f"`{c}`" for c, e in sorted(classes.items())
-                                                              if e["reason"] == reason)]
+                                                              if e.get("reason") == reason)]
   lines += ["", "## Every refused type and its reason", "", "| model type | reason |", "|---|---|"]
   for t, e in sorted(types.items()):
     if e["status"] in ("refused", "no_default_config") and t not in HAND:

@@ -150,15 +150,52 @@ def test_the_registry_page_is_generated_from_the_registry():
   assert module.PAGE.read_text() == module.render(), "run .venv/bin/python scripts/render_hf_registry_doc.py"
 
 
-def test_every_diffusers_class_is_refused_by_name():
+DIFFUSERS_CONFIGS = json.loads((GOLDEN / "diffusers_rope_registry_configs.json").read_text())
+DIFFUSERS_ARRAYS = np.load(GOLDEN / "diffusers_rope_registry.npz")
+
+
+def test_every_diffusers_class_is_exact_or_refused_by_name():
+  """Every diffusers transformer class: an observed one (Flux's img_ids/txt_ids forward) rotates the
+  golden q as its own forward's apply did, from its shrunk config.json and from its defaults;
+  every other one raises naming its reason."""
   classes = REGISTRY["diffusers"]
   assert REGISTRY["versions"]["diffusers"] == "0.42.1" and len(classes) > 70
   assert {"FluxTransformer2DModel", "WanTransformer3DModel", "HunyuanVideoTransformer3DModel"} <= set(classes)
+  exact = sorted(n for n, e in classes.items() if e["status"] == "exact")
+  assert {"FluxTransformer2DModel", "Flux2Transformer2DModel",
+          "ChromaTransformer2DModel"} <= set(exact) and set(exact) == set(DIFFUSERS_CONFIGS)
   for name, entry in classes.items():
-    with pytest.raises(ValueError, match=f"diffusers class '{name}' is refused: " + re.escape(entry["reason"][:40])):
-      rope.from_hf_config({"_class_name": name, "_diffusers_version": "0.42.1", "num_layers": 2})
+    if entry["status"] != "exact":
+      with pytest.raises(ValueError, match=f"diffusers class '{name}' is refused: " + re.escape(entry["reason"][:40])):
+        rope.from_hf_config({"_class_name": name, "_diffusers_version": "0.42.1", "num_layers": 2})
+      continue
+    fam, g = entry["family"], {k: np.asarray(DIFFUSERS_ARRAYS[f"{name}/{k}"]) for k in ("x", "out", "ids_img", "ids_txt")}
+    ids = [g["ids_txt"], g["ids_img"]] if fam["order"] == "text_first" else [g["ids_img"], g["ids_txt"]]
+    spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
+    got = np.asarray(spec.apply(g["x"].astype(np.float32), np.concatenate(ids).astype(np.int32)), np.float64)
+    np.testing.assert_allclose(got, g["out"], atol=2e-6, err_msg=name)  # the model's apply is float32
+    default = rope.from_hf_config({"_class_name": name})  # ConfigMixin's defaults: the class's own
+    axes = fam["axes_default"]
+    assert default.sections == tuple(d // 2 for d in axes) and default.frequencies == "per_axis", name
+    assert default.theta == fam.get("theta", fam.get("theta_default")), name
+    if "theta_key" in fam:  # observed to follow the key (x 4 in the generator)
+      assert rope.from_hf_config({"_class_name": name, fam["theta_key"]: 500.0}).theta == 500.0
+    with pytest.raises(ValueError, match="adds up to"):
+      rope.from_hf_config({"_class_name": name, "attention_head_dim": sum(axes) + 2})
   with pytest.raises(ValueError, match="diffusers class 'MyTransformer' is not in the RoPE registry"):
     rope.from_hf_config({"_class_name": "MyTransformer"})
+
+
+def test_flux_positions_are_the_ids_the_pipelines_build():
+  """rope.flux_positions against FluxPipeline's and Flux2Pipeline's own static methods (3 x 5 grid, 4 text tokens)."""
+  flux = rope.flux_positions(3, 5, 4)
+  np.testing.assert_array_equal(flux[4:], DIFFUSERS_ARRAYS["pipelines/flux/img_ids"])
+  assert flux.dtype == np.int32 and not flux[:4].any()  # FluxPipeline's txt_ids: zeros
+  flux2 = rope.flux_positions(3, 5, 4, axes=4)
+  np.testing.assert_array_equal(flux2[:4], DIFFUSERS_ARRAYS["pipelines/flux2/txt_ids"])
+  np.testing.assert_array_equal(flux2[4:], DIFFUSERS_ARRAYS["pipelines/flux2/img_ids"])
+  with pytest.raises(ValueError, match="axes=5"):
+    rope.flux_positions(3, 5, 4, axes=5)
 
 
 def test_a_scaling_the_model_was_not_observed_to_follow_is_refused():

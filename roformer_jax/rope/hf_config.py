@@ -162,6 +162,32 @@ def _observed(model_type: Any) -> dict[str, Any]:
   return out
 
 
+def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
+  """The spec of an observed diffusers class (Flux and the models built on it), or its refusal.
+
+  A diffusers config.json holds its class's init arguments; a key it lacks takes the class's
+  default, as diffusers' ConfigMixin does when it builds the model (the registry recorded it).
+  """
+  entry = registry().get("diffusers", {}).get(class_name) if isinstance(class_name, str) else None
+  if entry is None or entry.get("status") != "exact":
+    raise _refuse_diffusers(class_name)
+  fam = entry["family"]
+  axes = cfg.get(fam["axes_key"], fam["axes_default"])
+  if not isinstance(axes, (list, tuple)) or not axes or any(
+      isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2 for d in axes):
+    raise ValueError(f"{class_name}: {fam['axes_key']}={axes!r} must be a list of positive even ints (the rotated "
+                     "channels per position axis).")
+  head_dim = cfg.get(fam["head_dim_key"])
+  if head_dim is not None and sum(axes) != head_dim:
+    raise ValueError(f"{class_name}: {fam['axes_key']}={list(axes)} adds up to {sum(axes)} channels, but "
+                     f"{fam['head_dim_key']}={head_dim}; {class_name} rotates every channel of its heads.")
+  theta = fam["theta"] if "theta" in fam else cfg.get(fam["theta_key"], fam["theta_default"])
+  if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+    raise ValueError(f"{class_name}: {fam.get('theta_key')}={theta!r} must be a positive number.")
+  return RotaryConfig(theta=float(theta), layout=fam["layout"], sections=tuple(d // 2 for d in axes),
+                      frequencies=fam["frequencies"])
+
+
 def _refuse_diffusers(class_name: Any) -> ValueError:
   entry = registry().get("diffusers", {}).get(class_name) if isinstance(class_name, str) else None
   if entry is None:
@@ -278,7 +304,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       Both formats are read: v4
       (`rope_theta` + `rope_scaling` with "type" or "rope_type", `partial_rotary_factor`,
       `rotary_pct`, `rotary_dim`, `head_dim`, model-specific keys) and v5 (`rope_parameters`,
-      flat or keyed by layer type).
+      flat or keyed by layer type). A diffusers config.json (`_class_name`, no model_type) of
+      a class the registry observed (Flux, Flux 2, Chroma, Bria, LongCat-Image, Ovis-Image) gives
+      its per-axis RoPE over `axes_dims_rope`: positions [..., T, A] are the ids its forward
+      takes, text tokens first (`rope.flux_positions`); any other diffusers class is refused.
     layer: the decoder layer index; None = layer 0. Models whose layers differ (Gemma 2/3,
       Cohere2, ModernBERT, Llama 4, SmolLM3, Qwen3.5) need it to pick the layer type.
     family: read the config as this family (`hf_families()`) whatever its model_type says: your
@@ -304,7 +333,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   cfg = dict(config)
   model_type: Any = cfg.get("model_type")  # a JSON value (None or a bad type: no family)
   if model_type is None and family is None and "_class_name" in cfg:  # a diffusers config.json
-    raise _refuse_diffusers(cfg["_class_name"])
+    if layer is not None:
+      raise ValueError(f"layer={layer}: a diffusers transformer ({cfg['_class_name']}) rotates every layer alike; "
+                       "leave layer out.")
+    return _from_diffusers(cfg, cfg["_class_name"])
   if model_type in _TEXT_OF:
     text = cfg.get("text_config")
     cfg = dict(text) if isinstance(text, Mapping) else cfg

@@ -276,3 +276,34 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
     zero = np.zeros((1, 2), dtype)
     pos = np.concatenate([zero, pos] if cls == "first" else [pos, zero], axis=0)
   return pos
+
+
+def flux_positions(height: int, width: int, text_length: int, *, axes: int = 3) -> np.ndarray:
+  """The position ids a Flux-family diffusers transformer rotates by, text tokens first.
+
+  This is what its pipeline builds and its forward concatenates (`torch.cat((txt_ids, img_ids))`),
+  for a latent grid of `height` x `width` patches in raster order and `text_length` text tokens:
+  - axes=3 (Flux, Chroma, Bria, LongCat-Image, Ovis-Image; FluxPipeline._prepare_latent_image_ids):
+    text (0, 0, 0), image (0, row, col);
+  - axes=4 (Flux 2: Flux2Pipeline._prepare_text_ids / _prepare_latent_ids): text (0, 0, 0, l)
+    for the l-th text token, image (0, row, col, 0).
+  Pass the result, [text_length + height * width, axes], as the positions of the spec
+  `from_hf_config` gives for that class's config.json. Reference images (Kontext) and video
+  frames number the first axis otherwise: build those ids as the pipeline does.
+
+  Returns:
+    int32[text_length + height * width, axes].
+  """
+  for name, v in (("height", height), ("width", width)):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+      raise ValueError(f"{name} must be a positive int, got {v!r}.")
+  if isinstance(text_length, bool) or not isinstance(text_length, (int, np.integer)) or text_length < 0:
+    raise ValueError(f"text_length must be an int >= 0, got {text_length!r}.")
+  if axes not in (3, 4):
+    raise ValueError(f"axes={axes!r}: 3 (Flux: (t, row, col)) or 4 (Flux 2: (t, row, col, text index)).")
+  text = np.zeros((text_length, axes), np.int32)
+  image = np.zeros((height * width, axes), np.int32)
+  image[:, 1:3] = grid_positions(height, width)
+  if axes == 4:
+    text[:, 3] = np.arange(text_length)
+  return np.concatenate([text, image])

@@ -1,0 +1,261 @@
+"""Observes the RoPE of diffusers transformers whose forward takes position ids (issue 39).
+
+Used by scripts/make_hf_rope_registry.py (the throwaway reference venv: torch, diffusers).
+
+For every diffusers class whose forward takes `img_ids` and `txt_ids` (Flux and the models
+built on it), this runs the class's own forward, for real on the CPU in float64, on a shrunk
+config and random inputs, and records every call of a rotary apply function (found with
+`sys.setprofile`: a function whose name says rotary/rope, given and returning a tensor of the
+same shape). What the rotation is, is then *fitted*, not read from names:
+
+- the token order: the ids as the forward was given them, text first or image first;
+- theta: from the angle by which the apply turned pair 1 of the last axis at a token whose ids
+  are all 1 (theta = f ** (-d / 2) for f = theta ** (-2 / d));
+- the pairing: interleaved pairs or rotate_half, each axis its own spectrum over its own
+  `axes_dims_rope` entry (RotaryConfig sections, frequencies="per_axis");
+
+and the fitted spec must reproduce every recorded apply to 1e-12 in float64, or the class is
+refused with the largest difference. The theta key is found by perturbation: the class is
+built again with `rope_theta` (or `theta`) x 4, and the observed theta must follow.
+
+What is hand-written, and why: the shrunk config (one layer of each kind, 2 heads of 16
+channels, the axes split as 4+6+6 or 4 x 4, every width 8) and the forward's inputs by
+parameter name (hidden_states [1, S, in_channels], encoder_hidden_states [1, T, width], ...).
+A diffusers forward needs latents, timesteps and text states whose shapes the config implies
+per family; nothing here decides what the rotation is.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+
+import numpy as np
+import torch
+
+APPLY = re.compile(r"rot|rope", re.I)
+S_IMG, T_TXT = 6, 3  # image and text tokens of the probe
+WIDTH = 8  # every width the shrunk config sets
+HEAD_DIM = 16
+SPLITS = {2: (8, 8), 3: (4, 6, 6), 4: (4, 4, 4, 4)}  # axes_dims_rope of the shrunk config, by axis count
+WIDTH_KEYS = ("joint_attention_dim", "pooled_projection_dim", "text_encoder_dim", "approximator_hidden_dim",
+              "timestep_guidance_channels", "timestep_channels")
+LAYER_KEYS = ("num_layers", "num_single_layers", "depth")
+
+
+class Refused(Exception):
+  pass
+
+
+def ids_classes(classes: dict) -> list[str]:
+  """The classes whose forward takes img_ids and txt_ids (Flux's position ids)."""
+  import diffusers
+  out = []
+  for name in classes:
+    cls = getattr(diffusers, name, None)
+    forward = getattr(cls, "forward", None)
+    if forward is not None and {"img_ids", "txt_ids"} <= set(inspect.signature(forward).parameters):
+      out.append(name)
+  return out
+
+
+def _axes_key(defaults: dict) -> str:
+  keys = [k for k, v in defaults.items() if "axes" in k and isinstance(v, (list, tuple))
+          and all(isinstance(x, int) for x in v)]
+  if len(keys) != 1:
+    raise Refused(f"no single axes-dims key among its init parameters (found {keys})")
+  return keys[0]
+
+
+def shrunk_kwargs(cls) -> tuple[dict, str, dict]:
+  params = inspect.signature(cls.__init__).parameters
+  defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+  axes_key = _axes_key(defaults)
+  axes = SPLITS.get(len(defaults[axes_key]))
+  if axes is None:
+    raise Refused(f"{axes_key}={defaults[axes_key]}: no probe split for {len(defaults[axes_key])} axes")
+  kw: dict = {axes_key: list(axes)}
+  for k in LAYER_KEYS:
+    if k in defaults:
+      kw[k] = 1
+  if "attention_head_dim" in defaults:
+    kw["attention_head_dim"] = HEAD_DIM
+  if "num_attention_heads" in defaults:
+    kw["num_attention_heads"] = 2
+  for k in ("in_channels", "cond_in_channels"):
+    if k in defaults:
+      kw[k] = WIDTH
+  if defaults.get("out_channels") is not None:
+    kw["out_channels"] = WIDTH
+  for k in WIDTH_KEYS:
+    if k in defaults:
+      kw[k] = WIDTH
+  return kw, axes_key, defaults
+
+
+def _inputs(cls, kw: dict, ids_img: torch.Tensor, ids_txt: torch.Tensor) -> dict:
+  names = list(inspect.signature(cls.forward).parameters)[1:]
+  width = kw.get("joint_attention_dim", WIDTH)
+  x = {"hidden_states": torch.randn(1, S_IMG, kw.get("in_channels", WIDTH), dtype=torch.float64),
+       "encoder_hidden_states": torch.randn(1, T_TXT, width, dtype=torch.float64),
+       "pooled_projections": torch.randn(1, kw.get("pooled_projection_dim", WIDTH), dtype=torch.float64),
+       "timestep": torch.tensor([0.5], dtype=torch.float64),
+       "img_ids": ids_img, "txt_ids": ids_txt}
+  return {k: v for k, v in x.items() if k in names}
+
+
+def _applies(model, inputs: dict) -> list[dict]:
+  """Runs the forward, recording every rotary apply: its tensor argument and what it returned."""
+  calls, stack = [], []
+
+  def prof(frame, event, arg):
+    if not APPLY.search(frame.f_code.co_name) or "diffusers" not in frame.f_code.co_filename:
+      return
+    if event == "call":
+      tensors = [v for v in frame.f_locals.values() if isinstance(v, torch.Tensor) and v.ndim == 4]
+      stack.append((frame, tensors[0].detach().clone() if tensors else None))
+    elif event == "return" and stack and stack[-1][0] is frame:
+      _, x = stack.pop()
+      if x is not None and isinstance(arg, torch.Tensor) and arg.shape == x.shape:
+        calls.append({"function": f"{frame.f_code.co_filename.split('/')[-1]}:{frame.f_code.co_name}",
+                      "x": x.numpy(), "out": arg.detach().numpy().astype(np.float64)})
+
+  sys.setprofile(prof)
+  try:
+    with torch.no_grad():
+      model(**inputs)
+  finally:
+    sys.setprofile(None)
+  return calls
+
+
+def _to_bthd(a: np.ndarray, tokens: int) -> np.ndarray:
+  axis = [i for i in (1, 2) if a.shape[i] == tokens]
+  if len(axis) != 1:
+    raise Refused(f"cannot tell the token axis of an applied tensor of shape {a.shape}")
+  return a if axis[0] == 1 else np.swapaxes(a, 1, 2)
+
+
+def _angles(x: np.ndarray, out: np.ndarray, layout: str) -> np.ndarray:
+  """[B, T, H, D/2]: the angle each pair was turned by, under `layout`'s pairing."""
+  d = x.shape[-1]
+  if layout == "interleaved":
+    a, b, c, e = x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2]
+  else:
+    a, b, c, e = x[..., : d // 2], x[..., d // 2:], out[..., : d // 2], out[..., d // 2:]
+  return np.arctan2(a * e - b * c, a * c + b * e)
+
+
+def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], theta: float, layout: str,
+                       tables: str = "float64") -> np.ndarray:
+  """float64 NumPy: x [B, T, H, D] turned pair by pair, axis a's pairs by pos_a * theta ** (-2j / d_a);
+  tables="float32": as diffusers' apply_rotary_emb computes whatever the model's dtype: cos and sin
+  of the float64 angle rounded to float32 (FluxPosEmbed's `.float()` tables), x cast to float32
+  (`x.float()`), the products and their sum in float32."""
+  freqs = np.concatenate([theta ** (-np.arange(0, d, 2, dtype=np.float64) / d) for d in axes])
+  owner = np.concatenate([np.full(d // 2, i) for i, d in enumerate(axes)])
+  ang = positions[:, owner].astype(np.float64) * freqs  # [T, D/2]
+  c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
+  if tables == "float32":
+    c, s, x = c.astype(np.float32), s.astype(np.float32), x.astype(np.float32)
+  if layout == "interleaved":
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * c - b * s, a * s + b * c
+    return out.astype(np.float64)
+  h = x.shape[-1] // 2
+  a, b = x[..., :h], x[..., h:]
+  return np.concatenate([a * c - b * s, a * s + b * c], -1).astype(np.float64)
+
+
+def fit(calls: list[dict], ids_img: np.ndarray, ids_txt: np.ndarray, axes: list[int]) -> dict:
+  tokens = len(ids_img) + len(ids_txt)
+  orders = {"text_first": np.concatenate([ids_txt, ids_img]), "image_first": np.concatenate([ids_img, ids_txt])}
+  last = len(axes) - 1
+  pair = sum(axes[:last]) // 2 + 1  # pair 1 of the last axis
+  best = None
+  for order, pos in orders.items():
+    row = int(np.flatnonzero((pos == 1).all(1))[0])  # the token whose ids are all 1
+    for layout in ("interleaved", "half"):
+      x, out = (_to_bthd(calls[0][k], tokens) for k in ("x", "out"))
+      f = float(np.median(_angles(x, out, layout)[:, row, :, pair]))
+      if not 0 < f < 1:
+        continue
+      theta = f ** (-axes[last] / 2)  # float32 tables read it to ~1e-6: an integer theta is taken when that close
+      if abs(theta - round(theta)) <= 1e-5 * theta:
+        theta = float(round(theta))
+      for tables in ("float64", "float32"):
+        err = max(float(np.abs(reference_rotation(_to_bthd(c["x"], tokens), pos, axes, theta, layout, tables)
+                               - _to_bthd(c["out"], tokens)).max()) for c in calls)
+        if best is None or err < best["error"]:
+          best = {"order": order, "layout": layout, "theta": theta, "tables": tables, "error": err}
+  # float64 must agree to 1e-12; a float32 apply to float32's rounding (|x| < 5 here: 2 ulp ~ 1e-6)
+  if best is None or best["error"] > (1e-12 if best["tables"] == "float64" else 1e-6):
+    raise Refused(f"no fit of its rotation as per-axis RoPE over {axes} (best {best})")
+  return best
+
+
+def probe(cls, kw: dict, seed: int) -> tuple[list[dict], np.ndarray, np.ndarray]:
+  torch.manual_seed(seed)
+  rng = np.random.default_rng(seed)
+  axes = len(next(v for k, v in kw.items() if "axes" in k))
+  ids_img = rng.integers(0, 7, (S_IMG, axes)).astype(np.float64)
+  ids_txt = rng.integers(0, 7, (T_TXT, axes)).astype(np.float64)
+  ids_img[(ids_img == 1).all(1)] = 2.0  # only the first text token has every id 1:
+  ids_txt[(ids_txt == 1).all(1)] = 2.0
+  ids_txt[0] = 1.0  # the token by which theta is read
+  model = cls(**kw).double().eval()
+  calls = _applies(model, _inputs(cls, kw, torch.from_numpy(ids_img), torch.from_numpy(ids_txt)))
+  if not calls:
+    raise Refused("its forward calls no rotary apply function")
+  return calls, ids_img, ids_txt
+
+
+def observe(name: str, seed: int) -> tuple[dict, dict | None]:
+  """(registry entry, goldens) of one class; the entry is refused, naming why, when the fit fails."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  try:
+    kw, axes_key, defaults = shrunk_kwargs(cls)
+    calls, ids_img, ids_txt = probe(cls, kw, seed)
+    got = fit(calls, ids_img, ids_txt, kw[axes_key])
+    theta_key = next((k for k in ("rope_theta", "theta") if k in defaults), None)
+    if theta_key is not None:  # perturbed: the observed theta must follow the key
+      kw4 = {**kw, theta_key: 4 * defaults[theta_key]}
+      calls4, i4, t4 = probe(cls, kw4, seed)
+      got4 = fit(calls4, i4, t4, kw[axes_key])
+      if not np.isclose(got4["theta"], 4 * got["theta"], rtol=1e-6):
+        theta_key = None  # the key does not set the rotation's theta
+    elif not np.isclose(got["theta"], round(got["theta"])):
+      raise Refused(f"observed theta {got['theta']} is not an integer constant")
+    family = {"axes_key": axes_key, "axes_default": list(defaults[axes_key]), "layout": got["layout"],
+              "order": got["order"], "frequencies": "per_axis", "head_dim_key": "attention_head_dim",
+              "tables": got["tables"]}
+    if theta_key is not None:
+      family["theta_key"] = theta_key
+      family["theta_default"] = float(defaults[theta_key])
+      if not np.isclose(got["theta"], defaults[theta_key]):
+        raise Refused(f"observed theta {got['theta']} differs from its {theta_key}={defaults[theta_key]}")
+    else:
+      family["theta"] = float(round(got["theta"]))
+    entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in calls}),
+             "max_abs_error": got["error"]}
+    goldens = {"config": {k: v for k, v in kw.items()}, "ids_img": ids_img, "ids_txt": ids_txt,
+               "x": _to_bthd(calls[0]["x"], S_IMG + T_TXT), "out": _to_bthd(calls[0]["out"], S_IMG + T_TXT)}
+    return entry, goldens
+  except Refused as e:
+    return {"status": "refused", "reason": str(e)}, None
+  except Exception as e:  # noqa: BLE001  the observation itself failed
+    return {"status": "refused", "reason": f"its observation fails: {type(e).__name__}: {str(e)[:200]}"}, None
+
+
+def pipeline_ids() -> dict[str, np.ndarray]:
+  """The ids the pipelines' own static methods build for a 3 x 5 latent grid and 4 text tokens
+  (FluxPipeline: zeros for the text; Flux2Pipeline: its text and latent ids), for rope.flux_positions."""
+  from diffusers import Flux2Pipeline, FluxPipeline
+  flux_img = FluxPipeline._prepare_latent_image_ids(1, 3, 5, "cpu", torch.float64)
+  flux2_img = Flux2Pipeline._prepare_latent_ids(torch.zeros(1, 2, 3, 5))[0]
+  flux2_txt = Flux2Pipeline._prepare_text_ids(torch.zeros(1, 4, 2))[0]
+  return {"pipelines/flux/img_ids": flux_img.numpy(), "pipelines/flux2/img_ids": flux2_img.numpy(),
+          "pipelines/flux2/txt_ids": flux2_txt.numpy()}
