@@ -259,3 +259,152 @@ def pipeline_ids() -> dict[str, np.ndarray]:
   flux2_txt = Flux2Pipeline._prepare_text_ids(torch.zeros(1, 4, 2))[0]
   return {"pipelines/flux/img_ids": flux_img.numpy(), "pipelines/flux2/img_ids": flux2_img.numpy(),
           "pipelines/flux2/txt_ids": flux2_txt.numpy()}
+
+
+# ----------------------------------------------------------------------------------------
+# Video and image transformers that number their latent grid themselves (Wan, HunyuanVideo, ...)
+# ----------------------------------------------------------------------------------------
+MAX_PARAMS = 150e6  # float64 on the CPU: 1.2 GB
+GRID = (2, 2, 3)  # latent patches per axis (frames, rows, columns) of the probe
+GRID_WIDTH_KEYS = ("text_dim", "freq_dim", "ffn_dim", "text_embed_dim", "pooled_projection_dim", "image_dim",
+                   "time_embed_dim", "text_embed_2_dim", "image_embed_dim", "cross_attention_dim", "caption_channels")
+
+
+def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
+  """A shrunk config that keeps the head dim and RoPE keys at their defaults (so what is observed is the
+  default config's rotation), one head, one layer of each kind, narrow everything else; and the patch sizes."""
+  params = inspect.signature(cls.__init__).parameters
+  defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
+  kw: dict = {}
+  for k in ("num_layers", "num_single_layers", "num_refiner_layers", "depth"):
+    if isinstance(defaults.get(k), int) and defaults[k] > 0:
+      kw[k] = 1
+  if "num_attention_heads" in defaults:
+    kw["num_attention_heads"] = 1
+  if isinstance(defaults.get("vace_layers"), (list, tuple)):  # VACE blocks sit at layer indices: the one layer
+    kw["vace_layers"] = [0]
+  for k in GRID_WIDTH_KEYS:
+    if isinstance(defaults.get(k), int):
+      kw[k] = WIDTH
+  p = defaults.get("patch_size", 1)
+  if isinstance(p, (tuple, list)):
+    patch = tuple(int(x) for x in p) if len(p) == 3 else (1, *(int(x) for x in p))
+  else:
+    patch = (int(defaults.get("patch_size_t", 1) or 1), int(p), int(p))
+  return kw, defaults, patch
+
+
+def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> dict:
+  names = list(inspect.signature(cls.forward).parameters)[1:]
+  c = defaults.get("in_channels", 16)
+  f, h, w = (g * p for g, p in zip(GRID, patch, strict=True))
+  text = kw.get("text_dim", kw.get("text_embed_dim", WIDTH))
+  x = {"hidden_states": torch.randn(1, c, f, h, w, dtype=torch.float64),
+       "encoder_hidden_states": torch.randn(1, T_TXT, text, dtype=torch.float64),
+       "encoder_attention_mask": torch.ones(1, T_TXT, dtype=torch.bool),
+       "pooled_projections": torch.randn(1, kw.get("pooled_projection_dim", WIDTH), dtype=torch.float64),
+       "timestep": torch.tensor([500.0], dtype=torch.float64)}
+  return {k: v for k, v in x.items() if k in names}
+
+
+def fit_pairs(x: np.ndarray, out: np.ndarray, positions: np.ndarray, layout: str) -> tuple[list[int], np.ndarray]:
+  """Which position axis turns each pair, and at what frequency: a least-squares line through 0 of
+  the pair's angle against each axis's positions; the axis it fits to 1e-5 owns the pair."""
+  ang = np.median(_angles(x, out, layout), axis=(0, 2))  # [T, pairs]: every head alike
+  owners, freqs = [], []
+  for j in range(ang.shape[1]):
+    fits = []
+    for a in range(positions.shape[1]):
+      p = positions[:, a].astype(np.float64)
+      f = float(p @ ang[:, j] / max(p @ p, 1e-30))
+      fits.append((float(np.abs(ang[:, j] - f * p).max()), a, f))
+    err, a, f = min(fits)
+    if err > 1e-5 or f <= 0:
+      raise Refused(f"pair {j} ({layout} pairing) is not turned by one grid axis at one frequency (residual {err:.1e})")
+    owners.append(a)
+    freqs.append(f)
+  return owners, np.asarray(freqs)
+
+
+def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
+  """A class that builds its own latent grid's positions: observed at its default head dim. A
+  config key whose default equals the observed channels per axis is confirmed by perturbation
+  (4 channels moved from the last axis to the first): the observed split must follow it."""
+  entry, goldens = _observe_grid(name, seed)
+  family = entry.get("family")
+  if family and "axes_key" in family:
+    key, axes = family["axes_key"], family["axes_default"]
+    moved = [axes[0] + 4, *axes[1:-1], axes[-1] - 4]
+    again, _ = _observe_grid(name, seed, {key: moved})
+    if again.get("family", {}).get("axes_default") != moved:
+      del family["axes_key"]  # the default's value matched, but the model does not read its split from it
+      family["axes_key_not_followed"] = key
+  return entry, goldens
+
+
+def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict, dict | None]:
+  import diffusers
+  cls = getattr(diffusers, name)
+  try:
+    kw, defaults, patch = grid_kwargs(cls)
+    kw.update(extra or {})
+    with torch.device("meta"):
+      size = sum(p.numel() for p in cls(**kw).parameters())
+    if size > MAX_PARAMS:
+      raise Refused(f"its probe keeps {size / 1e6:.0f}M parameters (widths this probe does not narrow); "
+                    f"the limit is {MAX_PARAMS / 1e6:.0f}M")
+    torch.manual_seed(seed)
+    model = cls(**kw).double().eval()
+    calls = _applies(model, _grid_inputs(cls, kw, defaults, patch))
+    if not calls:
+      raise Refused("its forward on a latent video calls no rotary apply function")
+    tokens = int(np.prod(GRID))
+    grid = np.stack(np.meshgrid(*(np.arange(g) for g in GRID), indexing="ij"), -1).reshape(-1, 3)
+    rotated = [c for c in calls if tokens in c["x"].shape[1:3]]
+    if not rotated:
+      raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
+    best = None
+    for layout in ("interleaved", "half"):
+      x, out = (_to_bthd(rotated[0][k], tokens) for k in ("x", "out"))
+      try:
+        owners, freqs = fit_pairs(x, out, grid, layout)
+      except Refused as e:
+        best = best or e
+        continue
+      runs = [owners[0]]
+      for o in owners[1:]:
+        if o != runs[-1]:
+          runs.append(o)
+      if runs != sorted(set(runs)) or len(runs) != 3:
+        raise Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis (t, h, w)")
+      sections = [owners.count(a) for a in range(3)]
+      thetas = [freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(3)]
+      theta = float(np.median(thetas))
+      if abs(theta - round(theta)) <= 1e-5 * theta:
+        theta = float(round(theta))
+      axes = [2 * s for s in sections]
+      for tables in ("float64", "float32"):
+        err = max(float(np.abs(reference_rotation(_to_bthd(c["x"], tokens), grid, axes, theta, layout, tables)
+                               - _to_bthd(c["out"], tokens)).max()) for c in rotated)
+        if err <= (1e-12 if tables == "float64" else 1e-6):
+          head_dim = x.shape[-1]
+          axes_key = next((k for k in defaults if isinstance(defaults[k], (list, tuple)) and
+                           list(defaults[k]) == axes), None)
+          family = {"grid": True, "axes_default": axes, "layout": layout, "order": "grid_thw",
+                    "frequencies": "per_axis", "head_dim_key": "attention_head_dim", "tables": tables,
+                    "theta": theta, "head_dim_default": head_dim, "patch": list(patch)}
+          if axes_key:
+            family["axes_key"] = axes_key
+          entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
+                   "max_abs_error": err}
+          goldens = {"config": kw, "grid": grid, "x": _to_bthd(rotated[0]["x"], tokens),
+                     "out": _to_bthd(rotated[0]["out"], tokens)}
+          return entry, goldens
+      best = Refused(f"its rotation over the grid fits per-axis RoPE {axes}, theta {theta}, {layout} pairs only to "
+                     f"{err:.1e}")
+    raise best if isinstance(best, Refused) else Refused("no pairing fits its rotation")
+  except Refused as e:
+    return {"status": "refused", "reason": str(e)}, None
+  except Exception as e:  # noqa: BLE001  the observation itself failed
+    return {"status": "refused", "reason": f"its observation on a latent video fails: {type(e).__name__}: "
+                                           f"{str(e)[:200]}"}, None

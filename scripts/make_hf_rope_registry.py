@@ -1246,10 +1246,16 @@ def diffusers_entries():
                                                         "named rot/rope) and its forward takes no rotary tensors: "
                                                         "it has no RoPE")
   goldens = {}
-  for name in observer.ids_classes(classes):
-    entry, golden = observer.observe(name, SEED)
-    if entry["status"] == "refused":  # the Flux-style observation was tried and failed: say how
-      entry["reason"] = f"its forward takes img_ids/txt_ids, but {entry['reason']}"
+  ids = set(observer.ids_classes(classes))
+  for name in sorted(classes):
+    if name in ids:
+      entry, golden = observer.observe(name, SEED)
+      if entry["status"] == "refused":  # the Flux-style observation was tried and failed: say how
+        entry["reason"] = f"its forward takes img_ids/txt_ids, but {entry['reason']}"
+    elif classes[name]["status"] == "refused" and "pipeline" not in classes[name]["reason"]:
+      entry, golden = observer.observe_grid(name, SEED)  # a latent video through its own forward
+    else:
+      continue
     classes[name] = {"module": classes[name]["module"], "rotary_names": classes[name]["rotary_names"], **entry}
     if golden is not None:
       goldens[name] = golden

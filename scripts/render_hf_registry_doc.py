@@ -92,11 +92,14 @@ def render() -> str:
     lines += ["", f"## diffusers {reg['versions'].get('diffusers')}", "",
               f"{len(classes)} transformer classes, recognised by a config.json's `_class_name`; "
               f"{len(exact)} exact, observed in their own forward (scripts/diffusers_rope_observer.py):", "",
-              "| class | axes (`axes_dims_rope`) | theta | pairs | token order |", "|---|---|---|---|---|"]
+              "| class | channels per axis (its key) | theta | pairs | positions |", "|---|---|---|---|---|"]
     for c in exact:
       f = classes[c]["family"]
       theta = f"{f['theta']:g}" if "theta" in f else f"`{f['theta_key']}` ({f['theta_default']:g})"
-      lines.append(f"| `{c}` | {f['axes_default']} | {theta} | {f['layout']} | {f['order'].replace('_', ' ')} |")
+      key = f"`{f['axes_key']}`" if "axes_key" in f else f"from `{f['head_dim_key']}`={f['head_dim_default']} only"
+      where = ("(frame, row, column) of its latent grid" if f.get("grid") else
+               "its img_ids / txt_ids, " + f["order"].replace("_", " "))
+      lines.append(f"| `{c}` | {f['axes_default']} ({key}) | {theta} | {f['layout']} | {where} |")
     for reason, n in reasons.most_common():
       lines += ["", f"Refused ({n}): {reason}:", "", ", ".join(f"`{c}`" for c, e in sorted(classes.items())
                                                               if e.get("reason") == reason)]

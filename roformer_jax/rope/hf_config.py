@@ -172,7 +172,15 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   if entry is None or entry.get("status") != "exact":
     raise _refuse_diffusers(class_name)
   fam = entry["family"]
-  axes = cfg.get(fam["axes_key"], fam["axes_default"])
+  if "axes_key" in fam:
+    axes = cfg.get(fam["axes_key"], fam["axes_default"])
+  else:  # Wan: the head's split over (t, h, w) follows from its head dim by the model's own arithmetic
+    head_dim = cfg.get(fam["head_dim_key"], fam["head_dim_default"])
+    if head_dim != fam["head_dim_default"]:
+      raise ValueError(f"{class_name} splits its head over (t, h, w) by its own arithmetic, observed at "
+                       f"{fam['head_dim_key']}={fam['head_dim_default']} only (as {fam['axes_default']}); "
+                       f"{fam['head_dim_key']}={head_dim} is not read (registry made from {_made_from()}).")
+    axes = fam["axes_default"]
   if not isinstance(axes, (list, tuple)) or not axes or any(
       isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2 for d in axes):
     raise ValueError(f"{class_name}: {fam['axes_key']}={axes!r} must be a list of positive even ints (the rotated "
@@ -307,7 +315,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       flat or keyed by layer type). A diffusers config.json (`_class_name`, no model_type) of
       a class the registry observed (Flux, Flux 2, Chroma, Bria, LongCat-Image, Ovis-Image) gives
       its per-axis RoPE over `axes_dims_rope`: positions [..., T, A] are the ids its forward
-      takes, text tokens first (`rope.flux_positions`); any other diffusers class is refused.
+      takes, text tokens first (`rope.flux_positions`). Video transformers observed to number
+      their latent grid themselves (Wan, SkyReels-V2, Helios) give per-axis RoPE over
+      (frame, row, column): positions `rope.video_grid_positions`. Any other diffusers class
+      is refused, naming why.
     layer: the decoder layer index; None = layer 0. Models whose layers differ (Gemma 2/3,
       Cohere2, ModernBERT, Llama 4, SmolLM3, Qwen3.5) need it to pick the layer type.
     family: read the config as this family (`hf_families()`) whatever its model_type says: your

@@ -307,3 +307,18 @@ def flux_positions(height: int, width: int, text_length: int, *, axes: int = 3) 
   if axes == 4:
     text[:, 3] = np.arange(text_length)
   return np.concatenate([text, image])
+
+
+def video_grid_positions(frames: int, height: int, width: int) -> np.ndarray:
+  """(frame, row, column) of each latent patch in raster order (frames slowest, columns fastest):
+  the positions a diffusers video transformer that numbers its own grid rotates by (Wan,
+  SkyReels-V2, Helios; the grid after patching, e.g. frames = latent frames / patch_t).
+
+  Returns:
+    int32[frames * height * width, 3].
+  """
+  for name, v in (("frames", frames), ("height", height), ("width", width)):
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+      raise ValueError(f"{name} must be a positive int, got {v!r}.")
+  grid = np.meshgrid(np.arange(frames), np.arange(height), np.arange(width), indexing="ij")
+  return np.stack(grid, -1).reshape(-1, 3).astype(np.int32)
