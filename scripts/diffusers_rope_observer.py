@@ -266,7 +266,7 @@ def pipeline_ids() -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------------------
 MAX_PARAMS = 150e6  # float64 on the CPU: 1.2 GB
 GRID = (2, 2, 3)  # latent patches per axis (frames, rows, columns) of the probe
-GRID_WIDTH_KEYS = ("text_dim", "freq_dim", "ffn_dim", "text_embed_dim", "pooled_projection_dim", "image_dim",
+GRID_WIDTH_KEYS = ("text_dim", "joint_attention_dim", "freq_dim", "ffn_dim", "text_embed_dim", "pooled_projection_dim", "image_dim",
                    "time_embed_dim", "text_embed_2_dim", "image_embed_dim", "cross_attention_dim", "caption_channels")
 
 
@@ -281,6 +281,11 @@ def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
       kw[k] = 1
   if "num_attention_heads" in defaults:
     kw["num_attention_heads"] = 1
+    if "attention_head_dim" not in defaults and isinstance(defaults.get("hidden_size"), int):
+      kw["hidden_size"] = defaults["hidden_size"] // defaults["num_attention_heads"]  # the head dim kept
+    for k in ("num_kv_heads", "num_key_value_heads"):
+      if isinstance(defaults.get(k), int):
+        kw[k] = 1
   if isinstance(defaults.get("vace_layers"), (list, tuple)):  # VACE blocks sit at layer indices: the one layer
     kw["vace_layers"] = [0]
   for k in GRID_WIDTH_KEYS:
@@ -298,12 +303,19 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> 
   names = list(inspect.signature(cls.forward).parameters)[1:]
   c = defaults.get("in_channels", 16)
   f, h, w = (g * p for g, p in zip(GRID, patch, strict=True))
-  text = kw.get("text_dim", kw.get("text_embed_dim", WIDTH))
+  text = next((kw[k] for k in ("text_dim", "text_embed_dim", "joint_attention_dim", "caption_channels") if k in kw), WIDTH)
   x = {"hidden_states": torch.randn(1, c, f, h, w, dtype=torch.float64),
        "encoder_hidden_states": torch.randn(1, T_TXT, text, dtype=torch.float64),
        "encoder_attention_mask": torch.ones(1, T_TXT, dtype=torch.bool),
        "pooled_projections": torch.randn(1, kw.get("pooled_projection_dim", WIDTH), dtype=torch.float64),
-       "timestep": torch.tensor([500.0], dtype=torch.float64)}
+       "timestep": torch.tensor([500.0], dtype=torch.float64),
+       "guidance": torch.tensor([3500.0], dtype=torch.float64),
+       "num_frames": GRID[0], "height": GRID[1], "width": GRID[2],  # LTX: the grid of packed tokens
+       "img_shapes": [[(GRID[0], GRID[1], GRID[2])]]}  # QwenImage: (frames, rows, columns) per image
+  if defaults.get("guidance_embeds") is False:  # QwenImage: a guidance input only with guidance embeddings
+    del x["guidance"]
+  if "img_shapes" in names or "num_frames" in names:  # packed latents [B, tokens, channels]
+    x["hidden_states"] = torch.randn(1, int(np.prod(GRID)), c, dtype=torch.float64)
   return {k: v for k, v in x.items() if k in names}
 
 
@@ -359,49 +371,53 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
     if not calls:
       raise Refused("its forward on a latent video calls no rotary apply function")
     tokens = int(np.prod(GRID))
-    grid = np.stack(np.meshgrid(*(np.arange(g) for g in GRID), indexing="ij"), -1).reshape(-1, 3)
+    raster = np.stack(np.meshgrid(*(np.arange(g) for g in GRID), indexing="ij"), -1).reshape(-1, 3)
     rotated = [c for c in calls if tokens in c["x"].shape[1:3]]
     if not rotated:
       raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
     best = None
-    for layout in ("interleaved", "half"):
-      x, out = (_to_bthd(rotated[0][k], tokens) for k in ("x", "out"))
-      try:
-        owners, freqs = fit_pairs(x, out, grid, layout)
-      except Refused as e:
-        best = best or e
-        continue
-      runs = [owners[0]]
-      for o in owners[1:]:
-        if o != runs[-1]:
-          runs.append(o)
-      if runs != sorted(set(runs)) or len(runs) != 3:
-        raise Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis (t, h, w)")
-      sections = [owners.count(a) for a in range(3)]
-      thetas = [freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(3)]
-      theta = float(np.median(thetas))
-      if abs(theta - round(theta)) <= 1e-5 * theta:
-        theta = float(round(theta))
-      axes = [2 * s for s in sections]
-      for tables in ("float64", "float32"):
-        err = max(float(np.abs(reference_rotation(_to_bthd(c["x"], tokens), grid, axes, theta, layout, tables)
-                               - _to_bthd(c["out"], tokens)).max()) for c in rotated)
-        if err <= (1e-12 if tables == "float64" else 1e-6):
-          head_dim = x.shape[-1]
-          axes_key = next((k for k in defaults if isinstance(defaults[k], (list, tuple)) and
-                           list(defaults[k]) == axes), None)
-          family = {"grid": True, "axes_default": axes, "layout": layout, "order": "grid_thw",
-                    "frequencies": "per_axis", "head_dim_key": "attention_head_dim", "tables": tables,
-                    "theta": theta, "head_dim_default": head_dim, "patch": list(patch)}
-          if axes_key:
-            family["axes_key"] = axes_key
-          entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
-                   "max_abs_error": err}
-          goldens = {"config": kw, "grid": grid, "x": _to_bthd(rotated[0]["x"], tokens),
-                     "out": _to_bthd(rotated[0]["out"], tokens)}
-          return entry, goldens
-      best = Refused(f"its rotation over the grid fits per-axis RoPE {axes}, theta {theta}, {layout} pairs only to "
-                     f"{err:.1e}")
+    # "raster": (t, h, w) from 0; "centred": h and w from -ceil(n / 2) (QwenImage's scale_rope)
+    shift = np.array([0, -(-GRID[1] // 2), -(-GRID[2] // 2)])
+    for numbering, grid in (("raster", raster), ("centred", raster - shift)):
+      for layout in ("interleaved", "half"):
+        x, out = (_to_bthd(rotated[0][k], tokens) for k in ("x", "out"))
+        try:
+          owners, freqs = fit_pairs(x, out, grid, layout)
+        except Refused as e:
+          best = best or e
+          continue
+        runs = [owners[0]]
+        for o in owners[1:]:
+          if o != runs[-1]:
+            runs.append(o)
+        if runs != sorted(set(runs)) or len(runs) != 3:
+          best = Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis (t, h, w)")
+          continue
+        sections = [owners.count(a) for a in range(3)]
+        thetas = [freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(3)]
+        theta = float(np.median(thetas))
+        if abs(theta - round(theta)) <= 1e-5 * theta:
+          theta = float(round(theta))
+        axes = [2 * s for s in sections]
+        for tables in ("float64", "float32"):
+          err = max(float(np.abs(reference_rotation(_to_bthd(c["x"], tokens), grid, axes, theta, layout, tables)
+                                 - _to_bthd(c["out"], tokens)).max()) for c in rotated)
+          if err <= (1e-12 if tables == "float64" else 1e-6):
+            head_dim = x.shape[-1]
+            axes_key = next((k for k in defaults if isinstance(defaults[k], (list, tuple)) and
+                             list(defaults[k]) == axes), None)
+            family = {"grid": numbering, "axes_default": axes, "layout": layout, "order": "grid_thw",
+                      "frequencies": "per_axis", "head_dim_key": "attention_head_dim", "tables": tables,
+                      "theta": theta, "head_dim_default": head_dim, "patch": list(patch)}
+            if axes_key:
+              family["axes_key"] = axes_key
+            entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
+                     "max_abs_error": err}
+            goldens = {"config": kw, "grid": grid, "x": _to_bthd(rotated[0]["x"], tokens),
+                       "out": _to_bthd(rotated[0]["out"], tokens)}
+            return entry, goldens
+        best = Refused(f"its rotation over the grid fits per-axis RoPE {axes}, theta {theta}, {layout} pairs only to "
+                       f"{err:.1e}")
     raise best if isinstance(best, Refused) else Refused("no pairing fits its rotation")
   except Refused as e:
     return {"status": "refused", "reason": str(e)}, None

@@ -315,9 +315,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       flat or keyed by layer type). A diffusers config.json (`_class_name`, no model_type) of
       a class the registry observed (Flux, Flux 2, Chroma, Bria, LongCat-Image, Ovis-Image) gives
       its per-axis RoPE over `axes_dims_rope`: positions [..., T, A] are the ids its forward
-      takes, text tokens first (`rope.flux_positions`). Video transformers observed to number
-      their latent grid themselves (Wan, SkyReels-V2, Helios) give per-axis RoPE over
-      (frame, row, column): positions `rope.video_grid_positions`. Any other diffusers class
+      takes, text tokens first (`rope.flux_positions`). Transformers observed to number their
+      latent grid themselves (Wan, SkyReels-V2, Helios, HunyuanVideo, QwenImage, Nucleus-MoE)
+      give per-axis RoPE over (frame, row, column): `rope.video_grid_positions`. Any other diffusers class
       is refused, naming why.
     layer: the decoder layer index; None = layer 0. Models whose layers differ (Gemma 2/3,
       Cohere2, ModernBERT, Llama 4, SmolLM3, Qwen3.5) need it to pick the layer type.

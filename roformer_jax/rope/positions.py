@@ -309,10 +309,12 @@ def flux_positions(height: int, width: int, text_length: int, *, axes: int = 3) 
   return np.concatenate([text, image])
 
 
-def video_grid_positions(frames: int, height: int, width: int) -> np.ndarray:
+def video_grid_positions(frames: int, height: int, width: int, *, centred: bool = False) -> np.ndarray:
   """(frame, row, column) of each latent patch in raster order (frames slowest, columns fastest):
-  the positions a diffusers video transformer that numbers its own grid rotates by (Wan,
-  SkyReels-V2, Helios; the grid after patching, e.g. frames = latent frames / patch_t).
+  the positions a diffusers transformer that numbers its own latent grid rotates by (Wan,
+  SkyReels-V2, Helios, HunyuanVideo; the grid after patching, e.g. frames = latent frames /
+  patch_t). centred=True: rows and columns count from -ceil(n / 2), so the grid's centre is
+  near 0 (QwenImage's and Nucleus-MoE's `scale_rope`; an image is one frame).
 
   Returns:
     int32[frames * height * width, 3].
@@ -321,4 +323,7 @@ def video_grid_positions(frames: int, height: int, width: int) -> np.ndarray:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
       raise ValueError(f"{name} must be a positive int, got {v!r}.")
   grid = np.meshgrid(np.arange(frames), np.arange(height), np.arange(width), indexing="ij")
-  return np.stack(grid, -1).reshape(-1, 3).astype(np.int32)
+  pos = np.stack(grid, -1).reshape(-1, 3)
+  if centred:
+    pos = pos - np.array([0, -(-height // 2), -(-width // 2)])
+  return pos.astype(np.int32)
