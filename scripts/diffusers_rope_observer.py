@@ -267,7 +267,7 @@ def pipeline_ids() -> dict[str, np.ndarray]:
 MAX_PARAMS = 150e6  # float64 on the CPU: 1.2 GB
 GRID = (2, 2, 3)  # latent patches per axis (frames, rows, columns) of the probe
 GRID_WIDTH_KEYS = ("text_dim", "joint_attention_dim", "freq_dim", "ffn_dim", "text_embed_dim", "pooled_projection_dim", "image_dim",
-                   "time_embed_dim", "text_embed_2_dim", "image_embed_dim", "cross_attention_dim", "caption_channels")
+                   "time_embed_dim", "text_embed_2_dim", "image_embed_dim", "caption_channels", "cap_feat_dim")
 
 
 def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
@@ -299,12 +299,25 @@ def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
   return kw, defaults, patch
 
 
+def is_video(cls, defaults: dict) -> bool:
+  """3-D latents [B, C, F, H, W] (a video model), or 2-D [B, C, H, W] (an image model)."""
+  p = defaults.get("patch_size")
+  return "3D" in cls.__name__ or "patch_size_t" in defaults or (isinstance(p, (tuple, list)) and len(p) == 3)
+
+
 def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> dict:
   names = list(inspect.signature(cls.forward).parameters)[1:]
   c = defaults.get("in_channels", 16)
   f, h, w = (g * p for g, p in zip(GRID, patch, strict=True))
-  text = next((kw[k] for k in ("text_dim", "text_embed_dim", "joint_attention_dim", "caption_channels") if k in kw), WIDTH)
+  if not is_video(cls, defaults):
+    f = 1  # one frame: the latent is [B, C, H, W] (squeezed below)
+  text = next((kw[k] for k in ("text_dim", "text_embed_dim", "joint_attention_dim", "caption_channels", "cap_feat_dim")
+               if k in kw), WIDTH)
   x = {"hidden_states": torch.randn(1, c, f, h, w, dtype=torch.float64),
+       "control_hidden_states": torch.randn(1, defaults.get("vace_in_channels", c), f, h, w, dtype=torch.float64),
+       "original_size": torch.tensor([[8.0 * h, 8.0 * w]], dtype=torch.float64),  # CogView: SDXL-style sizes
+       "target_size": torch.tensor([[8.0 * h, 8.0 * w]], dtype=torch.float64),
+       "crop_coords": torch.zeros(1, 2, dtype=torch.float64),
        "encoder_hidden_states": torch.randn(1, T_TXT, text, dtype=torch.float64),
        "encoder_attention_mask": torch.ones(1, T_TXT, dtype=torch.bool),
        "pooled_projections": torch.randn(1, kw.get("pooled_projection_dim", WIDTH), dtype=torch.float64),
@@ -316,6 +329,8 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> 
     del x["guidance"]
   if "img_shapes" in names or "num_frames" in names:  # packed latents [B, tokens, channels]
     x["hidden_states"] = torch.randn(1, int(np.prod(GRID)), c, dtype=torch.float64)
+  elif f == 1:
+    x["hidden_states"] = x["hidden_states"][:, :, 0]
   return {k: v for k, v in x.items() if k in names}
 
 
@@ -370,14 +385,17 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
     calls = _applies(model, _grid_inputs(cls, kw, defaults, patch))
     if not calls:
       raise Refused("its forward on a latent video calls no rotary apply function")
-    tokens = int(np.prod(GRID))
-    raster = np.stack(np.meshgrid(*(np.arange(g) for g in GRID), indexing="ij"), -1).reshape(-1, 3)
+    names = list(inspect.signature(cls.forward).parameters)
+    dims = GRID if is_video(cls, defaults) or "img_shapes" in names or "num_frames" in names else GRID[1:]
+    n = len(dims)
+    tokens = int(np.prod(dims))
+    raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, n)
     rotated = [c for c in calls if tokens in c["x"].shape[1:3]]
     if not rotated:
       raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
     best = None
     # "raster": (t, h, w) from 0; "centred": h and w from -ceil(n / 2) (QwenImage's scale_rope)
-    shift = np.array([0, -(-GRID[1] // 2), -(-GRID[2] // 2)])
+    shift = np.array([0] * (n - 2) + [-(-dims[-2] // 2), -(-dims[-1] // 2)])
     for numbering, grid in (("raster", raster), ("centred", raster - shift)):
       for layout in ("interleaved", "half"):
         x, out = (_to_bthd(rotated[0][k], tokens) for k in ("x", "out"))
@@ -390,11 +408,11 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
         for o in owners[1:]:
           if o != runs[-1]:
             runs.append(o)
-        if runs != sorted(set(runs)) or len(runs) != 3:
-          best = Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis (t, h, w)")
+        if runs != list(range(n)):
+          best = Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis")
           continue
-        sections = [owners.count(a) for a in range(3)]
-        thetas = [freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(3)]
+        sections = [owners.count(a) for a in range(n)]
+        thetas = [freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(n)]
         theta = float(np.median(thetas))
         if abs(theta - round(theta)) <= 1e-5 * theta:
           theta = float(round(theta))
@@ -406,7 +424,8 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
             head_dim = x.shape[-1]
             axes_key = next((k for k in defaults if isinstance(defaults[k], (list, tuple)) and
                              list(defaults[k]) == axes), None)
-            family = {"grid": numbering, "axes_default": axes, "layout": layout, "order": "grid_thw",
+            family = {"grid": numbering, "axes_default": axes, "layout": layout,
+                    "order": "grid_thw" if n == 3 else "grid_hw",
                       "frequencies": "per_axis", "head_dim_key": "attention_head_dim", "tables": tables,
                       "theta": theta, "head_dim_default": head_dim, "patch": list(patch)}
             if axes_key:

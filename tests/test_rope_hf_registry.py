@@ -173,8 +173,9 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     g = {k.split("/", 1)[1]: np.asarray(v) for k, v in DIFFUSERS_ARRAYS.items() if k.startswith(name + "/")}
     if fam.get("grid"):  # Wan & co. number their latent grid themselves: (t, h, w) raster order
       positions = g["grid"]
-      sizes = (int(n) for n in np.ptp(positions, axis=0) + 1)
-      np.testing.assert_array_equal(positions, rope.video_grid_positions(*sizes, centred=fam["grid"] == "centred"))
+      sizes = [int(n) for n in np.ptp(positions, axis=0) + 1]
+      built = rope.video_grid_positions(*([1] * (3 - len(sizes)) + sizes), centred=fam["grid"] == "centred")
+      np.testing.assert_array_equal(positions, built[:, 3 - len(sizes):])  # an image model: (row, column)
     else:
       positions = np.concatenate([g["ids_txt"], g["ids_img"]] if fam["order"] == "text_first" else
                                  [g["ids_img"], g["ids_txt"]])
