@@ -169,16 +169,31 @@ def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], th
   return np.concatenate([a * c - b * s, a * s + b * c], -1).astype(np.float64)
 
 
+def _tokens_of(shape: tuple, counts: set[int]) -> int:
+  found = [n for n in shape[1:3] if n in counts]
+  if len(found) != 1:
+    raise Refused(f"cannot tell the token axis of an applied tensor of shape {shape}")
+  return found[0]
+
+
 def fit(calls: list[dict], ids_img: np.ndarray, ids_txt: np.ndarray, axes: list[int]) -> dict:
-  tokens = len(ids_img) + len(ids_txt)
+  """A call over text and image tokens rotates by both streams' ids in one order; a call over one
+  stream alone (Flux 3 rotates its streams apart) by that stream's ids."""
+  counts = {len(ids_img) + len(ids_txt), len(ids_img), len(ids_txt)}
   orders = {"text_first": np.concatenate([ids_txt, ids_img]), "image_first": np.concatenate([ids_img, ids_txt])}
   last = len(axes) - 1
   pair = sum(axes[:last]) // 2 + 1  # pair 1 of the last axis
+  sized = [(c, _tokens_of(c["x"].shape, counts)) for c in calls]
   best = None
-  for order, pos in orders.items():
-    row = int(np.flatnonzero((pos == 1).all(1))[0])  # the token whose ids are all 1
+  for order, both in orders.items():
+    pos_of = {len(both): both, len(ids_img): ids_img, len(ids_txt): ids_txt}
+    # the theta probe: a call whose positions hold the token with every id 1 (the first text token)
+    probe_call, n = next(((c, n) for c, n in sized if (pos_of[n] == 1).all(1).any()), (None, 0))
+    if probe_call is None:
+      raise Refused("no apply call rotates its text tokens")
+    row = int(np.flatnonzero((pos_of[n] == 1).all(1))[0])
     for layout in ("interleaved", "half"):
-      x, out = (_to_bthd(calls[0][k], tokens) for k in ("x", "out"))
+      x, out = (_to_bthd(probe_call[k], n) for k in ("x", "out"))
       f = float(np.median(_angles(x, out, layout)[:, row, :, pair]))
       if not 0 < f < 1:
         continue
@@ -186,10 +201,11 @@ def fit(calls: list[dict], ids_img: np.ndarray, ids_txt: np.ndarray, axes: list[
       if abs(theta - round(theta)) <= 1e-5 * theta:
         theta = float(round(theta))
       for tables in ("float64", "float32"):
-        err = max(float(np.abs(reference_rotation(_to_bthd(c["x"], tokens), pos, axes, theta, layout, tables)
-                               - _to_bthd(c["out"], tokens)).max()) for c in calls)
+        err = max(float(np.abs(reference_rotation(_to_bthd(c["x"], n), pos_of[n], axes, theta, layout, tables)
+                               - _to_bthd(c["out"], n)).max()) for c, n in sized)
         if best is None or err < best["error"]:
-          best = {"order": order, "layout": layout, "theta": theta, "tables": tables, "error": err}
+          best = {"order": order, "layout": layout, "theta": theta, "tables": tables, "error": err,
+                  "streams": "joint" if any(n == len(both) for _, n in sized) else "apart"}
   # float64 must agree to 1e-12; a float32 apply to float32's rounding (|x| < 5 here: 2 ulp ~ 1e-6)
   if best is None or best["error"] > (1e-12 if best["tables"] == "float64" else 1e-6):
     raise Refused(f"no fit of its rotation as per-axis RoPE over {axes} (best {best})")
@@ -231,7 +247,7 @@ def observe(name: str, seed: int) -> tuple[dict, dict | None]:
       raise Refused(f"observed theta {got['theta']} is not an integer constant")
     family = {"axes_key": axes_key, "axes_default": list(defaults[axes_key]), "layout": got["layout"],
               "order": got["order"], "frequencies": "per_axis", "head_dim_key": "attention_head_dim",
-              "tables": got["tables"]}
+              "tables": got["tables"], "streams": got["streams"]}
     if theta_key is not None:
       family["theta_key"] = theta_key
       family["theta_default"] = float(defaults[theta_key])
@@ -241,8 +257,13 @@ def observe(name: str, seed: int) -> tuple[dict, dict | None]:
       family["theta"] = float(round(got["theta"]))
     entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in calls}),
              "max_abs_error": got["error"]}
-    goldens = {"config": {k: v for k, v in kw.items()}, "ids_img": ids_img, "ids_txt": ids_txt,
-               "x": _to_bthd(calls[0]["x"], S_IMG + T_TXT), "out": _to_bthd(calls[0]["out"], S_IMG + T_TXT)}
+    # the golden: the first call over both streams, else over the image's tokens, with its positions
+    both = np.concatenate([ids_txt, ids_img] if got["order"] == "text_first" else [ids_img, ids_txt])
+    n = next((m for m in (S_IMG + T_TXT, S_IMG) for c in calls if m in c["x"].shape[1:3]), None)
+    call = next(c for c in calls if n in c["x"].shape[1:3])
+    goldens = {"config": dict(kw), "ids_img": ids_img, "ids_txt": ids_txt,
+               "positions": both if n == S_IMG + T_TXT else ids_img,
+               "x": _to_bthd(call["x"], n), "out": _to_bthd(call["out"], n)}
     return entry, goldens
   except Refused as e:
     return {"status": "refused", "reason": str(e)}, None

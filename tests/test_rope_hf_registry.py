@@ -176,9 +176,11 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       sizes = [int(n) for n in np.ptp(positions, axis=0) + 1]
       built = rope.video_grid_positions(*([1] * (3 - len(sizes)) + sizes), centred=fam["grid"] == "centred")
       np.testing.assert_array_equal(positions, built[:, 3 - len(sizes):])  # an image model: (row, column)
-    else:
-      positions = np.concatenate([g["ids_txt"], g["ids_img"]] if fam["order"] == "text_first" else
-                                 [g["ids_img"], g["ids_txt"]])
+    else:  # the ids the forward was given: both streams in the observed order, or the image's alone
+      both = np.concatenate([g["ids_txt"], g["ids_img"]] if fam["order"] == "text_first" else
+                            [g["ids_img"], g["ids_txt"]])
+      positions = both if len(g["positions"]) == len(both) else g["ids_img"]
+      np.testing.assert_array_equal(g["positions"], positions)
     spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
     got = np.asarray(spec.apply(g["x"].astype(np.float32), positions.astype(np.int32)), np.float64)
     np.testing.assert_allclose(got, g["out"], atol=2e-6, err_msg=name)  # the model's apply is float32

@@ -313,7 +313,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       (`rope_theta` + `rope_scaling` with "type" or "rope_type", `partial_rotary_factor`,
       `rotary_pct`, `rotary_dim`, `head_dim`, model-specific keys) and v5 (`rope_parameters`,
       flat or keyed by layer type). A diffusers config.json (`_class_name`, no model_type) of
-      a class the registry observed (Flux, Flux 2, Chroma, Bria, LongCat-Image, Ovis-Image) gives
+      a class the registry observed (Flux, Flux 2, Flux 3, Chroma, Bria, LongCat-Image, Ovis-Image) gives
       its per-axis RoPE over `axes_dims_rope`: positions [..., T, A] are the ids its forward
       takes, text tokens first (`rope.flux_positions`). Transformers observed to number their
       latent grid themselves (Wan, SkyReels-V2, Helios, HunyuanVideo, QwenImage, Nucleus-MoE)
