@@ -101,7 +101,10 @@ def _inputs(cls, kw: dict, ids_img: torch.Tensor, ids_txt: torch.Tensor) -> dict
        "encoder_hidden_states": torch.randn(1, T_TXT, width, dtype=torch.float64),
        "pooled_projections": torch.randn(1, kw.get("pooled_projection_dim", WIDTH), dtype=torch.float64),
        "timestep": torch.tensor([0.5], dtype=torch.float64),
-       "img_ids": ids_img, "txt_ids": ids_txt}
+       "img_ids": ids_img, "txt_ids": ids_txt,
+       # Bria-Fibo: one text-encoder state per layer
+       "text_encoder_layers": [torch.randn(1, T_TXT, kw.get("text_encoder_dim", WIDTH), dtype=torch.float64)
+                               for _ in range(sum(kw.get(k, 0) for k in LAYER_KEYS))]}
   return {k: v for k, v in x.items() if k in names}
 
 
@@ -288,7 +291,8 @@ def pipeline_ids() -> dict[str, np.ndarray]:
 MAX_PARAMS = 150e6  # float64 on the CPU: 1.2 GB
 GRID = (2, 2, 3)  # latent patches per axis (frames, rows, columns) of the probe
 GRID_WIDTH_KEYS = ("text_dim", "joint_attention_dim", "freq_dim", "ffn_dim", "text_embed_dim", "pooled_projection_dim", "image_dim",
-                   "time_embed_dim", "text_embed_2_dim", "image_embed_dim", "caption_channels", "cap_feat_dim")
+                   "time_embed_dim", "text_embed_2_dim", "image_embed_dim", "image_proj_dim", "caption_channels",
+                   "cap_feat_dim")
 
 
 def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
@@ -339,6 +343,12 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> 
        "original_size": torch.tensor([[8.0 * h, 8.0 * w]], dtype=torch.float64),  # CogView: SDXL-style sizes
        "target_size": torch.tensor([[8.0 * h, 8.0 * w]], dtype=torch.float64),
        "crop_coords": torch.zeros(1, 2, dtype=torch.float64),
+       # HunyuanVideo 1.5 / Framepack: a second text encoder and image embeddings
+       "encoder_hidden_states_2": torch.randn(1, T_TXT, kw.get("text_embed_2_dim", WIDTH), dtype=torch.float64),
+       "encoder_attention_mask_2": torch.ones(1, T_TXT, dtype=torch.bool),
+       "image_embeds": torch.randn(1, T_TXT, kw.get("image_embed_dim", kw.get("image_proj_dim", WIDTH)),
+                                   dtype=torch.float64),
+       "indices_latents": torch.arange(f),
        "encoder_hidden_states": torch.randn(1, T_TXT, text, dtype=torch.float64),
        "encoder_attention_mask": torch.ones(1, T_TXT, dtype=torch.bool),
        "pooled_projections": torch.randn(1, kw.get("pooled_projection_dim", WIDTH), dtype=torch.float64),
