@@ -288,7 +288,7 @@ def pipeline_ids() -> dict[str, np.ndarray]:
 # ----------------------------------------------------------------------------------------
 # Video and image transformers that number their latent grid themselves (Wan, HunyuanVideo, ...)
 # ----------------------------------------------------------------------------------------
-MAX_PARAMS = 150e6  # float64 on the CPU: 1.2 GB
+MAX_PARAMS = 200e6  # float64 on the CPU: 1.6 GB
 GRID = (2, 2, 3)  # latent patches per axis (frames, rows, columns) of the probe
 GRID_WIDTH_KEYS = ("text_dim", "joint_attention_dim", "freq_dim", "ffn_dim", "text_embed_dim", "pooled_projection_dim", "image_dim",
                    "time_embed_dim", "text_embed_2_dim", "image_embed_dim", "image_proj_dim", "caption_channels",
@@ -301,16 +301,21 @@ def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
   params = inspect.signature(cls.__init__).parameters
   defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty}
   kw: dict = {}
-  for k in ("num_layers", "num_single_layers", "num_refiner_layers", "depth"):
+  for k in ("num_layers", "num_single_layers", "num_refiner_layers", "depth", "n_layers", "n_refiner_layers",
+            "dit_depth", "num_text_layers"):
     if isinstance(defaults.get(k), int) and defaults[k] > 0:
       kw[k] = 1
+  # one head, of the default head dim: a width given with a head count shrinks to width / heads
+  for width, heads in (("hidden_size", "num_attention_heads"), ("dim", "n_heads"), ("dim", "num_heads"),
+                       ("hidden_size", "num_heads"), ("dit_dim", "dit_heads"), ("model_dim", "num_heads")):
+    if isinstance(defaults.get(heads), int) and isinstance(defaults.get(width), int) and \
+        "attention_head_dim" not in defaults:
+      kw[width], kw[heads] = defaults[width] // defaults[heads], 1
   if "num_attention_heads" in defaults:
     kw["num_attention_heads"] = 1
-    if "attention_head_dim" not in defaults and isinstance(defaults.get("hidden_size"), int):
-      kw["hidden_size"] = defaults["hidden_size"] // defaults["num_attention_heads"]  # the head dim kept
-    for k in ("num_kv_heads", "num_key_value_heads"):
-      if isinstance(defaults.get(k), int):
-        kw[k] = 1
+  for k in ("num_kv_heads", "num_key_value_heads", "n_kv_heads"):
+    if isinstance(defaults.get(k), int):
+      kw[k] = 1
   if isinstance(defaults.get("vace_layers"), (list, tuple)):  # VACE blocks sit at layer indices: the one layer
     kw["vace_layers"] = [0]
   for k in GRID_WIDTH_KEYS:

@@ -1239,7 +1239,7 @@ def diffusers_entries():
                          "rotary_names": rotary[:6]}
         given = [p for p in inspect.signature(cls.forward).parameters if CANDIDATE.search(p)]
         if given:  # CogVideoX, HunyuanDiT, Lumina-Next, Stable Audio: the pipeline makes the rotary tensors
-          classes[name]["reason"] = (f"its forward takes its rotary tensors ({', '.join(given)}) from its pipeline, "
+          classes[name]["reason"] = (f"its forward takes rotary inputs ({', '.join(given)}) from its pipeline, "
                                      "which this registry does not observe")
         elif not rotary:  # as for transformers: no rotary candidate in its module, none passed in
           classes[name].update(status="no_rope", reason="its module has no rotary code (no function or class "
