@@ -731,6 +731,13 @@ def inv_freqs(rotary):
   return {n: b.detach().numpy() for n, b in rotary.named_buffers() if "inv_freq" in n and "original" not in n}
 
 
+def _nested_by_type(params) -> bool:
+  """rope_parameters keyed by layer type: every value a dict, or None for a type without RoPE (Beam's
+  full_attention), and at least one dict."""
+  return bool(params) and all(isinstance(v, dict) or v is None for v in params.values()) and \
+      any(isinstance(v, dict) for v in params.values())
+
+
 def _perturbed(serialized, key, value):
   """A config.json dict with one key changed the way a user's file would change it: rope_theta (x4) and
   partial_rotary_factor inside rope_parameters (flat or per layer type) and at the root where it is; any other
@@ -738,8 +745,9 @@ def _perturbed(serialized, key, value):
   out = copy.deepcopy(serialized)
   if key == "scaling":  # value: rope parameters merged into each layer type's (or the one) rope_parameters
     params = out.get("rope_parameters") or {}
-    nested = params and all(isinstance(v, dict) for v in params.values())
-    for p in (params.values() if nested else [params]):  # keep theta and the partial factor, replace the rest
+    nested = _nested_by_type(params)
+    for p in ([v for v in params.values() if v is not None] if nested else [params]):  # keep theta and the partial
+      # factor, replace the rest
       kept = {k: p[k] for k in ("rope_theta", "partial_rotary_factor", "llama_4_scaling_beta") if k in p}
       p.clear()
       p.update({**kept, **value})
@@ -747,8 +755,8 @@ def _perturbed(serialized, key, value):
   elif key in ("rope_theta", "partial_rotary_factor"):
     params = out.get("rope_parameters")
     if isinstance(params, dict):
-      nested = params and all(isinstance(v, dict) for v in params.values())
-      for p in (params.values() if nested else [params]):
+      nested = _nested_by_type(params)
+      for p in ([v for v in params.values() if v is not None] if nested else [params]):
         if key == "rope_theta" and key in p:
           p[key] = p[key] * 4
         elif key == "partial_rotary_factor":
@@ -758,6 +766,18 @@ def _perturbed(serialized, key, value):
   else:
     out[key] = value
   return out
+
+
+def _revived(x):
+  """A to_json_string dict with the special floats it wrote as {"__float__": "Infinity"} (Falcon-H1's
+  time_step_limit) turned back into floats, so that from_dict takes it again."""
+  if isinstance(x, dict):
+    if set(x) == {"__float__"}:
+      return float(x["__float__"])
+    return {k: _revived(v) for k, v in x.items()}
+  if isinstance(x, list):
+    return [_revived(v) for v in x]
+  return x
 
 
 def config_facts(rotary, module, top_config, head_dim):
@@ -774,7 +794,7 @@ def config_facts(rotary, module, top_config, head_dim):
   def rebuilt(key, value):  # the rotary module of the config class built from the changed config.json
     with warnings.catch_warnings():
       warnings.simplefilter("ignore")
-      changed = type(cfg).from_dict(_perturbed(serialized, key, value))
+      changed = type(cfg).from_dict(_revived(_perturbed(serialized, key, value)))
     return rebuild_from(type(rotary), changed, module)
 
   follows = {}
@@ -812,8 +832,9 @@ def config_facts(rotary, module, top_config, head_dim):
     ok = True
     for n, freqs in new.items():
       base_params = serialized.get("rope_parameters") or {}
-      if base_params and all(isinstance(v, dict) for v in base_params.values()):  # per layer type: "<type>_inv_freq"
-        base_params = next((v for t, v in base_params.items() if n.startswith(t)), next(iter(base_params.values())))
+      if _nested_by_type(base_params):  # per layer type: "<type>_inv_freq"
+        typed = {t: v for t, v in base_params.items() if v is not None}
+        base_params = next((v for t, v in typed.items() if n.startswith(t)), next(iter(typed.values())))
       theta = float(base_params.get("rope_theta", 10000.0))
       want = np_inv_freq({**rp, "rope_theta": theta}, 2 * len(freqs), max_pos)
       ok = ok and np.allclose(freqs, want, rtol=1e-12, atol=0)
@@ -879,7 +900,7 @@ def _check_default_frequencies(r):
   f = r["config_facts"]
   params = f["rope_parameters"] or {}
   rtype = r["rotary_args"][0][0] if r["rotary_args"][0] else None
-  if params and all(isinstance(v, dict) for v in params.values()):
+  if _nested_by_type(params):
     params = params.get(rtype) or {}
   theta = params.get("rope_theta")
   got = np.asarray(r["frequencies"])
@@ -954,13 +975,13 @@ def classify(rotations):
   # Ministral 3 and Mistral 4 multiply q by 1 + beta * log(1 + floor(position / original length)); the golden takes
   # the model's own get_llama_4_attn_scale (`with_q_temperature`). The spec's q_temperature rides on cos and sin, so
   # it holds where every channel of q rotates; Mistral 4 (MLA) scales its unrotated channels as well.
-  flat = [params] if not params or not all(isinstance(v, dict) for v in params.values()) else params.values()
+  flat = [v for v in params.values() if v is not None] if _nested_by_type(params) else [params]
   q_temperature = any("llama_4_scaling_beta" in p for p in flat)
   if q_temperature and (f["head_dim_key"] or f["head_dim_from"] or any(r.get("slice_of") for r in rotations)
                         or any(r["rotary_dim"] != r["head_dim"] for r in rotations)):
     raise Refused("scales all of q, its unrotated channels too, by a position-dependent temperature "
                   "(llama_4_scaling_beta) besides RoPE")
-  nested = bool(params) and all(isinstance(v, dict) for v in params.values())
+  nested = _nested_by_type(params)
   follows_head_dim = f["follows"].get("head_dim") is True
   follows_partial = f["follows"].get("partial_rotary_factor") is True
   n_layers = d["num_hidden_layers"]
@@ -1000,7 +1021,7 @@ def classify(rotations):
     fam["ignores_partial"] = True
   fam["scalings"] = sorted(set.intersection(*(set(x["follows"].get("scalings", [])) for x in facts)))
   if nested:
-    fam["theta"] = {t: float(v["rope_theta"]) for t, v in params.items()}
+    fam["theta"] = {t: float(v["rope_theta"]) for t, v in params.items() if v is not None}  # None: a NoPE type
   else:
     fam["theta"] = float(params.get("rope_theta", 10000.0))
   fam["default_rope_parameters"] = params
