@@ -432,7 +432,11 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
     best = None
     # "raster": (t, h, w) from 0; "centred": h and w from -ceil(n / 2) (QwenImage's scale_rope)
     shift = np.array([0] * (n - 2) + [-(-dims[-2] // 2), -(-dims[-1] // 2)])
-    for numbering, grid in (("raster", raster), ("centred", raster - shift)):
+    candidates = [("raster", raster), ("centred", raster - shift)]
+    if n == 2:  # Lumina 2: an image's tokens at (caption length, row, column), its caption's at (i, 0, 0)
+      candidates.append(("after_text", np.column_stack([np.full(tokens, T_TXT), raster])))
+    for numbering, grid in candidates:
+      na = grid.shape[1]
       for layout in ("interleaved", "half"):
         x, out = (_to_bthd(rotated[0][k], tokens) for k in ("x", "out"))
         try:
@@ -444,11 +448,11 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
         for o in owners[1:]:
           if o != runs[-1]:
             runs.append(o)
-        if runs != list(range(n)):
+        if runs != list(range(na)):
           best = Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis")
           continue
-        sections = [owners.count(a) for a in range(n)]
-        thetas = [freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(n)]
+        sections = [owners.count(a) for a in range(na)]
+        thetas = [freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(na)]
         theta = float(np.median(thetas))
         if abs(theta - round(theta)) <= 1e-5 * theta:
           theta = float(round(theta))
@@ -461,11 +465,15 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
             axes_key = next((k for k in defaults if isinstance(defaults[k], (list, tuple)) and
                              list(defaults[k]) == axes), None)
             family = {"grid": numbering, "axes_default": axes, "layout": layout,
-                    "order": "grid_thw" if n == 3 else "grid_hw",
-                      "frequencies": "per_axis", "head_dim_key": "attention_head_dim", "tables": tables,
-                      "theta": theta, "head_dim_default": head_dim, "patch": list(patch)}
+                    "order": "grid_hw" if na == 2 else "grid_thw",
+                      "frequencies": "per_axis", "tables": tables, "theta": theta,
+                      "head_dim_default": head_dim, "patch": list(patch),
+                      "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
             if axes_key:
               family["axes_key"] = axes_key
+            elif family["head_dim_key"] is None:
+              raise Refused(f"its split of the head over the grid axes {axes} comes from no config key this probe "
+                            "can confirm")
             entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
                      "max_abs_error": err}
             goldens = {"config": kw, "grid": grid, "x": _to_bthd(rotated[0]["x"], tokens),

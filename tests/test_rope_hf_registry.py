@@ -174,8 +174,14 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     if fam.get("grid"):  # Wan & co. number their latent grid themselves: (t, h, w) raster order
       positions = g["grid"]
       sizes = [int(n) for n in np.ptp(positions, axis=0) + 1]
-      built = rope.video_grid_positions(*([1] * (3 - len(sizes)) + sizes), centred=fam["grid"] == "centred")
-      np.testing.assert_array_equal(positions, built[:, 3 - len(sizes):])  # an image model: (row, column)
+      if fam["grid"] == "after_text":  # Lumina 2: the image after a caption of positions[0, 0] tokens
+        text = int(positions[0, 0])
+        built = rope.lumina_positions(sizes[1], sizes[2], text)
+        assert (built[:text] == np.stack([np.arange(text), 0 * np.arange(text), 0 * np.arange(text)], -1)).all()
+        np.testing.assert_array_equal(positions, built[text:])
+      else:
+        built = rope.video_grid_positions(*([1] * (3 - len(sizes)) + sizes), centred=fam["grid"] == "centred")
+        np.testing.assert_array_equal(positions, built[:, 3 - len(sizes):])  # an image model: (row, column)
     else:  # the ids the forward was given: both streams in the observed order, or the image's alone
       both = np.concatenate([g["ids_txt"], g["ids_img"]] if fam["order"] == "text_first" else
                             [g["ids_img"], g["ids_txt"]])
@@ -190,8 +196,9 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     assert default.theta == fam.get("theta", fam.get("theta_default")), name
     if "theta_key" in fam:  # observed to follow the key (x 4 in the generator)
       assert rope.from_hf_config({"_class_name": name, fam["theta_key"]: 500.0}).theta == 500.0
-    with pytest.raises(ValueError, match="adds up to|observed at attention_head_dim"):
-      rope.from_hf_config({"_class_name": name, "attention_head_dim": sum(axes) + 2})
+    if fam.get("head_dim_key"):
+      with pytest.raises(ValueError, match="adds up to|observed at attention_head_dim"):
+        rope.from_hf_config({"_class_name": name, fam["head_dim_key"]: sum(axes) + 2})
   with pytest.raises(ValueError, match="diffusers class 'MyTransformer' is not in the RoPE registry"):
     rope.from_hf_config({"_class_name": "MyTransformer"})
 

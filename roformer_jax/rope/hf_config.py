@@ -185,7 +185,7 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
       isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2 for d in axes):
     raise ValueError(f"{class_name}: {fam['axes_key']}={axes!r} must be a list of positive even ints (the rotated "
                      "channels per position axis).")
-  head_dim = cfg.get(fam["head_dim_key"])
+  head_dim = cfg.get(fam["head_dim_key"]) if fam.get("head_dim_key") else None
   if head_dim is not None and sum(axes) != head_dim:
     raise ValueError(f"{class_name}: {fam['axes_key']}={list(axes)} adds up to {sum(axes)} channels, but "
                      f"{fam['head_dim_key']}={head_dim}; {class_name} rotates every channel of its heads.")
@@ -317,7 +317,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       its per-axis RoPE over `axes_dims_rope`: positions [..., T, A] are the ids its forward
       takes, text tokens first (`rope.flux_positions`). Transformers observed to number their
       latent grid themselves (Wan, SkyReels-V2, Helios, HunyuanVideo, QwenImage, Nucleus-MoE)
-      give per-axis RoPE over (frame, row, column): `rope.video_grid_positions`. Any other diffusers class
+      give per-axis RoPE over (frame, row, column): `rope.video_grid_positions`; Lumina 2 over
+      (caption index, row, column): `rope.lumina_positions`. Any other diffusers class
       is refused, naming why.
     layer: the decoder layer index; None = layer 0. Models whose layers differ (Gemma 2/3,
       Cohere2, ModernBERT, Llama 4, SmolLM3, Qwen3.5) need it to pick the layer type.

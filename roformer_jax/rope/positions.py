@@ -327,3 +327,20 @@ def video_grid_positions(frames: int, height: int, width: int, *, centred: bool 
   if centred:
     pos = pos - np.array([0, -(-height // 2), -(-width // 2)])
   return pos.astype(np.int32)
+
+
+def lumina_positions(height: int, width: int, text_length: int) -> np.ndarray:
+  """The positions Lumina 2 rotates by (its Lumina2RotaryPosEmbed): caption token i at (i, 0, 0),
+  then the image's patches in raster order at (text_length, row, column), for a caption of
+  `text_length` tokens (its attention mask's sum) and a `height` x `width` patch grid.
+
+  Returns:
+    int32[text_length + height * width, 3].
+  """
+  if isinstance(text_length, bool) or not isinstance(text_length, (int, np.integer)) or text_length < 0:
+    raise ValueError(f"text_length must be an int >= 0, got {text_length!r}.")
+  text = np.zeros((text_length, 3), np.int32)
+  text[:, 0] = np.arange(text_length)
+  image = video_grid_positions(1, height, width)
+  image[:, 0] = text_length
+  return np.concatenate([text, image])
