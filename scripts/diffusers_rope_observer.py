@@ -27,6 +27,7 @@ per family; nothing here decides what the rotation is.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import sys
@@ -172,6 +173,39 @@ def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], th
   return np.concatenate([a * c - b * s, a * s + b * c], -1).astype(np.float64)
 
 
+# The largest difference from the NumPy reference that still counts as the same rotation: float64
+# to 1e-12; a float32 apply to float32's rounding (|x| < 5 here: 2 ulp ~ 1e-6).
+TOLERANCE = {"float64": 1e-12, "float32": 1e-6}
+
+
+def _integer_theta(theta: float) -> float:
+  """theta read off an angle: float32 tables give it to ~1e-6, so an integer that close is taken."""
+  return float(round(theta)) if abs(theta - round(theta)) <= 1e-5 * theta else theta
+
+
+def _rotation_error(applied: list[tuple[np.ndarray, np.ndarray, np.ndarray]], axes: list[int], theta: float,
+                    layout: str, tables: str) -> float:
+  """The largest difference between each recorded (x, out, positions) and `reference_rotation`."""
+  return max(float(np.abs(reference_rotation(x, pos, axes, theta, layout, tables) - out).max())
+             for x, out, pos in applied)
+
+
+def _refusals(failing: str):
+  """Turns an observation's Refused, or any failure of the model's own code, into a refused entry:
+  (entry, None). `failing` says what was run, for the failure's reason."""
+  def wrap(observe_fn):
+    @functools.wraps(observe_fn)
+    def run(*args, **kwargs):
+      try:
+        return observe_fn(*args, **kwargs)
+      except Refused as e:
+        return {"status": "refused", "reason": str(e)}, None
+      except Exception as e:  # noqa: BLE001  the observation itself failed
+        return {"status": "refused", "reason": f"{failing} fails: {type(e).__name__}: {str(e)[:200]}"}, None
+    return run
+  return wrap
+
+
 def _tokens_of(shape: tuple, counts: set[int]) -> int:
   found = [n for n in shape[1:3] if n in counts]
   if len(found) != 1:
@@ -187,6 +221,7 @@ def fit(calls: list[dict], ids_img: np.ndarray, ids_txt: np.ndarray, axes: list[
   last = len(axes) - 1
   pair = sum(axes[:last]) // 2 + 1  # pair 1 of the last axis
   sized = [(c, _tokens_of(c["x"].shape, counts)) for c in calls]
+  streams = "joint" if any(n == len(ids_img) + len(ids_txt) for _, n in sized) else "apart"
   best = None
   for order, both in orders.items():
     pos_of = {len(both): both, len(ids_img): ids_img, len(ids_txt): ids_txt}
@@ -200,25 +235,22 @@ def fit(calls: list[dict], ids_img: np.ndarray, ids_txt: np.ndarray, axes: list[
       f = float(np.median(_angles(x, out, layout)[:, row, :, pair]))
       if not 0 < f < 1:
         continue
-      theta = f ** (-axes[last] / 2)  # float32 tables read it to ~1e-6: an integer theta is taken when that close
-      if abs(theta - round(theta)) <= 1e-5 * theta:
-        theta = float(round(theta))
-      for tables in ("float64", "float32"):
-        err = max(float(np.abs(reference_rotation(_to_bthd(c["x"], n), pos_of[n], axes, theta, layout, tables)
-                               - _to_bthd(c["out"], n)).max()) for c, n in sized)
+      theta = _integer_theta(f ** (-axes[last] / 2))
+      applied = [(_to_bthd(c["x"], m), _to_bthd(c["out"], m), pos_of[m]) for c, m in sized]
+      for tables in TOLERANCE:
+        err = _rotation_error(applied, axes, theta, layout, tables)
         if best is None or err < best["error"]:
           best = {"order": order, "layout": layout, "theta": theta, "tables": tables, "error": err,
-                  "streams": "joint" if any(n == len(both) for _, n in sized) else "apart"}
-  # float64 must agree to 1e-12; a float32 apply to float32's rounding (|x| < 5 here: 2 ulp ~ 1e-6)
-  if best is None or best["error"] > (1e-12 if best["tables"] == "float64" else 1e-6):
+                  "streams": streams}
+  if best is None or best["error"] > TOLERANCE[best["tables"]]:
     raise Refused(f"no fit of its rotation as per-axis RoPE over {axes} (best {best})")
   return best
 
 
-def probe(cls, kw: dict, seed: int) -> tuple[list[dict], np.ndarray, np.ndarray]:
+def probe(cls, kw: dict, axes_key: str, seed: int) -> tuple[list[dict], np.ndarray, np.ndarray]:
   torch.manual_seed(seed)
   rng = np.random.default_rng(seed)
-  axes = len(next(v for k, v in kw.items() if "axes" in k))
+  axes = len(kw[axes_key])
   ids_img = rng.integers(0, 7, (S_IMG, axes)).astype(np.float64)
   ids_txt = rng.integers(0, 7, (T_TXT, axes)).astype(np.float64)
   ids_img[(ids_img == 1).all(1)] = 2.0  # only the first text token has every id 1:
@@ -231,47 +263,43 @@ def probe(cls, kw: dict, seed: int) -> tuple[list[dict], np.ndarray, np.ndarray]
   return calls, ids_img, ids_txt
 
 
+@_refusals("its observation")
 def observe(name: str, seed: int) -> tuple[dict, dict | None]:
   """(registry entry, goldens) of one class; the entry is refused, naming why, when the fit fails."""
   import diffusers
   cls = getattr(diffusers, name)
-  try:
-    kw, axes_key, defaults = shrunk_kwargs(cls)
-    calls, ids_img, ids_txt = probe(cls, kw, seed)
-    got = fit(calls, ids_img, ids_txt, kw[axes_key])
-    theta_key = next((k for k in ("rope_theta", "theta") if k in defaults), None)
-    if theta_key is not None:  # perturbed: the observed theta must follow the key
-      kw4 = {**kw, theta_key: 4 * defaults[theta_key]}
-      calls4, i4, t4 = probe(cls, kw4, seed)
-      got4 = fit(calls4, i4, t4, kw[axes_key])
-      if not np.isclose(got4["theta"], 4 * got["theta"], rtol=1e-6):
-        theta_key = None  # the key does not set the rotation's theta
-    elif not np.isclose(got["theta"], round(got["theta"])):
-      raise Refused(f"observed theta {got['theta']} is not an integer constant")
-    family = {"axes_key": axes_key, "axes_default": list(defaults[axes_key]), "layout": got["layout"],
-              "order": got["order"], "frequencies": "per_axis", "head_dim_key": "attention_head_dim",
-              "tables": got["tables"], "streams": got["streams"]}
-    if theta_key is not None:
-      family["theta_key"] = theta_key
-      family["theta_default"] = float(defaults[theta_key])
-      if not np.isclose(got["theta"], defaults[theta_key]):
-        raise Refused(f"observed theta {got['theta']} differs from its {theta_key}={defaults[theta_key]}")
-    else:
-      family["theta"] = float(round(got["theta"]))
-    entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in calls}),
-             "max_abs_error": got["error"]}
-    # the golden: the first call over both streams, else over the image's tokens, with its positions
-    both = np.concatenate([ids_txt, ids_img] if got["order"] == "text_first" else [ids_img, ids_txt])
-    n = next((m for m in (S_IMG + T_TXT, S_IMG) for c in calls if m in c["x"].shape[1:3]), None)
-    call = next(c for c in calls if n in c["x"].shape[1:3])
-    goldens = {"config": dict(kw), "ids_img": ids_img, "ids_txt": ids_txt,
-               "positions": both if n == S_IMG + T_TXT else ids_img,
-               "x": _to_bthd(call["x"], n), "out": _to_bthd(call["out"], n)}
-    return entry, goldens
-  except Refused as e:
-    return {"status": "refused", "reason": str(e)}, None
-  except Exception as e:  # noqa: BLE001  the observation itself failed
-    return {"status": "refused", "reason": f"its observation fails: {type(e).__name__}: {str(e)[:200]}"}, None
+  kw, axes_key, defaults = shrunk_kwargs(cls)
+  calls, ids_img, ids_txt = probe(cls, kw, axes_key, seed)
+  got = fit(calls, ids_img, ids_txt, kw[axes_key])
+  theta_key = next((k for k in ("rope_theta", "theta") if k in defaults), None)
+  if theta_key is not None:  # perturbed: the observed theta must follow the key
+    kw4 = {**kw, theta_key: 4 * defaults[theta_key]}
+    calls4, i4, t4 = probe(cls, kw4, axes_key, seed)
+    got4 = fit(calls4, i4, t4, kw[axes_key])
+    if not np.isclose(got4["theta"], 4 * got["theta"], rtol=1e-6):
+      theta_key = None  # the key does not set the rotation's theta
+  if theta_key is None and not np.isclose(got["theta"], round(got["theta"])):
+    raise Refused(f"observed theta {got['theta']} is not an integer constant")
+  family = {"axes_key": axes_key, "axes_default": list(defaults[axes_key]), "layout": got["layout"],
+            "order": got["order"], "frequencies": "per_axis", "head_dim_key": "attention_head_dim",
+            "tables": got["tables"], "streams": got["streams"]}
+  if theta_key is not None:
+    family["theta_key"] = theta_key
+    family["theta_default"] = float(defaults[theta_key])
+    if not np.isclose(got["theta"], defaults[theta_key]):
+      raise Refused(f"observed theta {got['theta']} differs from its {theta_key}={defaults[theta_key]}")
+  else:
+    family["theta"] = float(round(got["theta"]))
+  entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in calls}),
+           "max_abs_error": got["error"]}
+  # the golden: the first call over both streams, else over the image's tokens, with its positions
+  both = np.concatenate([ids_txt, ids_img] if got["order"] == "text_first" else [ids_img, ids_txt])
+  n = next((m for m in (S_IMG + T_TXT, S_IMG) for c in calls if m in c["x"].shape[1:3]), None)
+  call = next(c for c in calls if n in c["x"].shape[1:3])
+  goldens = {"config": dict(kw), "ids_img": ids_img, "ids_txt": ids_txt,
+             "positions": both if n == S_IMG + T_TXT else ids_img,
+             "x": _to_bthd(call["x"], n), "out": _to_bthd(call["out"], n)}
+  return entry, goldens
 
 
 def pipeline_ids() -> dict[str, np.ndarray]:
@@ -405,85 +433,95 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   return entry, goldens
 
 
+def _grid_candidates(dims: tuple[int, ...]) -> list[tuple[str, np.ndarray]]:
+  """The numberings of the probe's latent grid a model may rotate by, each [tokens, axes]:
+  "raster" (t, h, w) from 0; "centred", h and w from -ceil(n / 2) (QwenImage's scale_rope); for an
+  image model also "after_text", its image at (caption length, row, column) (Lumina 2)."""
+  n = len(dims)
+  raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, n)
+  shift = np.array([0] * (n - 2) + [-(-dims[-2] // 2), -(-dims[-1] // 2)])
+  candidates = [("raster", raster), ("centred", raster - shift)]
+  if n == 2:
+    candidates.append(("after_text", np.column_stack([np.full(len(raster), T_TXT), raster])))
+  return candidates
+
+
+def _blocks(owners: list[int]) -> list[int]:
+  """The axes in the order their runs of consecutive pairs come: [0, 1, 2] when one block per axis."""
+  runs = owners[:1]
+  for o in owners[1:]:
+    if o != runs[-1]:
+      runs.append(o)
+  return runs
+
+
+def fit_grid(rotated: list[dict], dims: tuple[int, ...]) -> dict:
+  """The rotation of the latent-grid calls as per-axis RoPE: the first numbering and pairing whose
+  fitted axes and theta reproduce every call within TOLERANCE; Refused, with the nearest miss, if none."""
+  tokens = int(np.prod(dims))
+  x, out = (_to_bthd(rotated[0][k], tokens) for k in ("x", "out"))
+  best = None
+  for numbering, grid in _grid_candidates(dims):
+    na = grid.shape[1]
+    applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), grid) for c in rotated]
+    for layout in ("interleaved", "half"):
+      try:
+        owners, freqs = fit_pairs(x, out, grid, layout)
+      except Refused as e:
+        best = best or e
+        continue
+      runs = _blocks(owners)
+      if runs != list(range(na)):
+        best = Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis")
+        continue
+      sections = [owners.count(a) for a in range(na)]
+      theta = _integer_theta(float(np.median([freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(na)])))
+      axes = [2 * s for s in sections]
+      for tables in TOLERANCE:
+        err = _rotation_error(applied, axes, theta, layout, tables)
+        if err <= TOLERANCE[tables]:
+          return {"numbering": numbering, "grid": grid, "layout": layout, "axes": axes, "theta": theta,
+                  "tables": tables, "error": err}
+      best = Refused(f"its rotation over the grid fits per-axis RoPE {axes}, theta {theta}, {layout} pairs only to "
+                     f"{err:.1e}")
+  raise best if isinstance(best, Refused) else Refused("no pairing fits its rotation")
+
+
+@_refusals("its observation on a latent video")
 def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict, dict | None]:
   import diffusers
   cls = getattr(diffusers, name)
-  try:
-    kw, defaults, patch = grid_kwargs(cls)
-    kw.update(extra or {})
-    with torch.device("meta"):
-      size = sum(p.numel() for p in cls(**kw).parameters())
-    if size > MAX_PARAMS:
-      raise Refused(f"its probe keeps {size / 1e6:.0f}M parameters (widths this probe does not narrow); "
-                    f"the limit is {MAX_PARAMS / 1e6:.0f}M")
-    torch.manual_seed(seed)
-    model = cls(**kw).double().eval()
-    calls = _applies(model, _grid_inputs(cls, kw, defaults, patch))
-    if not calls:
-      raise Refused("its forward on a latent video calls no rotary apply function")
-    names = list(inspect.signature(cls.forward).parameters)
-    dims = GRID if is_video(cls, defaults) or "img_shapes" in names or "num_frames" in names else GRID[1:]
-    n = len(dims)
-    tokens = int(np.prod(dims))
-    raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, n)
-    rotated = [c for c in calls if tokens in c["x"].shape[1:3]]
-    if not rotated:
-      raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
-    best = None
-    # "raster": (t, h, w) from 0; "centred": h and w from -ceil(n / 2) (QwenImage's scale_rope)
-    shift = np.array([0] * (n - 2) + [-(-dims[-2] // 2), -(-dims[-1] // 2)])
-    candidates = [("raster", raster), ("centred", raster - shift)]
-    if n == 2:  # Lumina 2: an image's tokens at (caption length, row, column), its caption's at (i, 0, 0)
-      candidates.append(("after_text", np.column_stack([np.full(tokens, T_TXT), raster])))
-    for numbering, grid in candidates:
-      na = grid.shape[1]
-      for layout in ("interleaved", "half"):
-        x, out = (_to_bthd(rotated[0][k], tokens) for k in ("x", "out"))
-        try:
-          owners, freqs = fit_pairs(x, out, grid, layout)
-        except Refused as e:
-          best = best or e
-          continue
-        runs = [owners[0]]
-        for o in owners[1:]:
-          if o != runs[-1]:
-            runs.append(o)
-        if runs != list(range(na)):
-          best = Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis")
-          continue
-        sections = [owners.count(a) for a in range(na)]
-        thetas = [freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(na)]
-        theta = float(np.median(thetas))
-        if abs(theta - round(theta)) <= 1e-5 * theta:
-          theta = float(round(theta))
-        axes = [2 * s for s in sections]
-        for tables in ("float64", "float32"):
-          err = max(float(np.abs(reference_rotation(_to_bthd(c["x"], tokens), grid, axes, theta, layout, tables)
-                                 - _to_bthd(c["out"], tokens)).max()) for c in rotated)
-          if err <= (1e-12 if tables == "float64" else 1e-6):
-            head_dim = x.shape[-1]
-            axes_key = next((k for k in defaults if isinstance(defaults[k], (list, tuple)) and
-                             list(defaults[k]) == axes), None)
-            family = {"grid": numbering, "axes_default": axes, "layout": layout,
-                    "order": "grid_hw" if na == 2 else "grid_thw",
-                      "frequencies": "per_axis", "tables": tables, "theta": theta,
-                      "head_dim_default": head_dim, "patch": list(patch),
-                      "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
-            if axes_key:
-              family["axes_key"] = axes_key
-            elif family["head_dim_key"] is None:
-              raise Refused(f"its split of the head over the grid axes {axes} comes from no config key this probe "
-                            "can confirm")
-            entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
-                     "max_abs_error": err}
-            goldens = {"config": kw, "grid": grid, "x": _to_bthd(rotated[0]["x"], tokens),
-                       "out": _to_bthd(rotated[0]["out"], tokens)}
-            return entry, goldens
-        best = Refused(f"its rotation over the grid fits per-axis RoPE {axes}, theta {theta}, {layout} pairs only to "
-                       f"{err:.1e}")
-    raise best if isinstance(best, Refused) else Refused("no pairing fits its rotation")
-  except Refused as e:
-    return {"status": "refused", "reason": str(e)}, None
-  except Exception as e:  # noqa: BLE001  the observation itself failed
-    return {"status": "refused", "reason": f"its observation on a latent video fails: {type(e).__name__}: "
-                                           f"{str(e)[:200]}"}, None
+  kw, defaults, patch = grid_kwargs(cls)
+  kw.update(extra or {})
+  with torch.device("meta"):
+    size = sum(p.numel() for p in cls(**kw).parameters())
+  if size > MAX_PARAMS:
+    raise Refused(f"its probe keeps {size / 1e6:.0f}M parameters (widths this probe does not narrow); "
+                  f"the limit is {MAX_PARAMS / 1e6:.0f}M")
+  torch.manual_seed(seed)
+  model = cls(**kw).double().eval()
+  calls = _applies(model, _grid_inputs(cls, kw, defaults, patch))
+  if not calls:
+    raise Refused("its forward on a latent video calls no rotary apply function")
+  names = list(inspect.signature(cls.forward).parameters)
+  dims = GRID if is_video(cls, defaults) or "img_shapes" in names or "num_frames" in names else GRID[1:]
+  tokens = int(np.prod(dims))
+  rotated = [c for c in calls if tokens in c["x"].shape[1:3]]
+  if not rotated:
+    raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
+  got = fit_grid(rotated, dims)
+  axes = got["axes"]
+  axes_key = next((k for k in defaults if isinstance(defaults[k], (list, tuple)) and list(defaults[k]) == axes), None)
+  family = {"grid": got["numbering"], "axes_default": axes, "layout": got["layout"],
+            "order": "grid_hw" if len(axes) == 2 else "grid_thw", "frequencies": "per_axis",
+            "tables": got["tables"], "theta": got["theta"], "head_dim_default": sum(axes), "patch": list(patch),
+            "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
+  if axes_key:
+    family["axes_key"] = axes_key
+  elif family["head_dim_key"] is None:
+    raise Refused(f"its split of the head over the grid axes {axes} comes from no config key this probe can confirm")
+  entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
+           "max_abs_error": got["error"]}
+  goldens = {"config": kw, "grid": got["grid"], "x": _to_bthd(rotated[0]["x"], tokens),
+             "out": _to_bthd(rotated[0]["out"], tokens)}
+  return entry, goldens

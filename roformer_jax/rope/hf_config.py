@@ -170,25 +170,25 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   """
   entry = registry().get("diffusers", {}).get(class_name) if isinstance(class_name, str) else None
   if entry is None or entry.get("status") != "exact":
-    raise _refuse_diffusers(class_name)
+    raise _refuse_diffusers(class_name, entry)
   fam = entry["family"]
+  head_key = fam.get("head_dim_key")
+  head_dim = cfg.get(head_key) if head_key else None
   if "axes_key" in fam:
     axes = cfg.get(fam["axes_key"], fam["axes_default"])
   else:  # Wan: the head's split over (t, h, w) follows from its head dim by the model's own arithmetic
-    head_dim = cfg.get(fam["head_dim_key"], fam["head_dim_default"])
-    if head_dim != fam["head_dim_default"]:
+    if head_dim is not None and head_dim != fam["head_dim_default"]:
       raise ValueError(f"{class_name} splits its head over (t, h, w) by its own arithmetic, observed at "
-                       f"{fam['head_dim_key']}={fam['head_dim_default']} only (as {fam['axes_default']}); "
-                       f"{fam['head_dim_key']}={head_dim} is not read (registry made from {_made_from()}).")
+                       f"{head_key}={fam['head_dim_default']} only (as {fam['axes_default']}); "
+                       f"{head_key}={head_dim} is not read (registry made from {_made_from()}).")
     axes = fam["axes_default"]
   if not isinstance(axes, (list, tuple)) or not axes or any(
       isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2 for d in axes):
-    raise ValueError(f"{class_name}: {fam['axes_key']}={axes!r} must be a list of positive even ints (the rotated "
-                     "channels per position axis).")
-  head_dim = cfg.get(fam["head_dim_key"]) if fam.get("head_dim_key") else None
+    raise ValueError(f"{class_name}: {fam.get('axes_key')}={axes!r} must be a list of positive even ints (the "
+                     "rotated channels per position axis).")
   if head_dim is not None and sum(axes) != head_dim:
-    raise ValueError(f"{class_name}: {fam['axes_key']}={list(axes)} adds up to {sum(axes)} channels, but "
-                     f"{fam['head_dim_key']}={head_dim}; {class_name} rotates every channel of its heads.")
+    raise ValueError(f"{class_name}: {fam.get('axes_key')}={list(axes)} adds up to {sum(axes)} channels, but "
+                     f"{head_key}={head_dim}; {class_name} rotates every channel of its heads.")
   theta = fam["theta"] if "theta" in fam else cfg.get(fam["theta_key"], fam["theta_default"])
   if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
     raise ValueError(f"{class_name}: {fam.get('theta_key')}={theta!r} must be a positive number.")
@@ -196,8 +196,7 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
                       frequencies=fam["frequencies"])
 
 
-def _refuse_diffusers(class_name: Any) -> ValueError:
-  entry = registry().get("diffusers", {}).get(class_name) if isinstance(class_name, str) else None
+def _refuse_diffusers(class_name: Any, entry: Mapping[str, Any] | None) -> ValueError:
   if entry is None:
     return ValueError(f"diffusers class {class_name!r} is not in the RoPE registry (made from {_made_from()}); "
                       "nothing is guessed.")

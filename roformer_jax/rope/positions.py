@@ -217,6 +217,12 @@ def pad_positions(rows: Sequence[Any], *, length: int | None = None,
   return out, mask
 
 
+def _check_count(name: str, value: Any, low: int = 1) -> None:
+  """Raises unless `value` is an int (not a bool) >= low: a grid size, a text length."""
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+    raise ValueError(f"{name} must be {'a positive int' if low == 1 else f'an int >= {low}'}, got {value!r}.")
+
+
 def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw", start: int = 0,
                    merge_size: int = 1, cls: str | None = None, normalize: str | None = None) -> np.ndarray:
   """Per-token 2-D positions of an image's patch grid, for the 2-D vision layouts.
@@ -240,8 +246,7 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
     int32[frames * height * width (+ 1), 2], or float32 with normalize.
   """
   for name, v in (("height", height), ("width", width), ("frames", frames), ("merge_size", merge_size)):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-      raise ValueError(f"{name} must be a positive int, got {v!r}.")
+    _check_count(name, v)
   if axes not in ("hw", "wh"):
     raise ValueError(f"axes={axes!r}: expected 'hw' (row, col) or 'wh' (col, row).")
   if cls not in (None, "first", "last"):
@@ -295,10 +300,8 @@ def flux_positions(height: int, width: int, text_length: int, *, axes: int = 3) 
     int32[text_length + height * width, axes].
   """
   for name, v in (("height", height), ("width", width)):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-      raise ValueError(f"{name} must be a positive int, got {v!r}.")
-  if isinstance(text_length, bool) or not isinstance(text_length, (int, np.integer)) or text_length < 0:
-    raise ValueError(f"text_length must be an int >= 0, got {text_length!r}.")
+    _check_count(name, v)
+  _check_count("text_length", text_length, 0)
   if axes not in (3, 4):
     raise ValueError(f"axes={axes!r}: 3 (Flux: (t, row, col)) or 4 (Flux 2: (t, row, col, text index)).")
   text = np.zeros((text_length, axes), np.int32)
@@ -320,8 +323,7 @@ def video_grid_positions(frames: int, height: int, width: int, *, centred: bool 
     int32[frames * height * width, 3].
   """
   for name, v in (("frames", frames), ("height", height), ("width", width)):
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-      raise ValueError(f"{name} must be a positive int, got {v!r}.")
+    _check_count(name, v)
   grid = np.meshgrid(np.arange(frames), np.arange(height), np.arange(width), indexing="ij")
   pos = np.stack(grid, -1).reshape(-1, 3)
   if centred:
@@ -337,8 +339,7 @@ def lumina_positions(height: int, width: int, text_length: int) -> np.ndarray:
   Returns:
     int32[text_length + height * width, 3].
   """
-  if isinstance(text_length, bool) or not isinstance(text_length, (int, np.integer)) or text_length < 0:
-    raise ValueError(f"text_length must be an int >= 0, got {text_length!r}.")
+  _check_count("text_length", text_length, 0)
   text = np.zeros((text_length, 3), np.int32)
   text[:, 0] = np.arange(text_length)
   image = video_grid_positions(1, height, width)
