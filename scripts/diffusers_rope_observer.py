@@ -31,11 +31,13 @@ import functools
 import inspect
 import re
 import sys
+import warnings
 
 import numpy as np
 import torch
 
 APPLY = re.compile(r"rot|rope", re.I)
+THETA_KEY = re.compile(r"theta|rope_base", re.I)  # an init key that may set the rotation's base (confirmed by perturbing)
 S_IMG, T_TXT = 6, 3  # image and text tokens of the probe
 WIDTH = 8  # every width the shrunk config sets
 HEAD_DIM = 16
@@ -320,7 +322,7 @@ MAX_PARAMS = 200e6  # float64 on the CPU: 1.6 GB
 GRID = (2, 2, 3)  # latent patches per axis (frames, rows, columns) of the probe
 GRID_WIDTH_KEYS = ("text_dim", "joint_attention_dim", "freq_dim", "ffn_dim", "text_embed_dim", "pooled_projection_dim", "image_dim",
                    "time_embed_dim", "text_embed_2_dim", "image_embed_dim", "image_proj_dim", "caption_channels",
-                   "cap_feat_dim")
+                   "cap_feat_dim", "text_in_dim", "context_in_dim", "ffn_hidden_size", "text_emb_dim")
 
 
 def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
@@ -341,6 +343,11 @@ def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
       kw[width], kw[heads] = defaults[width] // defaults[heads], 1
   if "num_attention_heads" in defaults:
     kw["num_attention_heads"] = 1
+  if isinstance(defaults.get("cross_attention_dim"), int) and isinstance(defaults.get("attention_head_dim"), int):
+    kw["cross_attention_dim"] = defaults["attention_head_dim"]  # Sana Video: cross-attention over the one head's width
+    if isinstance(defaults.get("num_cross_attention_heads"), int):
+      kw["num_cross_attention_heads"] = 1
+      kw["cross_attention_head_dim"] = defaults["attention_head_dim"]
   for k in ("num_kv_heads", "num_key_value_heads", "n_kv_heads"):
     if isinstance(defaults.get(k), int):
       kw[k] = 1
@@ -350,6 +357,17 @@ def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
     if isinstance(defaults.get(k), int):
       kw[k] = WIDTH
   p = defaults.get("patch_size", 1)
+  if p is None:  # HiDream, EasyAnimate: the class leaves it to config.json (every shipped one says 2); it only sizes
+    p = kw["patch_size"] = 2  # the probe's latent, which is made in patches of it
+  if "caption_channels" in defaults and defaults["caption_channels"] is None:  # HiDream: [T5 width, Llama width]
+    kw["caption_channels"] = [WIDTH, WIDTH]
+  if "llama_layers" in defaults and defaults["llama_layers"] is None:  # HiDream: the Llama layers it reads, one per
+    kw["llama_layers"] = list(range(sum(kw.get(k, 0) for k in ("num_layers", "num_single_layers"))))  # block
+  for k in ("in_channels", "out_channels"):  # EasyAnimate leaves them to config.json
+    if k in defaults and defaults[k] is None:
+      kw[k] = 16
+  if defaults.get("has_clean_x_embedder") is False:  # HunyuanVideo Framepack: its forward calls the embedder always
+    kw["has_clean_x_embedder"] = True
   if isinstance(p, (tuple, list)):
     patch = tuple(int(x) for x in p) if len(p) == 3 else (1, *(int(x) for x in p))
   else:
@@ -365,12 +383,12 @@ def is_video(cls, defaults: dict) -> bool:
 
 def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> dict:
   names = list(inspect.signature(cls.forward).parameters)[1:]
-  c = defaults.get("in_channels", 16)
+  c = kw.get("in_channels", defaults.get("in_channels", 16))
   f, h, w = (g * p for g, p in zip(GRID, patch, strict=True))
   if not is_video(cls, defaults):
     f = 1  # one frame: the latent is [B, C, H, W] (squeezed below)
   text = next((kw[k] for k in ("text_dim", "text_embed_dim", "joint_attention_dim", "caption_channels", "cap_feat_dim")
-               if k in kw), WIDTH)
+               if isinstance(kw.get(k), int)), WIDTH)
   x = {"hidden_states": torch.randn(1, c, f, h, w, dtype=torch.float64),
        "control_hidden_states": torch.randn(1, defaults.get("vace_in_channels", c), f, h, w, dtype=torch.float64),
        "original_size": torch.tensor([[8.0 * h, 8.0 * w]], dtype=torch.float64),  # CogView: SDXL-style sizes
@@ -388,7 +406,18 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> 
        "timestep": torch.tensor([500.0], dtype=torch.float64),
        "guidance": torch.tensor([3500.0], dtype=torch.float64),
        "num_frames": GRID[0], "height": GRID[1], "width": GRID[2],  # LTX: the grid of packed tokens
-       "img_shapes": [[(GRID[0], GRID[1], GRID[2])]]}  # QwenImage: (frames, rows, columns) per image
+       "img_shapes": [[(GRID[0], GRID[1], GRID[2])]],
+       "img_mask": torch.zeros(1, T_TXT, dtype=torch.bool),  # QwenImage 2.1: which VLM tokens are image slots
+       "text_bth": torch.randn(1, T_TXT, kw.get("text_in_dim", WIDTH), dtype=torch.float64),  # ERNIE-Image
+       "text_lens": torch.tensor([T_TXT]),
+       # HiDream: its T5 and Llama states (one per Llama layer it reads) and pooled embeddings
+       "timesteps": torch.tensor([500.0], dtype=torch.float64),
+       "encoder_hidden_states_t5": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
+       "encoder_hidden_states_llama3": torch.randn(len(kw.get("llama_layers", [])), 1, T_TXT, WIDTH,
+                                                   dtype=torch.float64),
+       "pooled_embeds": torch.randn(1, kw.get("text_emb_dim", WIDTH), dtype=torch.float64)}  # QwenImage: (frames, rows, columns) per image
+  if "image_embed_dim" in defaults and kw.get("image_embed_dim", defaults["image_embed_dim"]) is None:
+    del x["image_embeds"]  # Motif Video: no image embedder unless image_embed_dim is set
   if defaults.get("guidance_embeds") is False:  # QwenImage: a guidance input only with guidance embeddings
     del x["guidance"]
   if "img_shapes" in names or "num_frames" in names:  # packed latents [B, tokens, channels]
@@ -401,14 +430,20 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> 
 def fit_pairs(x: np.ndarray, out: np.ndarray, positions: np.ndarray, layout: str) -> tuple[list[int], np.ndarray]:
   """Which position axis turns each pair, and at what frequency: a least-squares line through 0 of
   the pair's angle against each axis's positions; the axis it fits to 1e-5 owns the pair."""
-  ang = np.median(_angles(x, out, layout), axis=(0, 2))  # [T, pairs]: every head alike
+  d = x.shape[-1]
+  first, second = (x[..., 0::2], x[..., 1::2]) if layout == "interleaved" else (x[..., : d // 2], x[..., d // 2:])
+  turned = np.where(np.hypot(first, second) > 1e-9, _angles(x, out, layout), np.nan)  # a zero pair has no angle
+  with warnings.catch_warnings():  # (Sana Video rotates ReLU'd q and k: some tokens' pairs are all zero)
+    warnings.simplefilter("ignore", RuntimeWarning)
+    ang = np.nanmedian(turned, axis=(0, 2))  # [T, pairs]: every head alike
   owners, freqs = [], []
   for j in range(ang.shape[1]):
     fits = []
+    seen = ~np.isnan(ang[:, j])
     for a in range(positions.shape[1]):
-      p = positions[:, a].astype(np.float64)
-      f = float(p @ ang[:, j] / max(p @ p, 1e-30))
-      fits.append((float(np.abs(ang[:, j] - f * p).max()), a, f))
+      p = positions[seen, a].astype(np.float64)
+      f = float(p @ ang[seen, j] / max(p @ p, 1e-30))
+      fits.append((float(np.abs(ang[seen, j] - f * p).max(initial=np.inf if not seen.any() else 0.0)), a, f))
     err, a, f = min(fits)
     if err > 1e-5 or f <= 0:
       raise Refused(f"pair {j} ({layout} pairing) is not turned by one grid axis at one frequency (residual {err:.1e})")
@@ -423,6 +458,17 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   (4 channels moved from the last axis to the first): the observed split must follow it."""
   entry, goldens = _observe_grid(name, seed)
   family = entry.get("family")
+  if family:  # a theta key: followed (x 4 moves the observed theta x 4) or guarded (a config may not change it)
+    import diffusers
+    defaults = {k: p.default for k, p in inspect.signature(getattr(diffusers, name).__init__).parameters.items()}
+    for key in [k for k, v in defaults.items() if THETA_KEY.search(k) and isinstance(v, (int, float))
+                and not isinstance(v, bool)]:
+      again, _ = _observe_grid(name, seed, {key: 4 * defaults[key]})
+      if np.isclose(again.get("family", {}).get("theta", 0.0), 4 * family["theta"], rtol=1e-6) and \
+          np.isclose(family["theta"], defaults[key], rtol=1e-6) and "theta_key" not in family:
+        family.update(theta_key=key, theta_default=family.pop("theta"))
+      else:
+        family.setdefault("guarded", {})[key] = defaults[key]
   if family and "axes_key" in family:
     key, axes = family["axes_key"], family["axes_default"]
     moved = [axes[0] + 4, *axes[1:-1], axes[-1] - 4]
@@ -430,20 +476,36 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
     if again.get("family", {}).get("axes_default") != moved:
       del family["axes_key"]  # the default's value matched, but the model does not read its split from it
       family["axes_key_not_followed"] = key
+      if family["head_dim_key"] is None:
+        return {"status": "refused", "reason": f"its split of the head over the grid axes {axes} does not follow "
+                                               f"{key} and comes from no config key this probe can confirm"}, None
   return entry, goldens
 
 
-def _grid_candidates(dims: tuple[int, ...]) -> list[tuple[str, np.ndarray]]:
-  """The numberings of the probe's latent grid a model may rotate by, each [tokens, axes]:
-  "raster" (t, h, w) from 0; "centred", h and w from -ceil(n / 2) (QwenImage's scale_rope); for an
-  image model also "after_text", its image at (caption length, row, column) (Lumina 2)."""
+def _grid_candidates(dims: tuple[int, ...], joint: bool) -> list[tuple[str, str | None, dict[int, np.ndarray]]]:
+  """The numberings a model may rotate the probe's tokens by: (numbering, joint order, {tokens: [tokens, axes]}).
+  The latent grid: "raster" (t, h, w) from 0; "centred", h and w from -ceil(n / 2) (QwenImage's scale_rope);
+  for an image model also "after_text", its image at (caption length, row, column) (Lumina 2). Where a call
+  rotates the caption with the image (`joint`), the caption's T_TXT tokens come first or last: at (i, 0, 0)
+  with "after_text" (Lumina 2, ERNIE-Image), at zeros with the others (HiDream: Flux's text ids)."""
   n = len(dims)
+  tokens = int(np.prod(dims))
   raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, n)
   shift = np.array([0] * (n - 2) + [-(-dims[-2] // 2), -(-dims[-1] // 2)])
-  candidates = [("raster", raster), ("centred", raster - shift)]
+  grids = [("raster", raster), ("centred", raster - shift)]
   if n == 2:
-    candidates.append(("after_text", np.column_stack([np.full(len(raster), T_TXT), raster])))
-  return candidates
+    grids.append(("after_text", np.column_stack([np.full(len(raster), T_TXT), raster])))
+  out = []
+  for name, grid in grids:
+    if not joint:
+      out.append((name, None, {tokens: grid}))
+      continue
+    text = np.zeros((T_TXT, grid.shape[1]), np.int64)
+    if name == "after_text":
+      text[:, 0] = np.arange(T_TXT)
+    out.append((name, "text_first", {tokens: grid, tokens + T_TXT: np.concatenate([text, grid])}))
+    out.append((name, "image_first", {tokens: grid, tokens + T_TXT: np.concatenate([grid, text])}))
+  return out
 
 
 def _blocks(owners: list[int]) -> list[int]:
@@ -455,15 +517,39 @@ def _blocks(owners: list[int]) -> list[int]:
   return runs
 
 
+def _pairs_keep_norms(x: np.ndarray, out: np.ndarray, layout: str) -> bool:
+  """Whether `out` keeps the length of every channel pair of `x` under `layout`'s pairing (a rotation does)."""
+  d = x.shape[-1]
+  idx = (np.arange(0, d, 2), np.arange(1, d, 2)) if layout == "interleaved" else (np.arange(d // 2),
+                                                                                   np.arange(d // 2, d))
+  def norm(a):
+    return a[..., idx[0]] ** 2 + a[..., idx[1]] ** 2
+  return bool(np.allclose(norm(x), norm(out), rtol=1e-5, atol=1e-6))
+
+
+def _token_count(shape: tuple, counts: tuple[int, ...]) -> int | None:
+  return next((m for m in counts if m in shape[1:3]), None)
+
+
 def fit_grid(rotated: list[dict], dims: tuple[int, ...]) -> dict:
   """The rotation of the latent-grid calls as per-axis RoPE: the first numbering and pairing whose
   fitted axes and theta reproduce every call within TOLERANCE; Refused, with the nearest miss, if none."""
   tokens = int(np.prod(dims))
-  x, out = (_to_bthd(rotated[0][k], tokens) for k in ("x", "out"))
+  counts = (tokens, tokens + T_TXT)
+  sized = [(c, _token_count(c["x"].shape, counts)) for c in rotated]
+  joint = any(m == tokens + T_TXT for _, m in sized)
+  first, m0 = sized[0]
+  x, out = (_to_bthd(first[k], m0) for k in ("x", "out"))
+  # ERNIE-Image, for one: its rotate_half pairs channel i with i + D/2 but gives them the angles of pairs i // 2
+  # and (i + D/2) // 2, which no RotaryConfig (nor any rotation) does
+  if not any(_pairs_keep_norms(x, out, layout) for layout in ("interleaved", "half")):
+    raise Refused("its apply is no rotation of channel pairs: under interleaved and under half (rotate_half) "
+                  "pairing alike, a pair's two channels change their joint length")
   best = None
-  for numbering, grid in _grid_candidates(dims):
+  for numbering, order, pos_of in _grid_candidates(dims, joint):
+    grid = pos_of[m0]
     na = grid.shape[1]
-    applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), grid) for c in rotated]
+    applied = [(_to_bthd(c["x"], m), _to_bthd(c["out"], m), pos_of[m]) for c, m in sized]
     for layout in ("interleaved", "half"):
       try:
         owners, freqs = fit_pairs(x, out, grid, layout)
@@ -480,8 +566,8 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...]) -> dict:
       for tables in TOLERANCE:
         err = _rotation_error(applied, axes, theta, layout, tables)
         if err <= TOLERANCE[tables]:
-          return {"numbering": numbering, "grid": grid, "layout": layout, "axes": axes, "theta": theta,
-                  "tables": tables, "error": err}
+          return {"numbering": numbering, "joint": order, "grid": pos_of[tokens], "positions": grid,
+                  "layout": layout, "axes": axes, "theta": theta, "tables": tables, "error": err}
       best = Refused(f"its rotation over the grid fits per-axis RoPE {axes}, theta {theta}, {layout} pairs only to "
                      f"{err:.1e}")
   raise best if isinstance(best, Refused) else Refused("no pairing fits its rotation")
@@ -500,20 +586,31 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
                   f"the limit is {MAX_PARAMS / 1e6:.0f}M")
   torch.manual_seed(seed)
   model = cls(**kw).double().eval()
-  calls = _applies(model, _grid_inputs(cls, kw, defaults, patch))
-  if not calls:
-    raise Refused("its forward on a latent video calls no rotary apply function")
+  inputs = _grid_inputs(cls, kw, defaults, patch)
+  try:
+    calls = _applies(model, inputs)
+  except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half:
+    if "same dtype" not in str(e):  # run it in float32 (the fit then allows float32's rounding)
+      raise
+    calls = _applies(model.float(), {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
+                                     for k, v in inputs.items()})
+  if not calls:  # as for a transformers type whose default config's forward calls none of its rotary code
+    return {"status": "no_rope", "reason": "its forward on a latent calls no rotary function (observed; its module "
+                                           "has names that match rot/rope)"}, None
   names = list(inspect.signature(cls.forward).parameters)
   dims = GRID if is_video(cls, defaults) or "img_shapes" in names or "num_frames" in names else GRID[1:]
   tokens = int(np.prod(dims))
-  rotated = [c for c in calls if tokens in c["x"].shape[1:3]]
+  rotated = [c for c in calls if _token_count(c["x"].shape, (tokens, tokens + T_TXT))]
   if not rotated:
     raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
   got = fit_grid(rotated, dims)
   axes = got["axes"]
-  axes_key = next((k for k in defaults if isinstance(defaults[k], (list, tuple)) and list(defaults[k]) == axes), None)
-  family = {"grid": got["numbering"], "axes_default": axes, "layout": got["layout"],
-            "order": "grid_hw" if len(axes) == 2 else "grid_thw", "frequencies": "per_axis",
+  given = {**defaults, **(extra or {})}  # the init arguments this probe ran with
+  axes_key = next((k for k in given if isinstance(given[k], (list, tuple)) and list(given[k]) == axes), None)
+  if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
+    axes_key = next((k for k in defaults if defaults[k] is None and "axes" in k), None)
+  family = {"grid": got["numbering"], **({"joint": got["joint"]} if got["joint"] else {}), "axes_default": axes,
+            "layout": got["layout"], "order": "grid_hw" if len(axes) == 2 else "grid_thw", "frequencies": "per_axis",
             "tables": got["tables"], "theta": got["theta"], "head_dim_default": sum(axes), "patch": list(patch),
             "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
   if axes_key:
@@ -522,6 +619,7 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
     raise Refused(f"its split of the head over the grid axes {axes} comes from no config key this probe can confirm")
   entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
            "max_abs_error": got["error"]}
-  goldens = {"config": kw, "grid": got["grid"], "x": _to_bthd(rotated[0]["x"], tokens),
-             "out": _to_bthd(rotated[0]["out"], tokens)}
+  m = _token_count(rotated[0]["x"].shape, (tokens, tokens + T_TXT))
+  goldens = {"config": kw, "grid": got["grid"], "positions": got["positions"], "x": _to_bthd(rotated[0]["x"], m),
+             "out": _to_bthd(rotated[0]["out"], m)}
   return entry, goldens

@@ -172,14 +172,16 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     fam = entry["family"]
     g = {k.split("/", 1)[1]: np.asarray(v) for k, v in DIFFUSERS_ARRAYS.items() if k.startswith(name + "/")}
     if fam.get("grid"):  # Wan & co. number their latent grid themselves: (t, h, w) raster order
-      positions = g["grid"]
-      sizes = [int(n) for n in np.ptp(positions, axis=0) + 1]
-      if fam["grid"] == "after_text":  # Lumina 2: the image after a caption of positions[0, 0] tokens
-        text = int(positions[0, 0])
-        built = rope.lumina_positions(sizes[1], sizes[2], text)
-        assert (built[:text] == np.stack([np.arange(text), 0 * np.arange(text), 0 * np.arange(text)], -1)).all()
-        np.testing.assert_array_equal(positions, built[text:])
+      grid, positions = g["grid"], g["positions"]  # the image's tokens; every token of the golden call
+      sizes = [int(n) for n in np.ptp(grid, axis=0) + 1]
+      if fam["grid"] == "after_text":  # Lumina 2, ERNIE-Image: the image after a caption of grid[0, 0] tokens
+        text = int(grid[0, 0])
+        built = rope.lumina_positions(sizes[1], sizes[2], text, image_first=fam.get("joint") == "image_first")
+        assert (rope.lumina_positions(sizes[1], sizes[2], text)[:text] ==
+                np.stack([np.arange(text), 0 * np.arange(text), 0 * np.arange(text)], -1)).all()
+        np.testing.assert_array_equal(positions, built if len(positions) == len(built) else built[-len(grid):])
       else:
+        assert "joint" not in fam, f"{name}: a joint call over {fam['grid']} ids has no position builder yet"
         built = rope.video_grid_positions(*([1] * (3 - len(sizes)) + sizes), centred=fam["grid"] == "centred")
         np.testing.assert_array_equal(positions, built[:, 3 - len(sizes):])  # an image model: (row, column)
     else:  # the ids the forward was given: both streams in the observed order, or the image's alone
@@ -196,6 +198,10 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     assert default.theta == fam.get("theta", fam.get("theta_default")), name
     if "theta_key" in fam:  # observed to follow the key (x 4 in the generator)
       assert rope.from_hf_config({"_class_name": name, fam["theta_key"]: 500.0}).theta == 500.0
+    for key, value in fam.get("guarded", {}).items():  # a theta-like key it was not seen to follow
+      assert rope.from_hf_config({"_class_name": name, key: value}) is not None
+      with pytest.raises(ValueError, match=f"sets {key}=.*not to follow {key}"):
+        rope.from_hf_config({"_class_name": name, key: 2 * value})
     if fam.get("head_dim_key"):
       with pytest.raises(ValueError, match="adds up to|observed at attention_head_dim"):
         rope.from_hf_config({"_class_name": name, fam["head_dim_key"]: sum(axes) + 2})

@@ -172,10 +172,17 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   if entry is None or entry.get("status") != "exact":
     raise _refuse_diffusers(class_name, entry)
   fam = entry["family"]
+  for key, default in fam.get("guarded", {}).items():  # a theta-like key the rotation was not seen to follow
+    if cfg.get(key, default) != default:
+      raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}, but the registry observed its rotation not to "
+                       f"follow {key} (seen only at {key}={default!r}; {_made_from()}): what another value changes is "
+                       "not read.")
   head_key = fam.get("head_dim_key")
   head_dim = cfg.get(head_key) if head_key else None
   if "axes_key" in fam:
-    axes = cfg.get(fam["axes_key"], fam["axes_default"])
+    axes = cfg.get(fam["axes_key"])
+    if axes is None:  # absent, or null in config.json (PRX: the class then fills in its default split)
+      axes = fam["axes_default"]
   else:  # Wan: the head's split over (t, h, w) follows from its head dim by the model's own arithmetic
     if head_dim is not None and head_dim != fam["head_dim_default"]:
       raise ValueError(f"{class_name} splits its head over (t, h, w) by its own arithmetic, observed at "

@@ -331,10 +331,11 @@ def video_grid_positions(frames: int, height: int, width: int, *, centred: bool 
   return pos.astype(np.int32)
 
 
-def lumina_positions(height: int, width: int, text_length: int) -> np.ndarray:
+def lumina_positions(height: int, width: int, text_length: int, *, image_first: bool = False) -> np.ndarray:
   """The positions Lumina 2 rotates by (its Lumina2RotaryPosEmbed): caption token i at (i, 0, 0),
   then the image's patches in raster order at (text_length, row, column), for a caption of
   `text_length` tokens (its attention mask's sum) and a `height` x `width` patch grid.
+  image_first=True: the same positions with the image's tokens before the caption's.
 
   Returns:
     int32[text_length + height * width, 3].
@@ -344,4 +345,4 @@ def lumina_positions(height: int, width: int, text_length: int) -> np.ndarray:
   text[:, 0] = np.arange(text_length)
   image = video_grid_positions(1, height, width)
   image[:, 0] = text_length
-  return np.concatenate([text, image])
+  return np.concatenate([image, text] if image_first else [text, image])
