@@ -120,9 +120,12 @@ def _applies(model, inputs: dict) -> list[dict]:
       return
     if event == "call":
       tensors = [v for v in frame.f_locals.values() if isinstance(v, torch.Tensor) and v.ndim == 4]
-      stack.append((frame, tensors[0].detach().clone() if tensors else None))
+      inner = any(x is not None for _, x in stack)  # a helper inside an apply (JoyImage's _rotate_half): not one
+      stack.append((frame, tensors[0].detach().clone() if tensors and not inner else None))
     elif event == "return" and stack and stack[-1][0] is frame:
       _, x = stack.pop()
+      if isinstance(arg, tuple) and arg and isinstance(arg[0], torch.Tensor):  # JoyImage: apply(q, k) -> (q, k)
+        arg = arg[0]
       if x is not None and isinstance(arg, torch.Tensor) and arg.shape == x.shape:
         calls.append({"function": f"{frame.f_code.co_filename.split('/')[-1]}:{frame.f_code.co_name}",
                       "x": x.numpy(), "out": arg.detach().numpy().astype(np.float64)})
@@ -420,7 +423,10 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> 
     del x["image_embeds"]  # Motif Video: no image embedder unless image_embed_dim is set
   if defaults.get("guidance_embeds") is False:  # QwenImage: a guidance input only with guidance embeddings
     del x["guidance"]
-  if "img_shapes" in names or "num_frames" in names:  # packed latents [B, tokens, channels]
+  if "shape_list" in names:  # JoyImage-Edit Plus: patches unfolded [B, tokens, C, pt, ph, pw], their (t, h, w) grid
+    x["hidden_states"] = torch.randn(1, int(np.prod(GRID)), c, *patch, dtype=torch.float64)
+    x["shape_list"] = [[GRID]]
+  elif "img_shapes" in names or "num_frames" in names:  # packed latents [B, tokens, channels]
     x["hidden_states"] = torch.randn(1, int(np.prod(GRID)), c, dtype=torch.float64)
   elif f == 1:
     x["hidden_states"] = x["hidden_states"][:, :, 0]
@@ -573,6 +579,28 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...]) -> dict:
   raise best if isinstance(best, Refused) else Refused("no pairing fits its rotation")
 
 
+def fit_caption(calls: list[dict], got: dict) -> tuple[str, np.ndarray]:
+  """The numbering of a caption rotated apart from the image, under the image's fitted rotation (token i at
+  start + i on every axis, or at (i, 0, 0)); Refused if it is none of those."""
+  na = got["grid"].shape[1]
+  first = np.zeros((T_TXT, na), np.int64)
+  first[:, 0] = np.arange(T_TXT)
+  def after(start: int) -> np.ndarray:
+    return np.repeat((np.arange(T_TXT) + start)[:, None], na, 1)
+  known = {"after_grid": after(got["grid"].max() + 1),  # JoyImage
+           # QwenImage, Nucleus-MoE: from max(h // 2, w // 2), one past the centred rows' and columns' largest
+           "after_rows_columns": after(got["grid"][:, -2:].max() + 1),
+           "first_axis": first}  # Lumina 2's caption refiner: token i at (i, 0, 0), as in its joint calls
+  errors = {}
+  for name, positions in known.items():
+    applied = [(_to_bthd(c["x"], T_TXT), _to_bthd(c["out"], T_TXT), positions) for c in calls]
+    errors[name] = _rotation_error(applied, got["axes"], got["theta"], got["layout"], got["tables"])
+    if errors[name] <= TOLERANCE[got["tables"]]:
+      return name, positions
+  raise Refused(f"it rotates its caption apart from the image, by positions this probe does not know (off by "
+                f"{errors} as {list(known)})")
+
+
 @_refusals("its observation on a latent video")
 def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict, dict | None]:
   import diffusers
@@ -598,13 +626,14 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
     return {"status": "no_rope", "reason": "its forward on a latent calls no rotary function (observed; its module "
                                            "has names that match rot/rope)"}, None
   names = list(inspect.signature(cls.forward).parameters)
-  dims = GRID if is_video(cls, defaults) or "img_shapes" in names or "num_frames" in names else GRID[1:]
+  dims = GRID if is_video(cls, defaults) or {"img_shapes", "num_frames", "shape_list"} & set(names) else GRID[1:]
   tokens = int(np.prod(dims))
   rotated = [c for c in calls if _token_count(c["x"].shape, (tokens, tokens + T_TXT))]
   if not rotated:
     raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
   got = fit_grid(rotated, dims)
   axes = got["axes"]
+  caption = [c for c in calls if all(c is not r for r in rotated) and _token_count(c["x"].shape, (T_TXT,))]
   given = {**defaults, **(extra or {})}  # the init arguments this probe ran with
   axes_key = next((k for k in given if isinstance(given[k], (list, tuple)) and list(given[k]) == axes), None)
   if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
@@ -613,6 +642,8 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
             "layout": got["layout"], "order": "grid_hw" if len(axes) == 2 else "grid_thw", "frequencies": "per_axis",
             "tables": got["tables"], "theta": got["theta"], "head_dim_default": sum(axes), "patch": list(patch),
             "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
+  if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
+    family["caption"], caption_positions = fit_caption(caption, got)
   if axes_key:
     family["axes_key"] = axes_key
   elif family["head_dim_key"] is None:
@@ -622,4 +653,7 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
   m = _token_count(rotated[0]["x"].shape, (tokens, tokens + T_TXT))
   goldens = {"config": kw, "grid": got["grid"], "positions": got["positions"], "x": _to_bthd(rotated[0]["x"], m),
              "out": _to_bthd(rotated[0]["out"], m)}
+  if caption:
+    goldens.update(caption_positions=caption_positions, caption_x=_to_bthd(caption[0]["x"], T_TXT),
+                   caption_out=_to_bthd(caption[0]["out"], T_TXT))
   return entry, goldens

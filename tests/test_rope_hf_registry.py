@@ -192,6 +192,14 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
     got = np.asarray(spec.apply(g["x"].astype(np.float32), positions.astype(np.int32)), np.float64)
     np.testing.assert_allclose(got, g["out"], atol=2e-6, err_msg=name)  # the model's apply is float32
+    if fam.get("caption"):  # a caption rotated apart from the image (QwenImage), at the positions its builder gives
+      text, axes_n = len(g["caption_positions"]), g["grid"].shape[1]
+      start = {"after_grid": g["grid"].max() + 1, "after_rows_columns": g["grid"][:, -2:].max() + 1}
+      built = (rope.lumina_positions(1, 1, text)[:text] if fam["caption"] == "first_axis" else
+               rope.caption_positions(text, start=start[fam["caption"]], axes=axes_n))
+      np.testing.assert_array_equal(g["caption_positions"], built)
+      got = np.asarray(spec.apply(g["caption_x"].astype(np.float32), built), np.float64)
+      np.testing.assert_allclose(got, g["caption_out"], atol=2e-6, err_msg=name)
     default = rope.from_hf_config({"_class_name": name})  # ConfigMixin's defaults: the class's own
     axes = fam["axes_default"]
     assert default.sections == tuple(d // 2 for d in axes) and default.frequencies == "per_axis", name

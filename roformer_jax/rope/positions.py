@@ -331,6 +331,20 @@ def video_grid_positions(frames: int, height: int, width: int, *, centred: bool 
   return pos.astype(np.int32)
 
 
+def caption_positions(text_length: int, *, start: int, axes: int = 3) -> np.ndarray:
+  """A caption rotated apart from the image at start + i on every axis: token i of a diffusers
+  transformer's text stream (QwenImage and Nucleus-MoE: start = max(rows // 2, columns // 2) of
+  the latent grid, `rope.video_grid_positions(..., centred=True)`'s largest row or column + 1;
+  JoyImage-Edit: one past the grid's largest position).
+
+  Returns:
+    int32[text_length, axes].
+  """
+  _check_count("text_length", text_length, 0)
+  _check_count("axes", axes)
+  return np.repeat((np.arange(text_length) + int(start))[:, None], axes, 1).astype(np.int32)
+
+
 def lumina_positions(height: int, width: int, text_length: int, *, image_first: bool = False) -> np.ndarray:
   """The positions Lumina 2 rotates by (its Lumina2RotaryPosEmbed): caption token i at (i, 0, 0),
   then the image's patches in raster order at (text_length, row, column), for a caption of
