@@ -157,12 +157,15 @@ def _angles(x: np.ndarray, out: np.ndarray, layout: str) -> np.ndarray:
 
 
 def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], theta: float, layout: str,
-                       tables: str = "float64") -> np.ndarray:
-  """float64 NumPy: x [B, T, H, D] turned pair by pair, axis a's pairs by pos_a * theta ** (-2j / d_a);
+                       tables: str = "float64", frequencies: str = "per_axis") -> np.ndarray:
+  """float64 NumPy: x [B, T, H, D] turned pair by pair, axis a's pairs by pos_a * theta ** (-2j / d_a)
+  (frequencies="shared": pair k of the head by theta ** (-2k / D), whichever axis owns it);
   tables="float32": as diffusers' apply_rotary_emb computes whatever the model's dtype: cos and sin
   of the float64 angle rounded to float32 (FluxPosEmbed's `.float()` tables), x cast to float32
   (`x.float()`), the products and their sum in float32."""
   freqs = np.concatenate([theta ** (-np.arange(0, d, 2, dtype=np.float64) / d) for d in axes])
+  if frequencies == "shared":  # M-RoPE: one spectrum over the whole head, its pairs dealt to the axes in sections
+    freqs = theta ** (-np.arange(0, sum(axes), 2, dtype=np.float64) / sum(axes))
   owner = np.concatenate([np.full(d // 2, i) for i, d in enumerate(axes)])
   ang = positions[:, owner].astype(np.float64) * freqs  # [T, D/2]
   c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
@@ -189,9 +192,9 @@ def _integer_theta(theta: float) -> float:
 
 
 def _rotation_error(applied: list[tuple[np.ndarray, np.ndarray, np.ndarray]], axes: list[int], theta: float,
-                    layout: str, tables: str) -> float:
+                    layout: str, tables: str, frequencies: str = "per_axis") -> float:
   """The largest difference between each recorded (x, out, positions) and `reference_rotation`."""
-  return max(float(np.abs(reference_rotation(x, pos, axes, theta, layout, tables) - out).max())
+  return max(float(np.abs(reference_rotation(x, pos, axes, theta, layout, tables, frequencies) - out).max())
              for x, out, pos in applied)
 
 
@@ -537,13 +540,15 @@ def _token_count(shape: tuple, counts: tuple[int, ...]) -> int | None:
   return next((m for m in counts if m in shape[1:3]), None)
 
 
-def fit_grid(rotated: list[dict], dims: tuple[int, ...]) -> dict:
+def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None = None) -> dict:
   """The rotation of the latent-grid calls as per-axis RoPE: the first numbering and pairing whose
-  fitted axes and theta reproduce every call within TOLERANCE; Refused, with the nearest miss, if none."""
+  fitted axes and theta reproduce every call within TOLERANCE; Refused, with the nearest miss, if none.
+  `candidates` (as `_grid_candidates` gives them): the ids a forward was given, instead of the grid's."""
   tokens = int(np.prod(dims))
   counts = (tokens, tokens + T_TXT)
   sized = [(c, _token_count(c["x"].shape, counts)) for c in rotated]
-  joint = any(m == tokens + T_TXT for _, m in sized)
+  if candidates is None:
+    candidates = _grid_candidates(dims, joint=any(m == tokens + T_TXT for _, m in sized))
   first, m0 = sized[0]
   x, out = (_to_bthd(first[k], m0) for k in ("x", "out"))
   # ERNIE-Image, for one: its rotate_half pairs channel i with i + D/2 but gives them the angles of pairs i // 2
@@ -551,8 +556,12 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...]) -> dict:
   if not any(_pairs_keep_norms(x, out, layout) for layout in ("interleaved", "half")):
     raise Refused("its apply is no rotation of channel pairs: under interleaved and under half (rotate_half) "
                   "pairing alike, a pair's two channels change their joint length")
+  if any(np.allclose(np.abs(_angles(x, out, layout)), np.pi / 2, atol=1e-6) for layout in ("interleaved", "half")):
+    raise Refused(f"the rotary function it calls ({first['function']}) turns every pair by 90 degrees whatever the "
+                  "position: a rotate_half helper, its cos/sin apply written inline in the attention, which this "
+                  "probe does not see")
   best = None
-  for numbering, order, pos_of in _grid_candidates(dims, joint):
+  for numbering, order, pos_of in candidates:
     grid = pos_of[m0]
     na = grid.shape[1]
     applied = [(_to_bthd(c["x"], m), _to_bthd(c["out"], m), pos_of[m]) for c, m in sized]
@@ -567,15 +576,20 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...]) -> dict:
         best = Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis")
         continue
       sections = [owners.count(a) for a in range(na)]
-      theta = _integer_theta(float(np.median([freqs[sum(sections[:a]) + 1] ** (-sections[a]) for a in range(na)])))
       axes = [2 * s for s in sections]
-      for tables in TOLERANCE:
-        err = _rotation_error(applied, axes, theta, layout, tables)
-        if err <= TOLERANCE[tables]:
-          return {"numbering": numbering, "joint": order, "grid": pos_of[tokens], "positions": grid,
-                  "layout": layout, "axes": axes, "theta": theta, "tables": tables, "error": err}
-      best = Refused(f"its rotation over the grid fits per-axis RoPE {axes}, theta {theta}, {layout} pairs only to "
-                     f"{err:.1e}")
+      thetas = {  # read off pair 1 of each axis's own spectrum (per_axis), or pair 1 of the head's (shared)
+          "per_axis": _integer_theta(float(np.median([freqs[sum(sections[:a]) + 1] ** (-sections[a])
+                                                      for a in range(na)]))),
+          "shared": _integer_theta(float(freqs[1] ** (-len(freqs))))}
+      for frequencies, theta in thetas.items():
+        for tables in TOLERANCE:
+          err = _rotation_error(applied, axes, theta, layout, tables, frequencies)
+          if err <= TOLERANCE[tables]:
+            return {"numbering": numbering, "joint": order, "grid": pos_of[tokens], "positions": grid,
+                    "layout": layout, "axes": axes, "theta": theta, "tables": tables, "error": err,
+                    "frequencies": frequencies}
+      best = Refused(f"its rotation over the grid fits per-axis RoPE {axes} (theta {thetas['per_axis']}) or M-RoPE "
+                     f"(theta {thetas['shared']}), {layout} pairs, only to {err:.1e}")
   raise best if isinstance(best, Refused) else Refused("no pairing fits its rotation")
 
 
@@ -594,11 +608,49 @@ def fit_caption(calls: list[dict], got: dict) -> tuple[str, np.ndarray]:
   errors = {}
   for name, positions in known.items():
     applied = [(_to_bthd(c["x"], T_TXT), _to_bthd(c["out"], T_TXT), positions) for c in calls]
-    errors[name] = _rotation_error(applied, got["axes"], got["theta"], got["layout"], got["tables"])
+    errors[name] = _rotation_error(applied, got["axes"], got["theta"], got["layout"], got["tables"],
+                                   got["frequencies"])
     if errors[name] <= TOLERANCE[got["tables"]]:
       return name, positions
   raise Refused(f"it rotates its caption apart from the image, by positions this probe does not know (off by "
                 f"{errors} as {list(known)})")
+
+
+# Hand-written inputs of the classes whose forward takes what the generic names above do not cover: the
+# positions it rotates by, which its pipeline builds (the probe gives random ids, and the fit must find that
+# the rotation follows them), or inputs of a shape of their own. Each is {"kw": init overrides (widths only),
+# "inputs": fn(kw, defaults, ids) -> forward inputs, "ids": whether it is given positions}.
+GIVEN_TOKENS = T_TXT + 6  # a given-ids probe's sequence: the caption's tokens, then 6 image tokens
+
+
+def _krea2(kw: dict, defaults: dict, ids: np.ndarray) -> dict:
+  return {"hidden_states": torch.randn(1, GIVEN_TOKENS - T_TXT, kw.get("in_channels", defaults["in_channels"]),
+                                       dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, T_TXT, kw["num_text_layers"], kw["text_hidden_dim"],
+                                               dtype=torch.float64),
+          "timestep": torch.tensor([0.5], dtype=torch.float64), "position_ids": torch.from_numpy(ids)}
+
+
+def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray) -> dict:
+  from diffusers.models.transformers import transformer_ideogram4 as module
+  indicator = torch.tensor([[module.LLM_TOKEN_INDICATOR] * T_TXT + [module.OUTPUT_IMAGE_INDICATOR] *
+                            (GIVEN_TOKENS - T_TXT)])
+  return {"hidden_states": torch.randn(1, GIVEN_TOKENS, defaults["in_channels"], dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, GIVEN_TOKENS, kw["llm_features_dim"], dtype=torch.float64),
+          "timestep": torch.tensor([0.5], dtype=torch.float64), "position_ids": torch.from_numpy(ids)[None],
+          "segment_ids": torch.zeros(1, GIVEN_TOKENS, dtype=torch.long), "indicator": indicator}
+
+
+RECIPES: dict[str, dict] = {
+    # Ideogram 4: one packed sequence of caption and image tokens, with each token's role
+    "Ideogram4Transformer2DModel": {"kw": {"llm_features_dim": WIDTH, "intermediate_size": WIDTH},
+                                    "inputs": _ideogram4, "ids": True},
+    # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
+    "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
+                                       "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,
+                                       "intermediate_size": WIDTH},
+                                "inputs": _krea2, "ids": True},
+}
 
 
 @_refusals("its observation on a latent video")
@@ -606,6 +658,8 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
   import diffusers
   cls = getattr(diffusers, name)
   kw, defaults, patch = grid_kwargs(cls)
+  recipe = RECIPES.get(name, {})
+  kw.update(recipe.get("kw", {}))
   kw.update(extra or {})
   with torch.device("meta"):
     size = sum(p.numel() for p in cls(**kw).parameters())
@@ -615,6 +669,11 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
   torch.manual_seed(seed)
   model = cls(**kw).double().eval()
   inputs = _grid_inputs(cls, kw, defaults, patch)
+  given = None
+  if "inputs" in recipe:  # its own inputs; the ids it is given, if it takes its positions from its pipeline
+    rng = np.random.default_rng(seed)
+    given = rng.integers(0, 3, (GIVEN_TOKENS, 3)) if recipe.get("ids") else None  # angles below pi: no wrap
+    inputs.update(recipe["inputs"](kw, defaults, given))
   try:
     calls = _applies(model, inputs)
   except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half:
@@ -627,11 +686,13 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
                                            "has names that match rot/rope)"}, None
   names = list(inspect.signature(cls.forward).parameters)
   dims = GRID if is_video(cls, defaults) or {"img_shapes", "num_frames", "shape_list"} & set(names) else GRID[1:]
+  if given is not None:
+    dims = (GIVEN_TOKENS,)
   tokens = int(np.prod(dims))
   rotated = [c for c in calls if _token_count(c["x"].shape, (tokens, tokens + T_TXT))]
   if not rotated:
     raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
-  got = fit_grid(rotated, dims)
+  got = fit_grid(rotated, dims, None if given is None else [("given", None, {tokens: given})])
   axes = got["axes"]
   caption = [c for c in calls if all(c is not r for r in rotated) and _token_count(c["x"].shape, (T_TXT,))]
   given = {**defaults, **(extra or {})}  # the init arguments this probe ran with
@@ -639,7 +700,8 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
   if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
     axes_key = next((k for k in defaults if defaults[k] is None and "axes" in k), None)
   family = {"grid": got["numbering"], **({"joint": got["joint"]} if got["joint"] else {}), "axes_default": axes,
-            "layout": got["layout"], "order": "grid_hw" if len(axes) == 2 else "grid_thw", "frequencies": "per_axis",
+            "layout": got["layout"], "order": "given" if given is not None else "grid_hw" if len(axes) == 2 else "grid_thw",
+            "frequencies": got["frequencies"],
             "tables": got["tables"], "theta": got["theta"], "head_dim_default": sum(axes), "patch": list(patch),
             "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
   if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image

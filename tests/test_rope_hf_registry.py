@@ -171,7 +171,9 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       continue
     fam = entry["family"]
     g = {k.split("/", 1)[1]: np.asarray(v) for k, v in DIFFUSERS_ARRAYS.items() if k.startswith(name + "/")}
-    if fam.get("grid"):  # Wan & co. number their latent grid themselves: (t, h, w) raster order
+    if fam.get("grid") == "given":  # Krea 2: its pipeline builds the positions; the probe gave random ones
+      positions = g["positions"]
+    elif fam.get("grid"):  # Wan & co. number their latent grid themselves: (t, h, w) raster order
       grid, positions = g["grid"], g["positions"]  # the image's tokens; every token of the golden call
       sizes = [int(n) for n in np.ptp(grid, axis=0) + 1]
       if fam["grid"] == "after_text":  # Lumina 2, ERNIE-Image: the image after a caption of grid[0, 0] tokens
@@ -202,7 +204,7 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       np.testing.assert_allclose(got, g["caption_out"], atol=2e-6, err_msg=name)
     default = rope.from_hf_config({"_class_name": name})  # ConfigMixin's defaults: the class's own
     axes = fam["axes_default"]
-    assert default.sections == tuple(d // 2 for d in axes) and default.frequencies == "per_axis", name
+    assert default.sections == tuple(d // 2 for d in axes) and default.frequencies == fam["frequencies"], name
     assert default.theta == fam.get("theta", fam.get("theta_default")), name
     if "theta_key" in fam:  # observed to follow the key (x 4 in the generator)
       assert rope.from_hf_config({"_class_name": name, fam["theta_key"]: 500.0}).theta == 500.0
