@@ -418,6 +418,8 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> 
        "text_lens": torch.tensor([T_TXT]),
        # HiDream: its T5 and Llama states (one per Llama layer it reads) and pooled embeddings
        "timesteps": torch.tensor([500.0], dtype=torch.float64),
+       "r_timestep": torch.tensor([250.0], dtype=torch.float64),  # AnyFlow: the flow map's second time
+       "chunk_partition": [GRID[0]],  # AnyFlow-FAR: the latent frames in one chunk
        "encoder_hidden_states_t5": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
        "encoder_hidden_states_llama3": torch.randn(len(kw.get("llama_layers", [])), 1, T_TXT, WIDTH,
                                                    dtype=torch.float64),
@@ -619,7 +621,8 @@ def fit_caption(calls: list[dict], got: dict) -> tuple[str, np.ndarray]:
 # Hand-written inputs of the classes whose forward takes what the generic names above do not cover: the
 # positions it rotates by, which its pipeline builds (the probe gives random ids, and the fit must find that
 # the rotation follows them), or inputs of a shape of their own. Each is {"kw": init overrides (widths only),
-# "inputs": fn(kw, defaults, ids) -> forward inputs, "ids": whether it is given positions}.
+# "inputs": fn(kw, defaults, ids) -> forward inputs, "ids": whether it is given positions, "frames_first":
+# latents [B, F, C, H, W] instead of [B, C, F, H, W]}.
 GIVEN_TOKENS = T_TXT + 6  # a given-ids probe's sequence: the caption's tokens, then 6 image tokens
 
 
@@ -641,7 +644,24 @@ def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray) -> dict:
           "segment_ids": torch.zeros(1, GIVEN_TOKENS, dtype=torch.long), "indicator": indicator}
 
 
+def _anyflow(kw: dict, defaults: dict, ids: None) -> dict:
+  return {"timestep": torch.full((1, GRID[0]), 500.0, dtype=torch.float64),  # a time per latent frame
+          "r_timestep": torch.full((1, GRID[0]), 250.0, dtype=torch.float64)}
+
+
+def _wan_animate(kw: dict, defaults: dict, ids: None) -> dict:
+  size = kw["motion_encoder_size"]
+  return {"pose_hidden_states": torch.randn(1, defaults["latent_channels"], GRID[0] - 1, 2 * GRID[1], 2 * GRID[2],
+                                            dtype=torch.float64),  # a pose latent per frame but the first
+          "face_pixel_values": torch.randn(1, 3, 1, size, size, dtype=torch.float64)}  # a one-frame face video
+
+
 RECIPES: dict[str, dict] = {
+    # Wan-Animate: a pose latent and a face video besides the latent; its face's motion encoder at 16 px
+    "WanAnimateTransformer3DModel": {"kw": {"motion_encoder_size": 16, "inject_face_latents_blocks": 1},
+                                     "inputs": _wan_animate},
+    "AnyFlowTransformer3DModel": {"frames_first": True, "inputs": _anyflow},
+    "AnyFlowFARTransformer3DModel": {"frames_first": True, "inputs": _anyflow},
     # Ideogram 4: one packed sequence of caption and image tokens, with each token's role
     "Ideogram4Transformer2DModel": {"kw": {"llm_features_dim": WIDTH, "intermediate_size": WIDTH},
                                     "inputs": _ideogram4, "ids": True},
@@ -670,6 +690,8 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
   model = cls(**kw).double().eval()
   inputs = _grid_inputs(cls, kw, defaults, patch)
   given = None
+  if recipe.get("frames_first"):  # AnyFlow: latents [B, F, C, H, W]
+    inputs["hidden_states"] = inputs["hidden_states"].transpose(1, 2)
   if "inputs" in recipe:  # its own inputs; the ids it is given, if it takes its positions from its pipeline
     rng = np.random.default_rng(seed)
     given = rng.integers(0, 3, (GIVEN_TOKENS, 3)) if recipe.get("ids") else None  # angles below pi: no wrap
@@ -695,8 +717,13 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
   got = fit_grid(rotated, dims, None if given is None else [("given", None, {tokens: given})])
   axes = got["axes"]
   caption = [c for c in calls if all(c is not r for r in rotated) and _token_count(c["x"].shape, (T_TXT,))]
-  given = {**defaults, **(extra or {})}  # the init arguments this probe ran with
-  axes_key = next((k for k in given if isinstance(given[k], (list, tuple)) and list(given[k]) == axes), None)
+  other = [c for c in calls if all(c is not r for r in rotated + caption)]
+  if other:  # a rotation over tokens this probe cannot place (neither the latent's nor the caption's)
+    raise Refused(f"it also rotates {other[0]['x'].shape} in {other[0]['function']}, tokens that are neither its "
+                  f"latent's ({tokens}) nor its caption's ({T_TXT}): not observed")
+  init_args = {**defaults, **(extra or {})}  # the init arguments this probe ran with
+  axes_key = next((k for k in init_args if isinstance(init_args[k], (list, tuple)) and list(init_args[k]) == axes),
+                  None)
   if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
     axes_key = next((k for k in defaults if defaults[k] is None and "axes" in k), None)
   family = {"grid": got["numbering"], **({"joint": got["joint"]} if got["joint"] else {}), "axes_default": axes,
