@@ -63,6 +63,13 @@ def ids_classes(classes: dict) -> list[str]:
   return out
 
 
+def requires(name: str, inputs: list[str]) -> bool:
+  """Whether the class's forward requires any of these inputs (has no default for it)."""
+  import diffusers
+  params = inspect.signature(getattr(diffusers, name).forward).parameters
+  return any(params[k].default is inspect.Parameter.empty for k in inputs)
+
+
 def _axes_key(defaults: dict) -> str:
   keys = [k for k, v in defaults.items() if "axes" in k and isinstance(v, (list, tuple))
           and all(isinstance(x, int) for x in v)]
@@ -656,7 +663,17 @@ def _wan_animate(kw: dict, defaults: dict, ids: None) -> dict:
           "face_pixel_values": torch.randn(1, 3, 1, size, size, dtype=torch.float64)}  # a one-frame face video
 
 
+def _glm_image(kw: dict, defaults: dict, ids: None) -> dict:
+  tokens = GRID[1] * GRID[2]
+  return {"prior_token_id": torch.zeros(1, tokens, dtype=torch.long),  # a prior VQ token per latent patch, kept
+          "prior_token_drop": torch.zeros(1, tokens, dtype=torch.bool)}
+
+
 RECIPES: dict[str, dict] = {
+    "GlmImageTransformer2DModel": {"inputs": _glm_image},
+    # CogVideoX, ConsisID: [B, F, C, H, W] latents; their learned position table sized for the probe's caption
+    "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT}},
+    "ConsisIDTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT}},
     # Wan-Animate: a pose latent and a face video besides the latent; its face's motion encoder at 16 px
     "WanAnimateTransformer3DModel": {"kw": {"motion_encoder_size": 16, "inject_face_latents_blocks": 1},
                                      "inputs": _wan_animate},
