@@ -23,6 +23,14 @@ channels, the axes split as 4+6+6 or 4 x 4, every width 8) and the forward's inp
 parameter name (hidden_states [1, S, in_channels], encoder_hidden_states [1, T, width], ...).
 A diffusers forward needs latents, timesteps and text states whose shapes the config implies
 per family; nothing here decides what the rotation is.
+
+Every other class runs its own forward on a latent video (GRID patches) or image: `observe_grid`
+fits the applies over the numberings a latent grid may have (raster, centred, the image after
+its caption, a caption rotated apart), per-axis RoPE or M-RoPE's shared spectrum, and perturbs
+the keys the split and theta may come from. `RECIPES` holds, per class, the inputs the generic
+names do not cover, each with its reason; a class whose forward takes the positions its pipeline
+builds (Krea 2) is given random ids, and the fit must find that the rotation follows them.
+scripts/pixel_rope_observer.py fits transformers' pixel towers with the same code.
 """
 
 from __future__ import annotations
@@ -118,15 +126,19 @@ def _inputs(cls, kw: dict, ids_img: torch.Tensor, ids_txt: torch.Tensor) -> dict
   return {k: v for k, v in x.items() if k in names}
 
 
-def _applies(model, inputs: dict) -> list[dict]:
-  """Runs the forward, recording every rotary apply: its tensor argument and what it returned."""
+def _applies(model, inputs: dict, library: str = "diffusers", keep_on_error: bool = False) -> list[dict]:
+  """Runs the forward, recording every rotary apply (a function of `library`'s whose name says rot/rope, given a
+  q-like tensor [B, T, H, D], [B, H, T, D] or [T, H, D]): its tensor argument and what it returned.
+  keep_on_error: a forward that fails after it rotated returns what it recorded (the first call says how it
+  failed), for a tower whose default config breaks in a module after its attention layers."""
   calls, stack = [], []
+  ndims = (4,) if library == "diffusers" else (3, 4)  # diffusers' applies all take [B, T, H, D] or [B, H, T, D]
 
   def prof(frame, event, arg):
-    if not APPLY.search(frame.f_code.co_name) or "diffusers" not in frame.f_code.co_filename:
+    if not APPLY.search(frame.f_code.co_name) or library not in frame.f_code.co_filename:
       return
     if event == "call":
-      tensors = [v for v in frame.f_locals.values() if isinstance(v, torch.Tensor) and v.ndim == 4]
+      tensors = [v for v in frame.f_locals.values() if isinstance(v, torch.Tensor) and v.ndim in ndims]
       inner = any(x is not None for _, x in stack)  # a helper inside an apply (JoyImage's _rotate_half): not one
       stack.append((frame, tensors[0].detach().clone() if tensors and not inner else None))
     elif event == "return" and stack and stack[-1][0] is frame:
@@ -141,56 +153,80 @@ def _applies(model, inputs: dict) -> list[dict]:
   try:
     with torch.no_grad():
       model(**inputs)
+  except Exception as e:  # noqa: BLE001
+    if not (keep_on_error and calls):
+      raise
+    calls[0]["failed_after"] = f"{type(e).__name__}: {str(e)[:120]}"  # Llama 4: its adapter, after every layer
   finally:
     sys.setprofile(None)
   return calls
 
 
 def _to_bthd(a: np.ndarray, tokens: int) -> np.ndarray:
+  if a.ndim == 3:  # [T, H, D]: an unbatched vision tower's q
+    a = a[None]
   axis = [i for i in (1, 2) if a.shape[i] == tokens]
   if len(axis) != 1:
     raise Refused(f"cannot tell the token axis of an applied tensor of shape {a.shape}")
   return a if axis[0] == 1 else np.swapaxes(a, 1, 2)
 
 
+LAYOUTS = ("interleaved", "half", "half2")  # pairings tried: "half2" is rotate_half inside each half (Gemma 4 vision)
+
+
+def pairs(d: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
+  """The two channels of each pair, in pair order: interleaved (2k, 2k + 1); half (k, k + D/2); half2, the half
+  layout inside each of two equal blocks (k, k + D/4), then (D/2 + k, 3D/4 + k)."""
+  if layout == "interleaved":
+    return np.arange(0, d, 2), np.arange(1, d, 2)
+  if layout == "half":
+    return np.arange(d // 2), np.arange(d // 2, d)
+  q = np.arange(d // 4)
+  return np.concatenate([q, d // 2 + q]), np.concatenate([d // 4 + q, 3 * d // 4 + q])
+
+
 def _angles(x: np.ndarray, out: np.ndarray, layout: str) -> np.ndarray:
   """[B, T, H, D/2]: the angle each pair was turned by, under `layout`'s pairing."""
-  d = x.shape[-1]
-  if layout == "interleaved":
-    a, b, c, e = x[..., 0::2], x[..., 1::2], out[..., 0::2], out[..., 1::2]
-  else:
-    a, b, c, e = x[..., : d // 2], x[..., d // 2:], out[..., : d // 2], out[..., d // 2:]
+  i, j = pairs(x.shape[-1], layout)
+  a, b, c, e = x[..., i], x[..., j], out[..., i], out[..., j]
   return np.arctan2(a * e - b * c, a * c + b * e)
 
 
 def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], theta: float, layout: str,
                        tables: str = "float64", frequencies: str = "per_axis") -> np.ndarray:
   """float64 NumPy: x [B, T, H, D] turned pair by pair, axis a's pairs by pos_a * theta ** (-2j / d_a)
-  (frequencies="shared": pair k of the head by theta ** (-2k / D), whichever axis owns it);
+  (frequencies="shared": pair k of the head by theta ** (-2k / D), whichever axis owns it; "split":
+  the same spectrum dealt round-robin, axis a taking entries a, a + A, ...);
   tables="float32": as diffusers' apply_rotary_emb computes whatever the model's dtype: cos and sin
   of the float64 angle rounded to float32 (FluxPosEmbed's `.float()` tables), x cast to float32
   (`x.float()`), the products and their sum in float32."""
   freqs = np.concatenate([theta ** (-np.arange(0, d, 2, dtype=np.float64) / d) for d in axes])
-  if frequencies == "shared":  # M-RoPE: one spectrum over the whole head, its pairs dealt to the axes in sections
-    freqs = theta ** (-np.arange(0, sum(axes), 2, dtype=np.float64) / sum(axes))
+  if frequencies in ("shared", "split"):  # one spectrum over the whole head, its pairs dealt to the axes in
+    freqs = theta ** (-np.arange(0, sum(axes), 2, dtype=np.float64) / sum(axes))  # sections (M-RoPE) or
+    if frequencies == "split":  # round-robin, axis a taking pairs a, a + A, ... (Pixtral)
+      freqs = np.concatenate([freqs[a::len(axes)] for a in range(len(axes))])
   owner = np.concatenate([np.full(d // 2, i) for i, d in enumerate(axes)])
   ang = positions[:, owner].astype(np.float64) * freqs  # [T, D/2]
   c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
   if tables == "float32":
     c, s, x = c.astype(np.float32), s.astype(np.float32), x.astype(np.float32)
-  if layout == "interleaved":
-    a, b = x[..., 0::2], x[..., 1::2]
-    out = np.empty_like(x)
-    out[..., 0::2], out[..., 1::2] = a * c - b * s, a * s + b * c
-    return out.astype(np.float64)
-  h = x.shape[-1] // 2
-  a, b = x[..., :h], x[..., h:]
-  return np.concatenate([a * c - b * s, a * s + b * c], -1).astype(np.float64)
+  i, j = pairs(x.shape[-1], layout)
+  a, b = x[..., i], x[..., j]
+  out = np.empty_like(x)
+  out[..., i], out[..., j] = a * c - b * s, a * s + b * c
+  return out.astype(np.float64)
 
 
-# The largest difference from the NumPy reference that still counts as the same rotation: float64
-# to 1e-12; a float32 apply to float32's rounding (|x| < 5 here: 2 ulp ~ 1e-6).
+# The largest difference from the NumPy reference that still counts as the same rotation, for |x| and
+# angles up to 1: float64 to 1e-12; a float32 apply to float32's rounding (a few ulp ~ 1e-6). Scaled by
+# `_tolerance` with the largest |x| and position (a float32 angle is off by an ulp of itself).
 TOLERANCE = {"float64": 1e-12, "float32": 1e-6}
+
+
+def _tolerance(tables: str, applied: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> float:
+  x = max(float(np.abs(a).max()) for a, _, _ in applied)
+  pos = max(float(np.abs(p).max()) for _, _, p in applied)
+  return TOLERANCE[tables] * max(1.0, x) * max(1.0, pos)
 
 
 def _integer_theta(theta: float) -> float:
@@ -449,12 +485,16 @@ def fit_pairs(x: np.ndarray, out: np.ndarray, positions: np.ndarray, layout: str
   """Which position axis turns each pair, and at what frequency: a least-squares line through 0 of
   the pair's angle against each axis's positions; the axis it fits to 1e-5 owns the pair."""
   d = x.shape[-1]
-  first, second = (x[..., 0::2], x[..., 1::2]) if layout == "interleaved" else (x[..., : d // 2], x[..., d // 2:])
+  i, j = pairs(d, layout)
+  first, second = x[..., i], x[..., j]
   turned = np.where(np.hypot(first, second) > 1e-9, _angles(x, out, layout), np.nan)  # a zero pair has no angle
   with warnings.catch_warnings():  # (Sana Video rotates ReLU'd q and k: some tokens' pairs are all zero)
     warnings.simplefilter("ignore", RuntimeWarning)
     ang = np.nanmedian(turned, axis=(0, 2))  # [T, pairs]: every head alike
   owners, freqs = [], []
+  near = np.abs(positions).max(1) <= 3  # tokens whose angles stay below pi at frequency 1 (no wrap): the fit's
+  if near.sum() >= 4:  # (a large grid's other tokens are checked by the reference rotation that follows)
+    ang, positions = ang[near], positions[near]
   for j in range(ang.shape[1]):
     fits = []
     seen = ~np.isnan(ang[:, j])
@@ -537,16 +577,16 @@ def _blocks(owners: list[int]) -> list[int]:
 
 def _pairs_keep_norms(x: np.ndarray, out: np.ndarray, layout: str) -> bool:
   """Whether `out` keeps the length of every channel pair of `x` under `layout`'s pairing (a rotation does)."""
-  d = x.shape[-1]
-  idx = (np.arange(0, d, 2), np.arange(1, d, 2)) if layout == "interleaved" else (np.arange(d // 2),
-                                                                                   np.arange(d // 2, d))
+  idx = pairs(x.shape[-1], layout)
+
   def norm(a):
     return a[..., idx[0]] ** 2 + a[..., idx[1]] ** 2
   return bool(np.allclose(norm(x), norm(out), rtol=1e-5, atol=1e-6))
 
 
 def _token_count(shape: tuple, counts: tuple[int, ...]) -> int | None:
-  return next((m for m in counts if m in shape[1:3]), None)
+  token_axes = shape[:2] if len(shape) == 3 else shape[1:3]  # [T, H, D], else [B, T, H, D] or [B, H, T, D]
+  return next((m for m in counts if m in token_axes), None)
 
 
 def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None = None) -> dict:
@@ -562,10 +602,10 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
   x, out = (_to_bthd(first[k], m0) for k in ("x", "out"))
   # ERNIE-Image, for one: its rotate_half pairs channel i with i + D/2 but gives them the angles of pairs i // 2
   # and (i + D/2) // 2, which no RotaryConfig (nor any rotation) does
-  if not any(_pairs_keep_norms(x, out, layout) for layout in ("interleaved", "half")):
+  if not any(_pairs_keep_norms(x, out, layout) for layout in LAYOUTS):
     raise Refused("its apply is no rotation of channel pairs: under interleaved and under half (rotate_half) "
                   "pairing alike, a pair's two channels change their joint length")
-  if any(np.allclose(np.abs(_angles(x, out, layout)), np.pi / 2, atol=1e-6) for layout in ("interleaved", "half")):
+  if any(np.allclose(np.abs(_angles(x, out, layout)), np.pi / 2, atol=1e-6) for layout in LAYOUTS):
     raise Refused(f"the rotary function it calls ({first['function']}) turns every pair by 90 degrees whatever the "
                   "position: a rotate_half helper, its cos/sin apply written inline in the attention, which this "
                   "probe does not see")
@@ -574,7 +614,7 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
     grid = pos_of[m0]
     na = grid.shape[1]
     applied = [(_to_bthd(c["x"], m), _to_bthd(c["out"], m), pos_of[m]) for c, m in sized]
-    for layout in ("interleaved", "half"):
+    for layout in LAYOUTS:
       try:
         owners, freqs = fit_pairs(x, out, grid, layout)
       except Refused as e:
@@ -589,11 +629,14 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
       thetas = {  # read off pair 1 of each axis's own spectrum (per_axis), or pair 1 of the head's (shared)
           "per_axis": _integer_theta(float(np.median([freqs[sum(sections[:a]) + 1] ** (-sections[a])
                                                       for a in range(na)]))),
-          "shared": _integer_theta(float(freqs[1] ** (-len(freqs))))}
+          "shared": _integer_theta(float(freqs[1] ** (-len(freqs)))),
+          "split": _integer_theta(float(freqs[1] ** (-len(freqs) / na)))}
+      if len(set(sections)) > 1:
+        del thetas["split"]  # a round-robin deal gives every axis the same share
       for frequencies, theta in thetas.items():
         for tables in TOLERANCE:
           err = _rotation_error(applied, axes, theta, layout, tables, frequencies)
-          if err <= TOLERANCE[tables]:
+          if err <= _tolerance(tables, applied):
             return {"numbering": numbering, "joint": order, "grid": pos_of[tokens], "positions": grid,
                     "layout": layout, "axes": axes, "theta": theta, "tables": tables, "error": err,
                     "frequencies": frequencies}
@@ -619,7 +662,7 @@ def fit_caption(calls: list[dict], got: dict) -> tuple[str, np.ndarray]:
     applied = [(_to_bthd(c["x"], T_TXT), _to_bthd(c["out"], T_TXT), positions) for c in calls]
     errors[name] = _rotation_error(applied, got["axes"], got["theta"], got["layout"], got["tables"],
                                    got["frequencies"])
-    if errors[name] <= TOLERANCE[got["tables"]]:
+    if errors[name] <= _tolerance(got["tables"], applied):
       return name, positions
   raise Refused(f"it rotates its caption apart from the image, by positions this probe does not know (off by "
                 f"{errors} as {list(known)})")

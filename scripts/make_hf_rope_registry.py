@@ -80,6 +80,8 @@ from transformers import modeling_rope_utils  # noqa: E402
 from transformers.models.auto import modeling_auto  # noqa: E402
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES, model_type_to_module_name  # noqa: E402
 
+import pixel_rope_observer as pixel  # noqa: E402
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_JSON = os.path.join(REPO_ROOT, "roformer_jax", "rope", "hf_registry.json")
 OUT_NPZ = os.path.join(REPO_ROOT, "tests", "golden", "hf_rope_registry.npz")
@@ -339,7 +341,7 @@ def meta_forward(model_type, config, module):
         how[0] = "audio" if audio else "vision"
         try:
           with torch.no_grad():
-            run(_real(model), stub=False, attempts=audio or [vision])
+            run(_real(model), stub=False, attempts=audio or vision)
         except Exception as e:  # noqa: BLE001
           what = "400 feature frames (or 2 s of audio)" if audio else f"a {VISION_GRID} patch grid"
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
@@ -372,9 +374,33 @@ def meta_forward(model_type, config, module):
   return calls, shapes, model
 
 
+def merge_order(height, width, merge):
+  """(row, col) of a height x width grid's patches in m x m merge blocks, raster inside each (Qwen-VL)."""
+  rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
+  blocks = [a.reshape(height // merge, merge, width // merge, merge).transpose(0, 2, 1, 3).reshape(-1)
+            for a in (rows, cols)]
+  return np.stack(blocks, -1)
+
+
+def token_order(ids, config):
+  """How a grid tower orders its tokens, from the ids its own code gave the probe image: in merge blocks of its
+  config's spatial_merge_size (Qwen2-VL: {"merge_size_key": ...}) or in plain raster order (PaddleOCR-VL, whose
+  merge comes later: {"merge_size": 1}); else Refused."""
+  ids = np.asarray(ids)
+  key = next((k for k in ("spatial_merge_size", "merge_size") if isinstance(getattr(config, k, None), int)), None)
+  _, h, w = VISION_GRID
+  if key and h % getattr(config, key) == 0 and w % getattr(config, key) == 0 and \
+      np.array_equal(ids, merge_order(h, w, getattr(config, key))):
+    return {"merge_size_key": key}
+  if np.array_equal(ids, merge_order(h, w, 1)):
+    return {"merge_size": 1}
+  raise Refused(f"its tower orders its tokens' (row, col) ids as {ids[:6].tolist()}..., neither raster nor in "
+                "merge blocks")
+
+
 def _vision_inputs(model, config):
-  """A vision tower's forward inputs for one image of VISION_GRID patches (Qwen-VL style: flattened patches and
-  grid_thw), from the config's patch sizes; None for a model that takes no grid."""
+  """A vision tower's forward inputs for one image of VISION_GRID patches and its grid_thw, from the config's patch
+  sizes, in the layouts towers take them (tried in turn); None for a model that takes no grid."""
   params = inspect.signature(model.forward).parameters
   grid_key = next((k for k in ("grid_thw", "image_grid_thw") if k in params), None)
   if grid_key is None or "input_ids" in params:  # a composite (Qwen2-VL) runs on token ids: its text model rotates
@@ -386,12 +412,18 @@ def _vision_inputs(model, config):
     return int(value[0] if isinstance(value, (list, tuple)) else value)
 
   channels = size("in_channels", "num_channels", "in_chans", default=3)
-  temporal = size("temporal_patch_size", default=1)
+  temporal = size("temporal_patch_size", "patch_temporal", default=1)
   patch = size("patch_size", "spatial_patch_size", default=14)
   name = "hidden_states" if "hidden_states" in params else "pixel_values"
   torch.manual_seed(0)
-  return {name: torch.randn(N_VISION, channels * temporal * patch * patch, dtype=torch.bfloat16),
-          grid_key: torch.tensor([list(VISION_GRID)])}
+  extra = {grid_key: torch.tensor([list(VISION_GRID)])}
+  if "merge_sizes" in params:  # VideoLLaMA 3: the merge size per image, its config's
+    extra["merge_sizes"] = torch.tensor([size("spatial_merge_size", "merge_size", default=1)])
+  # the patches as each tower takes them, tried in turn: flattened (Qwen-VL), [N, C, p, p] (Kimi-K2.5),
+  # [1, N, C, p, p] (PaddleOCR-VL), channels last [N, p, p, C] (Inkling 2)
+  return [{name: torch.randn(*shape, dtype=torch.bfloat16), **extra}
+          for shape in ((N_VISION, channels * temporal * patch * patch), (N_VISION, channels, patch, patch),
+                        (1, N_VISION, channels, patch, patch), (N_VISION, patch, patch, channels))]
 
 
 MAX_BYTES = 8e9  # the largest model the script makes real on the CPU (a 24 GiB machine runs it beside others)
@@ -444,6 +476,8 @@ def _probe_shape(shape, heads):
   if tokens not in shape[1:-1]:
     if len(shape) == 3 and shape[0] == N_VISION:  # a vision tower's q [tokens, heads, D]: no batch axis
       return [POSITIONS.size, heads, shape[-1]], 0
+    if len(shape) == 4 and shape[0] == 1 and shape[1] == N_VISION:  # [1, tokens, heads, D] (Kimi-K2.5)
+      return [1, POSITIONS.size, heads, shape[-1]], 1
     raise Refused(f"the apply's q {shape} has no token axis of length {tokens}")
   if shape[1:-1].count(tokens) != 1:
     raise Refused(f"the apply's q {shape} has more than one axis of length {tokens}: which is the token axis?")
@@ -958,8 +992,11 @@ def classify(rotations):
       if not np.allclose(r["attention_factor"], 1.0, atol=1e-12):
         raise Refused(f"scales cos/sin by {r['attention_factor']} with default RoPE")
       _check_default_frequencies(r)
-    elif r.get("mrope") and isinstance(r["config_facts"]["rope_type"], str) and \
+    elif isinstance(r["config_facts"]["rope_type"], str) and \
         r["config_facts"]["rope_type"] not in transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS:
+      if not r.get("mrope"):  # a tower's own rope type (Kimi-K2.5's "axial") whose pairs this reading did not map
+        raise Refused(f"its own {r['config_facts']['rope_type']!r} RoPE turns its pairs by the position ids in a way "
+                      "not read as M-RoPE sections over them")
       if not np.allclose(r["attention_factor"], 1.0, atol=1e-12):
         raise Refused(f"scales cos/sin by {r['attention_factor']} with {r['config_facts']['rope_type']!r} RoPE")
       r["frequency_kind"] = _frequency_kind(r)
@@ -1169,8 +1206,23 @@ def main():
       except Exception as e:  # noqa: BLE001
         entry = {"status": "no_default_config", "reason": f"{type(e).__name__}: {str(e)[:160]}"}
         raise Refused(entry["reason"]) from None
+      pixel_cls = model_class(mt, config, module) if module is not None and candidates(module) else None
       if module is None or not candidates(module):
         entry = {"status": "no_rope"}
+      elif pixel_cls is not None and pixel.takes_pixels(pixel_cls):  # a tower on pixels: fitted like a latent grid
+        try:
+          entry, golden = pixel.observe(mt, config, pixel_cls, shrunk)
+        except pixel.fit.Refused as e:  # the fit's refusal, in the registry's terms
+          raise Refused(str(e)) from e
+        if entry["status"] == "exact":
+          entry["pixel"].update({k: getattr(config, k, None) for k in ("hidden_size", "num_attention_heads",
+                                                                        "head_dim")})
+          params = getattr(config, "rope_parameters", None)  # the rope type it was observed with (Pixtral: "axial")
+          entry["pixel"]["rope_type"] = params.get("rope_type") if isinstance(params, dict) else None
+          goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)), "rotations": [],
+                         "pixel": golden}
+        else:  # no rotary call on an image
+          entry = {"status": "no_rope", "unused_rotary_code": sorted(candidates(module))[:6]}
       else:
         SEEN_IDS.clear()
         TOKENS[0] = T_META
@@ -1185,6 +1237,8 @@ def main():
           if calls and calls[0]["stubbed"] == "vision":  # the token order the tower gave the probe image's ids
             goldens[mt]["vision_ids"] = SEEN_IDS.get(calls[0]["rotary"][0]) if calls[0]["rotary"] else None
           entry["family"] = classify(rotations)
+          if goldens[mt].get("vision_ids") is not None:
+            entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
           if entry["family"].get("q_temperature"):
             with_q_temperature(module, rotations)
           entry["status"] = "exact"
@@ -1355,6 +1409,8 @@ def write_goldens(goldens, out):
   arrays, configs = {}, {}
   for mt, g in sorted(goldens.items()):
     configs[mt] = g["config"]
+    for k, v in g.get("pixel", {}).items():  # a pixel tower's golden apply: x, out, positions
+      arrays[f"{mt}/pixel/{k}"] = np.asarray(v)
     if g.get("vision_ids") is not None:  # [tokens, axes] for VISION_GRID
       arrays[f"{mt}/vision_ids"] = np.asarray(g["vision_ids"], np.int64)
     for i, r in enumerate(g["rotations"]):

@@ -77,11 +77,49 @@ def test_the_registry_covers_every_model_type_with_its_versions():
     assert (e["status"] in ("refused", "no_default_config")) == bool(e.get("reason")), mt
 
 
+def _pixel_positions(numbering, grid):
+  """rope.grid_positions for the registry's numbering of a pixel tower's tokens: (row, column) or (column, row)
+  of each patch, from 0 or 1, or DINOv3's centred coordinates; `extra` tokens at 0 first or last."""
+  extra = numbering["extra"]
+  return rope.grid_positions(*grid, axes=numbering["order"], start=numbering["start"], cls=numbering["where"] if extra
+                             else None, cls_tokens=max(extra, 1),
+                             normalize="center" if numbering["scale"] == "centre_2pi" else None)
+
+
+def _check_pixel(mt, fam):
+  """None when from_hf_config of the tower's config rotates the recorded q as its own apply did, else what differs."""
+  x, want = np.asarray(ARRAYS[f"{mt}/pixel/x"]), np.asarray(ARRAYS[f"{mt}/pixel/out"])
+  positions = np.asarray(ARRAYS[f"{mt}/pixel/positions"])
+  grid = tuple(int(n) for n in ARRAYS[f"{mt}/pixel/grid"])
+  built = _pixel_positions(fam["numbering"], grid)
+  scale = 2 * np.pi if fam["numbering"]["scale"] == "centre_2pi" else 1  # the spec's frequencies hold the 2 pi
+  if not np.allclose(built * scale, positions, rtol=1e-6, atol=1e-6):
+    return f"rope.grid_positions gives {built[:4].tolist()}..., the tower rotated by {positions[:4].tolist()}..."
+  for config in (CONFIGS[mt], {"model_type": mt}):
+    spec = rope.from_hf_config(config)
+    got = np.asarray(spec.apply(x.astype(np.float32), built), np.float64)
+    err = float(np.abs(got - want).max())
+    if err > 2e-6 * max(1.0, float(np.abs(want).max())):
+      return f"max error {err:.2e}"
+  if fam.get("theta_key"):  # observed to follow it (x 4 in the generator)
+    key = fam["theta_key"].split(".")[-1]
+    config = {"model_type": mt, "rope_parameters": {key: 4 * fam["theta_default"]}}
+    if "." not in fam["theta_key"]:
+      config = {"model_type": mt, key: 4 * fam["theta_default"]}
+    if rope.from_hf_config(config).theta != 4 * fam["theta_default"]:
+      return f"does not follow {fam['theta_key']}"
+  return None
+
+
 def test_every_entry_is_exact_or_refused_by_name():
   wrong = {}
   for mt, entry in sorted(TYPES.items()):
     status = entry["status"]
-    if status == "exact" or (mt in HAND and mt in CONFIGS):
+    if status == "exact" and "pixel" in entry:  # a vision tower observed on an image (Pixtral)
+      problem = _check_pixel(mt, entry["pixel"])
+      if problem:
+        wrong[mt] = problem
+    elif status == "exact" or (mt in HAND and mt in CONFIGS):
       config = CONFIGS[mt]
       for i, r in enumerate(entry["rotations"]):
         cases = [("default config", config, "q_out"), ("bare model_type", {"model_type": mt}, "q_out")]
@@ -234,7 +272,7 @@ def test_flux_positions_are_the_ids_the_pipelines_build():
 def test_a_scaling_the_model_was_not_observed_to_follow_is_refused():
   """The registry perturbs each model's rope_parameters to linear, YaRN and llama3 and compares its rotary class's
   frequencies with a NumPy transcription of transformers' standard ones; a generic family reads only those."""
-  observed = [mt for mt, e in TYPES.items() if e["status"] == "exact" and mt not in HAND]
+  observed = [mt for mt, e in TYPES.items() if e["status"] == "exact" and mt not in HAND and "pixel" not in e]
   assert observed and all("scalings" in TYPES[mt]["family"] for mt in observed)
   mt = next(mt for mt in observed if "yarn" in TYPES[mt]["family"]["scalings"])
   config = {"model_type": mt, "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 1e4}}
@@ -261,15 +299,17 @@ def test_a_layer_key_the_registry_did_not_observe_changed_is_refused():
 def test_vision_towers_number_their_tokens_as_grid_positions_does():
   """A vision tower observed on one image (scripts/make_hf_rope_registry.py's VISION_GRID: 1 x 4 x 10 patches)
   gave its rotary module these (h, w) ids, from its own code (get_vision_position_ids and kin). The spec's
-  positions for that image are rope.grid_positions(4, 10, merge_size=the config's spatial_merge_size): the
-  same ids in the same token order, for every tower the registry reads."""
+  positions for that image are rope.grid_positions(4, 10, merge_size=m), m the config's spatial_merge_size
+  where the tower orders its tokens in merge blocks (the registry's merge_size_key) and 1 where it keeps raster
+  order (merge_size 1: PaddleOCR-VL): the same ids in the same token order, for every tower the registry reads."""
   towers = sorted(mt for mt in (k[:-len("/vision_ids")] for k in ARRAYS.files if k.endswith("/vision_ids"))
                   if TYPES[mt]["status"] == "exact")
   assert len(towers) >= 10, towers
   wrong = {}
   for mt in towers:
     ids = np.asarray(ARRAYS[f"{mt}/vision_ids"])
-    merge = int(CONFIGS[mt].get("spatial_merge_size") or 1)
+    fam = TYPES[mt]["family"]  # merge blocks of the config's merge size (Qwen2-VL), or raster (PaddleOCR-VL)
+    merge = int(CONFIGS[mt][fam["merge_size_key"]]) if "merge_size_key" in fam else fam["merge_size"]
     want = rope.grid_positions(4, 10, merge_size=merge)
     if ids.shape != want.shape or not np.array_equal(ids, want):
       wrong[mt] = f"ids {ids[:6].tolist()}... vs grid_positions(4, 10, merge_size={merge}) {want[:6].tolist()}..."

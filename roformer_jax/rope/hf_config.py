@@ -28,11 +28,12 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import math
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from roformer_jax.rope.frequencies import default_inv_freq
+from roformer_jax.rope.frequencies import default_inv_freq, pair_frequencies
 from roformer_jax.rope.spec import RotaryConfig
 
 # Per model_type: the config class's defaults for keys a config.json may leave out, and how
@@ -201,6 +202,45 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
     raise ValueError(f"{class_name}: {fam.get('theta_key')}={theta!r} must be a positive number.")
   return RotaryConfig(theta=float(theta), layout=fam["layout"], sections=tuple(d // 2 for d in axes),
                       frequencies=fam["frequencies"])
+
+
+def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:
+  """The spec of a vision tower the registry observed on an image: each image axis an equal share of the head's
+  pairs, theta from the key it was seen to follow, the head dim as hidden_size / num_attention_heads (or head_dim),
+  which the observation also followed. Positions: `rope.grid_positions` as the registry's numbering says."""
+  params = cfg.get("rope_parameters") or cfg.get("rope_scaling")
+  observed = fam.get("rope_type") or "default"
+  if isinstance(params, Mapping) and params.get("rope_type", params.get("type", observed)) != observed:
+    raise ValueError(f"model_type {model_type!r}: rope_type {params.get('rope_type', params.get('type'))!r} is not "
+                     f"read: the registry observed this tower with its own rope_type {observed!r} only "
+                     f"({_made_from()}).")
+  theta = fam["theta_default"]
+  key = fam.get("theta_key")
+  if key == "rope_parameters.rope_theta" and isinstance(params, Mapping) and params.get("rope_theta") is not None:
+    theta = params["rope_theta"]
+  elif key and "." not in key and cfg.get(key) is not None:
+    theta = cfg[key]
+  if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+    raise ValueError(f"model_type {model_type!r}: rope_theta={theta!r} must be a positive number.")
+  head_dim = cfg.get("head_dim", fam.get("head_dim"))
+  if head_dim is None:
+    hidden = cfg.get("hidden_size", fam["hidden_size"])
+    heads = cfg.get("num_attention_heads", fam["num_attention_heads"])
+    if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 or hidden % heads:
+      raise ValueError(f"model_type {model_type!r}: hidden_size={hidden!r} must be a multiple of "
+                       f"num_attention_heads={heads!r} (the head dim it rotates).")
+    head_dim = hidden // heads
+  axes = len(fam["axes_default"])
+  if not isinstance(head_dim, int) or head_dim % (2 * axes):
+    raise ValueError(f"model_type {model_type!r}: its head dim {head_dim!r} must split into {axes} equal even shares "
+                     "(one per image axis), as the registry observed it does.")
+  sections = (head_dim // (2 * axes),) * axes
+  frequencies: Any = fam["frequencies"]
+  if fam["numbering"]["scale"] == "centre_2pi":  # DINOv3: angle 2 pi c f at centred coordinates c in (-1, 1)
+    frequencies = tuple((2 * math.pi * pair_frequencies(2 * sum(sections), float(theta), sections=sections,
+                                                        kind=frequencies)).tolist())
+  layout, blocks = ("half", 2) if fam["layout"] == "half2" else (fam["layout"], 1)  # Gemma 4: half inside halves
+  return RotaryConfig(theta=float(theta), layout=layout, sections=sections, frequencies=frequencies, blocks=blocks)
 
 
 def _refuse_diffusers(class_name: Any, entry: Mapping[str, Any] | None) -> ValueError:
@@ -376,6 +416,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       return from_hf_config(sub, layer=layer)
     if entry is None or entry["status"] != "exact":
       raise _refuse(model_type, entry)
+    if "pixel" in entry:  # a vision tower observed on an image (Pixtral): its 2-D RoPE over the patch grid
+      return _from_pixel(cfg, model_type, entry["pixel"])
     fam = entry["family"]
   fam = {**fam, **_observed(model_type if family is None else family)}
   if fam.get("sub"):  # the registry's composite: the rotating model's config is this sub-config (defaults if absent)

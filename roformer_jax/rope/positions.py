@@ -224,7 +224,8 @@ def _check_count(name: str, value: Any, low: int = 1) -> None:
 
 
 def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw", start: int = 0,
-                   merge_size: int = 1, cls: str | None = None, normalize: str | None = None) -> np.ndarray:
+                   merge_size: int = 1, cls: str | None = None, normalize: str | None = None,
+                   cls_tokens: int = 1) -> np.ndarray:
   """Per-token 2-D positions of an image's patch grid, for the 2-D vision layouts.
 
   Args:
@@ -238,12 +239,14 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
       order inside each window; 1 = plain raster order (row-major, columns fastest).
     cls: None, "first" or "last": add a class token with position (0, 0), i.e. zero angle, so it
       is not rotated (Llama 4 appends it last; RoPE-ViT leaves its first token unrotated).
+    cls_tokens: how many such tokens (DINOv3 and Sapiens 2: a class token and the register
+      tokens, `1 + num_register_tokens`).
     normalize: None (integer positions); "center": ((i + 0.5) / N) * 2 - 1 per axis (DINOv3;
       float32); "linspace": linspace(-1, 1, N) per axis (rotary-embedding-torch's pixel
       frequencies; float32). With normalize, start must be 0.
 
   Returns:
-    int32[frames * height * width (+ 1), 2], or float32 with normalize.
+    int32[frames * height * width (+ cls_tokens), 2], or float32 with normalize.
   """
   for name, v in (("height", height), ("width", width), ("frames", frames), ("merge_size", merge_size)):
     _check_count(name, v)
@@ -251,6 +254,7 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
     raise ValueError(f"axes={axes!r}: expected 'hw' (row, col) or 'wh' (col, row).")
   if cls not in (None, "first", "last"):
     raise ValueError(f"cls={cls!r}: expected None, 'first' or 'last'.")
+  _check_count("cls_tokens", cls_tokens)
   if normalize not in (None, "center", "linspace"):
     raise ValueError(f"normalize={normalize!r}: expected None, 'center' (DINOv3) or 'linspace' (pixel).")
   if height % merge_size or width % merge_size:
@@ -278,7 +282,7 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
   dtype = np.float32 if normalize else np.int32
   pos = pos.astype(dtype)
   if cls is not None:
-    zero = np.zeros((1, 2), dtype)
+    zero = np.zeros((cls_tokens, 2), dtype)
     pos = np.concatenate([zero, pos] if cls == "first" else [pos, zero], axis=0)
   return pos
 

@@ -1,0 +1,247 @@
+"""Observes the RoPE of transformers vision towers that take pixels (issue 39): Pixtral, MLCD, ...
+
+Used by scripts/make_hf_rope_registry.py (the throwaway reference venv: torch, transformers).
+
+A tower whose forward takes `pixel_values` (no token ids, no Qwen-VL grid_thw) runs for real on the
+CPU in float64, built from `shrunk(config)` (its head dim and RoPE keys kept, 2 heads), on one
+random image of PIXEL_GRID patches. Every call of a rotary apply function in transformers' code is
+recorded (the profiler of scripts/diffusers_rope_observer.py), and the rotation is *fitted*, not
+read from names, by the same code that fits the diffusers transformers' latent grids:
+
+- the numbering of the image's tokens: its patches in raster order at (row, column) or
+  (column, row), from 0 or from 1 (Llama 4), or at DINOv3's centred coordinates times 2 pi; the
+  tokens before them (a class token, registers) or after them at position 0 (which is no rotation);
+- which axis owns each channel pair, at what frequency: each axis its own spectrum
+  (frequencies="per_axis"), one spectrum over the head dealt in sections ("shared"), or dealt
+  round-robin to the axes ("split", Pixtral);
+- the pairing (interleaved or rotate_half) and theta;
+
+and the fitted spec must reproduce every recorded apply to 1e-12 in float64 (or float32's
+rounding where the model computes its tables in float32). Then the keys are confirmed by
+perturbation: the head dim (hidden_size + 16 per head) must move the split, and rope_theta x 4
+must move theta. What is hand-written, and why: the image's size in patches and the input names
+(a tower's forward needs pixels whose shape the config implies); nothing here decides the rotation.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+
+import numpy as np
+import torch
+
+import diffusers_rope_observer as fit
+
+PIXEL_GRID = (5, 6)  # patches per (row, column) of the probe image: 30 tokens, enough near the origin to fit on
+MAX_BYTES = 8e9  # as the registry's: the largest model made real on the CPU
+MAX_PREFIX = 16
+MAX_SIDE = 64  # the largest image side, in patches, a tower that needs its own image size is run at  # the most tokens before (or after) the patches a tower may add (a class token, registers)
+
+
+Refused = fit.Refused
+
+
+def takes_pixels(cls) -> bool:
+  """A tower run on pixels alone: pixel_values, and neither token ids nor a Qwen-VL patch grid."""
+  params = inspect.signature(cls.forward).parameters
+  return "pixel_values" in params and not {"input_ids", "grid_thw", "image_grid_thw"} & set(params)
+
+
+def _size(config, *keys, default):
+  for k in keys:
+    v = getattr(config, k, None)
+    if isinstance(v, (list, tuple)) and v and isinstance(v[0], int):
+      return int(v[0])
+    if isinstance(v, int) and not isinstance(v, bool):
+      return v
+  return default
+
+
+def pixel_inputs(config, grid: tuple[int, int] = PIXEL_GRID) -> dict:
+  """One random image of `grid` patches, [1, channels, rows * patch, columns * patch], float64."""
+  patch = _size(config, "patch_size", default=14)
+  channels = _size(config, "num_channels", "in_channels", "in_chans", default=3)
+  torch.manual_seed(0)
+  if getattr(config, "model_type", None) in TOWERS:
+    return TOWERS[config.model_type]["inputs"](config, grid, patch, channels)
+  return {"pixel_values": torch.randn(1, channels, grid[0] * patch, grid[1] * patch, dtype=torch.float64)}
+
+
+def _gemma4(config, grid: tuple[int, int], patch: int, channels: int) -> dict:
+  rows, cols = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]), indexing="ij")
+  return {"pixel_values": torch.rand(1, grid[0] * grid[1], channels * patch * patch, dtype=torch.float64),
+          "pixel_position_ids": torch.from_numpy(np.stack([cols, rows], -1).reshape(1, -1, 2))}
+
+
+# Hand-written inputs of the towers whose forward takes its image in a form of its own, each with its reason:
+# {model_type: {"grid": the probe's patches, "inputs": fn(config, grid, patch, channels) -> forward inputs}}.
+TOWERS = {
+    # Gemma 4: pre-patchified pixels in [0, 1] and each patch's (x, y) = (column, row), as its processor gives
+    # them; a grid of 3-multiples for its 3 x 3 output pooling
+    "gemma4_vision": {"grid": (6, 6), "inputs": _gemma4},
+}
+
+
+def numbering_positions(numbering: dict, grid: tuple[int, int]) -> np.ndarray:
+  """[tokens, 2] positions of a numbering: the patches in raster order (rows slowest) at (row, column) ("hw")
+  or (column, row) ("wh"), counted from `start`, or ("centre_2pi") at 2 pi ((i + 0.5) / n * 2 - 1) per axis
+  (DINOv3's coordinates times its 2 pi); `extra` tokens at position 0 before ("first") or after them."""
+  rows, cols = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]), indexing="ij")
+  rows, cols = rows.reshape(-1), cols.reshape(-1)
+  if numbering["scale"] == "centre_2pi":
+    r, c = 2 * np.pi * (((rows + 0.5) / grid[0]) * 2 - 1), 2 * np.pi * (((cols + 0.5) / grid[1]) * 2 - 1)
+  else:
+    r, c = rows + numbering["start"], cols + numbering["start"]
+  pos = np.stack([r, c] if numbering["order"] == "hw" else [c, r], -1)
+  zeros = np.zeros((numbering["extra"], 2), pos.dtype)
+  return np.concatenate([zeros, pos] if numbering["where"] == "first" else [pos, zeros])
+
+
+def _numberings(tokens: int, grid: tuple[int, int]) -> list[tuple[str, None, dict[int, np.ndarray]]]:
+  """The token numberings a tower may rotate by, as fit.fit_grid takes them (named by their JSON): every
+  `numbering_positions` with the `tokens - rows * columns` other tokens before or after the patches."""
+  extra = tokens - grid[0] * grid[1]
+  if not 0 <= extra <= MAX_PREFIX:
+    return []
+  out = []
+  for order in ("hw", "wh"):
+    for scale, start in (("integer", 0), ("integer", 1), ("centre_2pi", 0)):
+      for where in ("first", "last") if extra else ("first",):
+        numbering = {"order": order, "scale": scale, "start": start, "extra": extra, "where": where}
+        out.append((json.dumps(numbering, sort_keys=True), None, {tokens: numbering_positions(numbering, grid)}))
+  return out
+
+
+def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tuple[int, int]]:
+  """The tower built from `config` in float64 on the CPU, run on the probe image (PIXEL_GRID patches; or, where
+  its forward needs its own image size, config.image_size): its recorded applies, and the grid it ran on.
+  keep_on_error: at its own image size, a forward that fails after it rotated keeps what it recorded."""
+  torch.manual_seed(0)
+  config = copy.deepcopy(config)
+  config._attn_implementation = "eager"  # the reference attention (Sapiens 2's GQA breaks sdpa); RoPE is before it
+  default = torch.get_default_dtype()
+  torch.set_default_dtype(torch.float64)  # built in float64: .double() would drop the imaginary part of a complex
+  try:  # buffer (Llama 4's freqs_ci)
+    model = model_cls(config).eval()
+  finally:
+    torch.set_default_dtype(default)
+  grid = TOWERS.get(getattr(config, "model_type", None), {}).get("grid", PIXEL_GRID)
+  try:
+    return fit._applies(model, pixel_inputs(config, grid), library="transformers"), grid
+  except Exception as small_error:  # noqa: BLE001  a learned position table or a window sized for its image
+    side = _size(config, "image_size", default=0) // _size(config, "patch_size", default=14)
+    if not 0 < side <= MAX_SIDE:
+      raise small_error
+    calls = fit._applies(model, pixel_inputs(config, (side, side)), library="transformers",
+                         keep_on_error=keep_on_error)
+    return calls, (side, side)
+
+
+def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
+  """The rotation the recorded applies make, fitted over the image's numbering (fit.fit_grid)."""
+  if not calls:
+    raise Refused("its forward on an image calls no rotary apply function")
+  shapes = {c["x"].shape for c in calls}
+  patches = grid[0] * grid[1]
+  tokens = sorted({n for shape in shapes for n in (shape[:2] if len(shape) == 3 else shape[1:3])
+                   if patches <= n <= patches + MAX_PREFIX})
+  if len(tokens) != 1:
+    raise Refused(f"its applies' shapes {sorted(shapes)} hold no one token axis of the image's {patches} patches "
+                  f"(plus up to {MAX_PREFIX} others)")
+  n = tokens[0]
+  rotated = [c for c in calls if fit._token_count(c["x"].shape, (n,))]
+  if len(rotated) != len(calls):
+    raise Refused(f"it also rotates tensors of shapes {sorted(shapes)} that hold no {n}-token axis: not observed")
+  try:
+    return fit.fit_grid(rotated, (n,), _numberings(n, grid))
+  except Refused:
+    if n == patches:
+      raise
+  for side, keep in (("before", slice(n - patches, n)), ("after", slice(0, patches))):  # the patches alone
+    alone = [{**c, "x": _tokens(c["x"], n, keep), "out": _tokens(c["out"], n, keep)} for c in rotated]
+    try:
+      fit.fit_grid(alone, (patches,), _numberings(patches, grid))
+    except Refused:
+      continue
+    raise Refused(f"its patches rotate as 2-D RoPE, but the {n - patches} token(s) {side} them turn by angles of "
+                  "their own, at no position of the grid (a learned class-token rotation)")
+  return fit.fit_grid(rotated, (n,), _numberings(n, grid))  # refused again, with the fit's own reason
+
+
+def _fits(model_cls, config):
+  """`config`, if a model of it fits in float64 in MAX_BYTES; else Refused."""
+  with torch.device("meta"):
+    size = sum(p.numel() for p in model_cls(config).parameters())
+  if size * 8 > MAX_BYTES:
+    raise Refused(f"its tower keeps {size / 1e9:.1f}B parameters: too large to run in float64 on the CPU")
+  return config
+
+
+def _tokens(a: np.ndarray, n: int, keep: slice) -> np.ndarray:
+  b = fit._to_bthd(a, n)
+  return b[:, keep]
+
+
+def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
+  """(registry entry, goldens) of a pixel tower, or Refused naming why."""
+  # shrunk, else (a width another module reads: Sapiens 2's per-layer KV heads) the default config; a default
+  # config whose forward breaks after its attention layers (Llama 4's adapter) keeps the rotations it recorded
+  first_error = None
+  for small, keep in ((shrink(config), False), (copy.deepcopy(config), False), (copy.deepcopy(config), True)):
+    try:
+      calls, grid = run(model_cls, _fits(model_cls, small), keep_on_error=keep)
+      break
+    except Refused:
+      raise
+    except Exception as e:  # noqa: BLE001
+      first_error = first_error or e
+  else:
+    raise first_error
+  if not calls:  # as for a text model whose default config's forward calls none of its rotary code
+    return {"status": "no_rope", "reason": "its forward on an image calls no rotary function (observed)"}, {}
+  got = fit_tower(calls, grid)
+  head = sum(got["axes"])
+  family = {"numbering": json.loads(got["numbering"]), "layout": got["layout"], "frequencies": got["frequencies"],
+            "axes_default": got["axes"], "theta_default": got["theta"], "tables": got["tables"],
+            "head_dim_default": head}
+  # the head dim: 16 channels more per head must give a split that follows (equal shares, or the same shares)
+  bigger = copy.deepcopy(small)
+  bigger.hidden_size = small.hidden_size + 16 * small.num_attention_heads
+  if getattr(bigger, "head_dim", None):
+    bigger.head_dim = small.head_dim + 16
+  again = fit_tower(*run(model_cls, bigger, keep_on_error=keep))
+  if sum(again["axes"]) != head + 16:
+    raise Refused(f"its rotated head dim does not follow the head dim (hidden_size / num_attention_heads): "
+                  f"{head} -> {sum(again['axes'])} for 16 channels more per head")
+  if len(set(got["axes"])) == 1 and len(set(again["axes"])) == 1:
+    family["split"] = "equal"  # every axis an equal share of the head's pairs
+  else:
+    raise Refused(f"its split of the head over the image's axes ({got['axes']} -> {again['axes']} for 16 channels "
+                  "more) is not an equal share per axis")
+  # theta: x 4 on the key the config holds it in
+  key = next((k for k in ("rope_theta",) if isinstance(getattr(small, k, None), (int, float))), None)
+  params = getattr(small, "rope_parameters", None)
+  if key is None and isinstance(params, dict) and isinstance(params.get("rope_theta"), (int, float)):
+    key = "rope_parameters.rope_theta"
+  if key is not None:
+    moved = copy.deepcopy(small)
+    value = (getattr(small, key) if "." not in key else params["rope_theta"]) * 4
+    if "." in key:
+      moved.rope_parameters = {**params, "rope_theta": value}
+    else:
+      setattr(moved, key, value)
+    theta4 = fit_tower(*run(model_cls, moved, keep_on_error=keep))["theta"]
+    if not np.isclose(theta4, 4 * got["theta"], rtol=1e-6):
+      raise Refused(f"its theta ({got['theta']}) does not follow {key} (x 4 gave {theta4})")
+    family["theta_key"] = key
+  entry = {"status": "exact", "pixel": family, "functions": sorted({c["function"] for c in calls}),
+           "max_abs_error": got["error"]}
+  if calls[0].get("failed_after"):  # its default config's forward breaks after the attention layers
+    entry["forward_failed_after_rotating"] = calls[0]["failed_after"]
+  first = calls[0]
+  m = fit._token_count(first["x"].shape, (len(got["positions"]),))
+  goldens = {"positions": got["positions"], "grid": np.asarray(grid), "x": fit._to_bthd(first["x"], m),
+             "out": fit._to_bthd(first["out"], m)}
+  return entry, goldens
