@@ -516,6 +516,16 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   (4 channels moved from the last axis to the first): the observed split must follow it."""
   entry, goldens = _observe_grid(name, seed)
   family = entry.get("family")
+  if family and family["grid"].startswith("two_frames_at_"):  # ChronoEdit: which key places the second frame
+    k = int(family["grid"].rsplit("_", 1)[1])
+    defaults = {n: p.default for n, p in inspect.signature(getattr(__import__("diffusers"), name).__init__)
+                .parameters.items()}
+    key = next((n for n, v in defaults.items() if isinstance(v, int) and not isinstance(v, bool) and v == k + 1), None)
+    moved = _observe_grid(name, seed, {key: 5})[0].get("family", {}).get("grid") if key else None
+    if moved != "two_frames_at_4":
+      return {"status": "refused", "reason": f"a two-frame video rotates its second frame at {k}, which no init key "
+                                             "was seen to set"}, None
+    family.update(grid="raster", two_frames_key=key, two_frames_default=k + 1)
   if family:  # a theta key: followed (x 4 moves the observed theta x 4) or guarded (a config may not change it)
     import diffusers
     defaults = {k: p.default for k, p in inspect.signature(getattr(diffusers, name).__init__).parameters.items()}
@@ -733,6 +743,37 @@ RECIPES: dict[str, dict] = {
 }
 
 
+def _two_frames(name: str, seed: int, extra: dict | None, rotated: list[dict], dims: tuple[int, ...],
+                failed: Refused) -> dict:
+  """ChronoEdit: a video of exactly two latent frames rotates its second frame at a position of its own. The
+  rotation fitted on three frames (raster order) must reproduce the two-frame calls with frame 1 at some k; else
+  the fit's own refusal. (Least squares on the angles cannot see it: k lies where the angles wrap.)"""
+  global GRID
+  saved, GRID = GRID, (3, *GRID[1:])  # the probe's grid, for one run of three frames
+  try:
+    three, _ = _observe_grid.__wrapped__(name, seed, extra)
+  except Refused:
+    raise failed from None
+  finally:
+    GRID = saved
+  fam = three["family"]
+  if fam["grid"] != "raster":
+    raise failed
+  raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, 3)
+  tokens = int(np.prod(dims))
+  for k in range(2, 65):
+    grid = raster.copy()
+    grid[:, 0] *= k
+    applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), grid) for c in rotated]
+    err = _rotation_error(applied, fam["axes_default"], fam["theta"], fam["layout"], fam["tables"],
+                          fam["frequencies"])
+    if err <= _tolerance(fam["tables"], applied):
+      return {"numbering": f"two_frames_at_{k}", "joint": None, "grid": grid, "positions": grid,
+              "layout": fam["layout"], "axes": fam["axes_default"], "theta": fam["theta"], "tables": fam["tables"],
+              "error": err, "frequencies": fam["frequencies"]}
+  raise failed
+
+
 @_refusals("its observation on a latent video")
 def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict, dict | None]:
   import diffusers
@@ -774,7 +815,12 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
   rotated = [c for c in calls if _token_count(c["x"].shape, (tokens, tokens + T_TXT))]
   if not rotated:
     raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
-  got = fit_grid(rotated, dims, None if given is None else [("given", None, {tokens: given})])
+  try:
+    got = fit_grid(rotated, dims, None if given is None else [("given", None, {tokens: given})])
+  except Refused as e:
+    if given is not None or len(dims) != 3 or dims[0] != 2:
+      raise
+    got = _two_frames(name, seed, extra, rotated, dims, e)
   axes = got["axes"]
   caption = [c for c in calls if all(c is not r for r in rotated) and _token_count(c["x"].shape, (T_TXT,))]
   other = [c for c in calls if all(c is not r for r in rotated + caption)]

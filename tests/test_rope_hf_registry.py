@@ -220,6 +220,9 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
         assert (rope.lumina_positions(sizes[1], sizes[2], text)[:text] ==
                 np.stack([np.arange(text), 0 * np.arange(text), 0 * np.arange(text)], -1)).all()
         np.testing.assert_array_equal(positions, built if len(positions) == len(built) else built[-len(grid):])
+      elif fam.get("two_frames_key"):  # ChronoEdit: two latent frames, the second at rope_temporal_skip_len - 1
+        np.testing.assert_array_equal(positions, rope.video_grid_positions(
+            2, sizes[1], sizes[2], frame_ids=(0, fam["two_frames_default"] - 1)))
       else:
         assert "joint" not in fam, f"{name}: a joint call over {fam['grid']} ids has no position builder yet"
         built = rope.video_grid_positions(*([1] * (3 - len(sizes)) + sizes), centred=fam["grid"] == "centred")
