@@ -516,6 +516,10 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   (4 channels moved from the last axis to the first): the observed split must follow it."""
   entry, goldens = _observe_grid(name, seed)
   family = entry.get("family")
+  if family and family["grid"].startswith("stretched_by_"):  # CogView 4: the key (found and set in the fit)
+    key = family["grid"][len("stretched_by_"):]
+    family.update(grid="stretched", stretch_key=key, stretch_default=list(
+        inspect.signature(getattr(__import__("diffusers"), name).__init__).parameters[key].default))
   if family and family["grid"].startswith("two_frames_at_"):  # ChronoEdit: which key places the second frame
     k = int(family["grid"].rsplit("_", 1)[1])
     defaults = {n: p.default for n, p in inspect.signature(getattr(__import__("diffusers"), name).__init__)
@@ -774,6 +778,35 @@ def _two_frames(name: str, seed: int, extra: dict | None, rotated: list[dict], d
   raise failed
 
 
+def _stretched(name: str, seed: int, extra: dict | None, rotated: list[dict], dims: tuple[int, ...],
+               init_args: dict, failed: Refused) -> dict:
+  """CogView 4: row i of n at i * A // n, A a key's entry per axis (rope_axes_dim (256, 256)): the grid stretched
+  over A positions. The key set to the grid's own sizes must give the raster fit, and that fit, with the default
+  A, must reproduce the calls; else the fit's own refusal. (Least squares cannot see it: the angles wrap.)"""
+  for key, value in init_args.items():
+    if not (isinstance(value, (list, tuple)) and len(value) == len(dims) and all(isinstance(v, int) for v in value)
+            and all(v > g for v, g in zip(value, dims, strict=True))):
+      continue
+    try:
+      plain, _ = _observe_grid.__wrapped__(name, seed, {**(extra or {}), key: list(dims)})
+    except Refused:
+      continue
+    fam = plain["family"]
+    if fam["grid"] != "raster":
+      continue
+    grid = np.stack(np.meshgrid(*(np.arange(g) * a // g for g, a in zip(dims, value, strict=True)), indexing="ij"),
+                    -1).reshape(-1, len(dims))
+    tokens = int(np.prod(dims))
+    applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), grid) for c in rotated]
+    err = _rotation_error(applied, fam["axes_default"], fam["theta"], fam["layout"], fam["tables"],
+                          fam["frequencies"])
+    if err <= _tolerance(fam["tables"], applied):
+      return {"numbering": f"stretched_by_{key}", "joint": None, "grid": grid, "positions": grid,
+              "layout": fam["layout"], "axes": fam["axes_default"], "theta": fam["theta"], "tables": fam["tables"],
+              "error": err, "frequencies": fam["frequencies"]}
+  raise failed
+
+
 @_refusals("its observation on a latent video")
 def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict, dict | None]:
   import diffusers
@@ -818,9 +851,12 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
   try:
     got = fit_grid(rotated, dims, None if given is None else [("given", None, {tokens: given})])
   except Refused as e:
-    if given is not None or len(dims) != 3 or dims[0] != 2:
+    if given is not None:
       raise
-    got = _two_frames(name, seed, extra, rotated, dims, e)
+    if len(dims) == 3 and dims[0] == 2:
+      got = _two_frames(name, seed, extra, rotated, dims, e)
+    else:
+      got = _stretched(name, seed, extra, rotated, dims, {**defaults, **kw}, e)
   axes = got["axes"]
   caption = [c for c in calls if all(c is not r for r in rotated) and _token_count(c["x"].shape, (T_TXT,))]
   other = [c for c in calls if all(c is not r for r in rotated + caption)]
@@ -846,7 +882,8 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
   entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
            "max_abs_error": got["error"]}
   m = _token_count(rotated[0]["x"].shape, (tokens, tokens + T_TXT))
-  goldens = {"config": kw, "grid": got["grid"], "positions": got["positions"], "x": _to_bthd(rotated[0]["x"], m),
+  goldens = {"config": kw, "grid": got["grid"], "positions": got["positions"], "dims": np.asarray(dims),
+             "x": _to_bthd(rotated[0]["x"], m),
              "out": _to_bthd(rotated[0]["out"], m)}
   if caption:
     goldens.update(caption_positions=caption_positions, caption_x=_to_bthd(caption[0]["x"], T_TXT),

@@ -317,14 +317,17 @@ def flux_positions(height: int, width: int, text_length: int, *, axes: int = 3) 
 
 
 def video_grid_positions(frames: int, height: int, width: int, *, centred: bool = False,
-                         frame_ids: Sequence[int] | None = None) -> np.ndarray:
+                         frame_ids: Sequence[int] | None = None,
+                         stretch_to: Sequence[int] | None = None) -> np.ndarray:
   """(frame, row, column) of each latent patch in raster order (frames slowest, columns fastest):
   the positions a diffusers transformer that numbers its own latent grid rotates by (Wan,
   SkyReels-V2, Helios, HunyuanVideo; the grid after patching, e.g. frames = latent frames /
   patch_t). centred=True: rows and columns count from -ceil(n / 2), so the grid's centre is
   near 0 (QwenImage's and Nucleus-MoE's `scale_rope`; an image is one frame). frame_ids: each
   frame's position instead of 0, 1, ... (ChronoEdit rotates a video of exactly two latent frames
-  at frames (0, rope_temporal_skip_len - 1)).
+  at frames (0, rope_temporal_skip_len - 1)). stretch_to: (A_h, A_w), row i at i * A_h // height
+  and column j at j * A_w // width, the grid stretched over A positions per axis (CogView 4:
+  its `rope_axes_dim`, (256, 256)).
 
   Returns:
     int32[frames * height * width, 3].
@@ -334,7 +337,12 @@ def video_grid_positions(frames: int, height: int, width: int, *, centred: bool 
   if frame_ids is not None and len(frame_ids) != frames:
     raise ValueError(f"frame_ids has {len(frame_ids)} positions for {frames} frames.")
   times = np.arange(frames) if frame_ids is None else np.asarray(frame_ids)
-  grid = np.meshgrid(times, np.arange(height), np.arange(width), indexing="ij")
+  rows, cols = np.arange(height), np.arange(width)
+  if stretch_to is not None:
+    if len(stretch_to) != 2:
+      raise ValueError(f"stretch_to={stretch_to!r}: expected (rows, columns) to stretch over.")
+    rows, cols = rows * int(stretch_to[0]) // height, cols * int(stretch_to[1]) // width
+  grid = np.meshgrid(times, rows, cols, indexing="ij")
   pos = np.stack(grid, -1).reshape(-1, 3)
   if centred:
     pos = pos - np.array([0, -(-height // 2), -(-width // 2)])
