@@ -764,18 +764,25 @@ def _two_frames(name: str, seed: int, extra: dict | None, rotated: list[dict], d
   if fam["grid"] != "raster":
     raise failed
   raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, 3)
-  tokens = int(np.prod(dims))
   for k in range(2, 65):
     grid = raster.copy()
     grid[:, 0] *= k
-    applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), grid) for c in rotated]
-    err = _rotation_error(applied, fam["axes_default"], fam["theta"], fam["layout"], fam["tables"],
-                          fam["frequencies"])
-    if err <= _tolerance(fam["tables"], applied):
-      return {"numbering": f"two_frames_at_{k}", "joint": None, "grid": grid, "positions": grid,
-              "layout": fam["layout"], "axes": fam["axes_default"], "theta": fam["theta"], "tables": fam["tables"],
-              "error": err, "frequencies": fam["frequencies"]}
+    got = _fitted_at(fam, rotated, dims, grid, f"two_frames_at_{k}")
+    if got:
+      return got
   raise failed
+
+
+def _fitted_at(fam: dict, rotated: list[dict], dims: tuple[int, ...], grid: np.ndarray, numbering: str) -> dict | None:
+  """fit_grid's result for the calls at `grid`, rotated by an observed family's spec; None if they are not."""
+  tokens = int(np.prod(dims))
+  applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), grid) for c in rotated]
+  err = _rotation_error(applied, fam["axes_default"], fam["theta"], fam["layout"], fam["tables"], fam["frequencies"])
+  if err > _tolerance(fam["tables"], applied):
+    return None
+  return {"numbering": numbering, "joint": None, "grid": grid, "positions": grid, "layout": fam["layout"],
+          "axes": fam["axes_default"], "theta": fam["theta"], "tables": fam["tables"], "error": err,
+          "frequencies": fam["frequencies"]}
 
 
 def _stretched(name: str, seed: int, extra: dict | None, rotated: list[dict], dims: tuple[int, ...],
@@ -796,14 +803,9 @@ def _stretched(name: str, seed: int, extra: dict | None, rotated: list[dict], di
       continue
     grid = np.stack(np.meshgrid(*(np.arange(g) * a // g for g, a in zip(dims, value, strict=True)), indexing="ij"),
                     -1).reshape(-1, len(dims))
-    tokens = int(np.prod(dims))
-    applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), grid) for c in rotated]
-    err = _rotation_error(applied, fam["axes_default"], fam["theta"], fam["layout"], fam["tables"],
-                          fam["frequencies"])
-    if err <= _tolerance(fam["tables"], applied):
-      return {"numbering": f"stretched_by_{key}", "joint": None, "grid": grid, "positions": grid,
-              "layout": fam["layout"], "axes": fam["axes_default"], "theta": fam["theta"], "tables": fam["tables"],
-              "error": err, "frequencies": fam["frequencies"]}
+    got = _fitted_at(fam, rotated, dims, grid, f"stretched_by_{key}")
+    if got:
+      return got
   raise failed
 
 
