@@ -108,6 +108,14 @@ def _check_pixel(mt, fam):
       config = {"model_type": mt, key: 4 * fam["theta_default"]}
     if rope.from_hf_config(config).theta != 4 * fam["theta_default"]:
       return f"does not follow {fam['theta_key']}"
+    other = "rope_theta" if "." in fam["theta_key"] else "rope_parameters"  # the place it was not seen to read
+    try:
+      rope.from_hf_config({"model_type": mt, other: 4 * fam["theta_default"] if other == "rope_theta"
+                           else {"rope_theta": 4 * fam["theta_default"]}})
+      return f"reads a theta from {other}, where it was not observed to"
+    except ValueError as e:
+      if "observed this tower read its theta from" not in str(e):
+        raise
   return None
 
 

@@ -214,12 +214,14 @@ def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any])
     raise ValueError(f"model_type {model_type!r}: rope_type {params.get('rope_type', params.get('type'))!r} is not "
                      f"read: the registry observed this tower with its own rope_type {observed!r} only "
                      f"({_made_from()}).")
-  theta = fam["theta_default"]
+  given = {"rope_theta": cfg.get("rope_theta"),  # where a config.json may hold theta: the observed key is read
+           "rope_parameters.rope_theta": params.get("rope_theta") if isinstance(params, Mapping) else None}
   key = fam.get("theta_key")
-  if key == "rope_parameters.rope_theta" and isinstance(params, Mapping) and params.get("rope_theta") is not None:
-    theta = params["rope_theta"]
-  elif key and "." not in key and cfg.get(key) is not None:
-    theta = cfg[key]
+  theta = given[key] if key in given and given[key] is not None else fam["theta_default"]
+  for where, value in given.items():  # a theta where the observation did not see the tower read one: not guessed
+    if value is not None and where != key and value != theta:
+      raise ValueError(f"model_type {model_type!r}: the config sets {where}={value!r}, but the registry observed this "
+                       f"tower read its theta from {key or 'no key'} ({theta!r} here; {_made_from()}).")
   if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
     raise ValueError(f"model_type {model_type!r}: rope_theta={theta!r} must be a positive number.")
   head_dim = cfg.get("head_dim", fam.get("head_dim"))
