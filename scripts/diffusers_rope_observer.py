@@ -430,10 +430,10 @@ def is_video(cls, defaults: dict) -> bool:
   return "3D" in cls.__name__ or "patch_size_t" in defaults or (isinstance(p, (tuple, list)) and len(p) == 3)
 
 
-def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> dict:
+def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int], grid: tuple[int, int, int]) -> dict:
   names = list(inspect.signature(cls.forward).parameters)[1:]
   c = kw.get("in_channels", defaults.get("in_channels", 16))
-  f, h, w = (g * p for g, p in zip(GRID, patch, strict=True))
+  f, h, w = (g * p for g, p in zip(grid, patch, strict=True))
   if not is_video(cls, defaults):
     f = 1  # one frame: the latent is [B, C, H, W] (squeezed below)
   text = next((kw[k] for k in ("text_dim", "text_embed_dim", "joint_attention_dim", "caption_channels", "cap_feat_dim")
@@ -454,15 +454,15 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> 
        "pooled_projections": torch.randn(1, kw.get("pooled_projection_dim", WIDTH), dtype=torch.float64),
        "timestep": torch.tensor([500.0], dtype=torch.float64),
        "guidance": torch.tensor([3500.0], dtype=torch.float64),
-       "num_frames": GRID[0], "height": GRID[1], "width": GRID[2],  # LTX: the grid of packed tokens
-       "img_shapes": [[(GRID[0], GRID[1], GRID[2])]],
+       "num_frames": grid[0], "height": grid[1], "width": grid[2],  # LTX: the grid of packed tokens
+       "img_shapes": [[tuple(grid)]],
        "img_mask": torch.zeros(1, T_TXT, dtype=torch.bool),  # QwenImage 2.1: which VLM tokens are image slots
        "text_bth": torch.randn(1, T_TXT, kw.get("text_in_dim", WIDTH), dtype=torch.float64),  # ERNIE-Image
        "text_lens": torch.tensor([T_TXT]),
        # HiDream: its T5 and Llama states (one per Llama layer it reads) and pooled embeddings
        "timesteps": torch.tensor([500.0], dtype=torch.float64),
        "r_timestep": torch.tensor([250.0], dtype=torch.float64),  # AnyFlow: the flow map's second time
-       "chunk_partition": [GRID[0]],  # AnyFlow-FAR: the latent frames in one chunk
+       "chunk_partition": [grid[0]],  # AnyFlow-FAR: the latent frames in one chunk
        "encoder_hidden_states_t5": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
        "encoder_hidden_states_llama3": torch.randn(len(kw.get("llama_layers", [])), 1, T_TXT, WIDTH,
                                                    dtype=torch.float64),
@@ -472,10 +472,10 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int]) -> 
   if defaults.get("guidance_embeds") is False:  # QwenImage: a guidance input only with guidance embeddings
     del x["guidance"]
   if "shape_list" in names:  # JoyImage-Edit Plus: patches unfolded [B, tokens, C, pt, ph, pw], their (t, h, w) grid
-    x["hidden_states"] = torch.randn(1, int(np.prod(GRID)), c, *patch, dtype=torch.float64)
-    x["shape_list"] = [[GRID]]
+    x["hidden_states"] = torch.randn(1, int(np.prod(grid)), c, *patch, dtype=torch.float64)
+    x["shape_list"] = [[grid]]
   elif "img_shapes" in names or "num_frames" in names:  # packed latents [B, tokens, channels]
-    x["hidden_states"] = torch.randn(1, int(np.prod(GRID)), c, dtype=torch.float64)
+    x["hidden_states"] = torch.randn(1, int(np.prod(grid)), c, dtype=torch.float64)
   elif f == 1:
     x["hidden_states"] = x["hidden_states"][:, :, 0]
   return {k: v for k, v in x.items() if k in names}
@@ -514,16 +514,15 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   """A class that builds its own latent grid's positions: observed at its default head dim. A
   config key whose default equals the observed channels per axis is confirmed by perturbation
   (4 channels moved from the last axis to the first): the observed split must follow it."""
+  import diffusers
+  defaults = {k: p.default for k, p in inspect.signature(getattr(diffusers, name).__init__).parameters.items()}
   entry, goldens = _observe_grid(name, seed)
   family = entry.get("family")
   if family and family["grid"].startswith("stretched_by_"):  # CogView 4: the key (found and set in the fit)
     key = family["grid"][len("stretched_by_"):]
-    family.update(grid="stretched", stretch_key=key, stretch_default=list(
-        inspect.signature(getattr(__import__("diffusers"), name).__init__).parameters[key].default))
+    family.update(grid="stretched", stretch_key=key, stretch_default=list(defaults[key]))
   if family and family["grid"].startswith("two_frames_at_"):  # ChronoEdit: which key places the second frame
     k = int(family["grid"].rsplit("_", 1)[1])
-    defaults = {n: p.default for n, p in inspect.signature(getattr(__import__("diffusers"), name).__init__)
-                .parameters.items()}
     key = next((n for n, v in defaults.items() if isinstance(v, int) and not isinstance(v, bool) and v == k + 1), None)
     moved = _observe_grid(name, seed, {key: 5})[0].get("family", {}).get("grid") if key else None
     if moved != "two_frames_at_4":
@@ -531,8 +530,6 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
                                              "was seen to set"}, None
     family.update(grid="raster", two_frames_key=key, two_frames_default=k + 1)
   if family:  # a theta key: followed (x 4 moves the observed theta x 4) or guarded (a config may not change it)
-    import diffusers
-    defaults = {k: p.default for k, p in inspect.signature(getattr(diffusers, name).__init__).parameters.items()}
     for key in [k for k, v in defaults.items() if THETA_KEY.search(k) and isinstance(v, (int, float))
                 and not isinstance(v, bool)]:
       again, _ = _observe_grid(name, seed, {key: 4 * defaults[key]})
@@ -685,12 +682,12 @@ def fit_caption(calls: list[dict], got: dict) -> tuple[str, np.ndarray]:
 # Hand-written inputs of the classes whose forward takes what the generic names above do not cover: the
 # positions it rotates by, which its pipeline builds (the probe gives random ids, and the fit must find that
 # the rotation follows them), or inputs of a shape of their own. Each is {"kw": init overrides (widths only),
-# "inputs": fn(kw, defaults, ids) -> forward inputs, "ids": whether it is given positions, "frames_first":
+# "inputs": fn(kw, defaults, ids, grid) -> forward inputs, "ids": whether it is given positions, "frames_first":
 # latents [B, F, C, H, W] instead of [B, C, F, H, W]}.
 GIVEN_TOKENS = T_TXT + 6  # a given-ids probe's sequence: the caption's tokens, then 6 image tokens
 
 
-def _krea2(kw: dict, defaults: dict, ids: np.ndarray) -> dict:
+def _krea2(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...]) -> dict:
   return {"hidden_states": torch.randn(1, GIVEN_TOKENS - T_TXT, kw.get("in_channels", defaults["in_channels"]),
                                        dtype=torch.float64),
           "encoder_hidden_states": torch.randn(1, T_TXT, kw["num_text_layers"], kw["text_hidden_dim"],
@@ -698,7 +695,7 @@ def _krea2(kw: dict, defaults: dict, ids: np.ndarray) -> dict:
           "timestep": torch.tensor([0.5], dtype=torch.float64), "position_ids": torch.from_numpy(ids)}
 
 
-def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray) -> dict:
+def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...]) -> dict:
   from diffusers.models.transformers import transformer_ideogram4 as module
   indicator = torch.tensor([[module.LLM_TOKEN_INDICATOR] * T_TXT + [module.OUTPUT_IMAGE_INDICATOR] *
                             (GIVEN_TOKENS - T_TXT)])
@@ -708,20 +705,20 @@ def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray) -> dict:
           "segment_ids": torch.zeros(1, GIVEN_TOKENS, dtype=torch.long), "indicator": indicator}
 
 
-def _anyflow(kw: dict, defaults: dict, ids: None) -> dict:
-  return {"timestep": torch.full((1, GRID[0]), 500.0, dtype=torch.float64),  # a time per latent frame
-          "r_timestep": torch.full((1, GRID[0]), 250.0, dtype=torch.float64)}
+def _anyflow(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...]) -> dict:
+  return {"timestep": torch.full((1, grid[0]), 500.0, dtype=torch.float64),  # a time per latent frame
+          "r_timestep": torch.full((1, grid[0]), 250.0, dtype=torch.float64)}
 
 
-def _wan_animate(kw: dict, defaults: dict, ids: None) -> dict:
+def _wan_animate(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...]) -> dict:
   size = kw["motion_encoder_size"]
-  return {"pose_hidden_states": torch.randn(1, defaults["latent_channels"], GRID[0] - 1, 2 * GRID[1], 2 * GRID[2],
+  return {"pose_hidden_states": torch.randn(1, defaults["latent_channels"], grid[0] - 1, 2 * grid[1], 2 * grid[2],
                                             dtype=torch.float64),  # a pose latent per frame but the first
           "face_pixel_values": torch.randn(1, 3, 1, size, size, dtype=torch.float64)}  # a one-frame face video
 
 
-def _glm_image(kw: dict, defaults: dict, ids: None) -> dict:
-  tokens = GRID[1] * GRID[2]
+def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...]) -> dict:
+  tokens = grid[1] * grid[2]
   return {"prior_token_id": torch.zeros(1, tokens, dtype=torch.long),  # a prior VQ token per latent patch, kept
           "prior_token_drop": torch.zeros(1, tokens, dtype=torch.bool)}
 
@@ -752,14 +749,10 @@ def _two_frames(name: str, seed: int, extra: dict | None, rotated: list[dict], d
   """ChronoEdit: a video of exactly two latent frames rotates its second frame at a position of its own. The
   rotation fitted on three frames (raster order) must reproduce the two-frame calls with frame 1 at some k; else
   the fit's own refusal. (Least squares on the angles cannot see it: k lies where the angles wrap.)"""
-  global GRID
-  saved, GRID = GRID, (3, *GRID[1:])  # the probe's grid, for one run of three frames
   try:
-    three, _ = _observe_grid.__wrapped__(name, seed, extra)
+    three, _ = _observe_grid.__wrapped__(name, seed, extra, (3, *GRID[1:]))  # one run of three frames
   except Refused:
     raise failed from None
-  finally:
-    GRID = saved
   fam = three["family"]
   if fam["grid"] != "raster":
     raise failed
@@ -810,7 +803,8 @@ def _stretched(name: str, seed: int, extra: dict | None, rotated: list[dict], di
 
 
 @_refusals("its observation on a latent video")
-def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict, dict | None]:
+def _observe_grid(name: str, seed: int, extra: dict | None = None, grid: tuple[int, int, int] = GRID
+                  ) -> tuple[dict, dict | None]:
   import diffusers
   cls = getattr(diffusers, name)
   kw, defaults, patch = grid_kwargs(cls)
@@ -824,14 +818,14 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
                   f"the limit is {MAX_PARAMS / 1e6:.0f}M")
   torch.manual_seed(seed)
   model = cls(**kw).double().eval()
-  inputs = _grid_inputs(cls, kw, defaults, patch)
+  inputs = _grid_inputs(cls, kw, defaults, patch, grid)
   given = None
   if recipe.get("frames_first"):  # AnyFlow: latents [B, F, C, H, W]
     inputs["hidden_states"] = inputs["hidden_states"].transpose(1, 2)
   if "inputs" in recipe:  # its own inputs; the ids it is given, if it takes its positions from its pipeline
     rng = np.random.default_rng(seed)
     given = rng.integers(0, 3, (GIVEN_TOKENS, 3)) if recipe.get("ids") else None  # angles below pi: no wrap
-    inputs.update(recipe["inputs"](kw, defaults, given))
+    inputs.update(recipe["inputs"](kw, defaults, given, grid))
   try:
     calls = _applies(model, inputs)
   except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half:
@@ -843,7 +837,7 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None) -> tuple[dict
     return {"status": "no_rope", "reason": "its forward on a latent calls no rotary function (observed; its module "
                                            "has names that match rot/rope)"}, None
   names = list(inspect.signature(cls.forward).parameters)
-  dims = GRID if is_video(cls, defaults) or {"img_shapes", "num_frames", "shape_list"} & set(names) else GRID[1:]
+  dims = grid if is_video(cls, defaults) or {"img_shapes", "num_frames", "shape_list"} & set(names) else grid[1:]
   if given is not None:
     dims = (GIVEN_TOKENS,)
   tokens = int(np.prod(dims))

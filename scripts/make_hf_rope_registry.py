@@ -1206,8 +1206,9 @@ def main():
       except Exception as e:  # noqa: BLE001
         entry = {"status": "no_default_config", "reason": f"{type(e).__name__}: {str(e)[:160]}"}
         raise Refused(entry["reason"]) from None
-      pixel_cls = model_class(mt, config, module) if module is not None and candidates(module) else None
-      if module is None or not candidates(module):
+      rotary = candidates(module) if module is not None else {}
+      pixel_cls = model_class(mt, config, module) if rotary else None
+      if not rotary:
         entry = {"status": "no_rope"}
       elif pixel_cls is not None and pixel.takes_pixels(pixel_cls):  # a tower on pixels: fitted like a latent grid
         try:
@@ -1222,14 +1223,14 @@ def main():
           goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)), "rotations": [],
                          "pixel": golden}
         else:  # no rotary call on an image
-          entry = {"status": "no_rope", "unused_rotary_code": sorted(candidates(module))[:6]}
+          entry = {"status": "no_rope", "unused_rotary_code": sorted(rotary)[:6]}
       else:
         SEEN_IDS.clear()
         TOKENS[0] = T_META
         calls, rotary_shapes, model = meta_forward(mt, config, module)
         rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
         if not rotations:  # rotary code, but the default config's forward calls none of it (Bamba: no attention)
-          entry = {"status": "no_rope", "unused_rotary_code": sorted(candidates(module))[:6]}
+          entry = {"status": "no_rope", "unused_rotary_code": sorted(rotary)[:6]}
         else:
           entry = {"status": "observed", "rotations": [_summary(r) for r in rotations]}
           goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)),
