@@ -521,6 +521,10 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   if family and family["grid"].startswith("stretched_by_"):  # CogView 4: the key (found and set in the fit)
     key = family["grid"][len("stretched_by_"):]
     family.update(grid="stretched", stretch_key=key, stretch_default=list(defaults[key]))
+  if family and "crop_keys" in family:  # CogVideoX 1.0: the base grid's keys' defaults (the probe's crop)
+    family["crop_default"] = [defaults[k] for k in family["crop_keys"]]
+    for key in RECIPES[name].get("positions_guarded", ()):  # a key whose value makes the pipeline number otherwise
+      family.setdefault("positions_guarded", {})[key] = defaults[key]
   if family and family["grid"].startswith("two_frames_at_"):  # ChronoEdit: which key places the second frame
     k = int(family["grid"].rsplit("_", 1)[1])
     key = next((n for n, v in defaults.items() if isinstance(v, int) and not isinstance(v, bool) and v == k + 1), None)
@@ -723,11 +727,86 @@ def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...]) -> di
           "prior_token_drop": torch.zeros(1, tokens, dtype=torch.bool)}
 
 
+def _pipeline_crop(pipeline: str):
+  """Forward inputs: the rotary tables (cos, sin) the pipeline's own `_prepare_rotary_positional_embeddings` makes
+  for the probe's latent (CogVideoX 1.0, ConsisID), called unbound on a stand-in with the attributes it reads (the
+  VAE's 8x spatial factor and the transformer's config). Which positions they hold is fitted (`_cropped`)."""
+  def inputs(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...]) -> dict:
+    import importlib
+    import types
+    module, name = pipeline.rsplit(".", 1)
+    config = types.SimpleNamespace(**{**defaults, **kw})
+    stub = types.SimpleNamespace(vae_scale_factor_spatial=8, transformer=types.SimpleNamespace(config=config))
+    p = config.patch_size
+    cos, sin = getattr(importlib.import_module(module), name)._prepare_rotary_positional_embeddings(
+        stub, grid[1] * 8 * p, grid[2] * 8 * p, grid[0], torch.device("cpu"))
+    return {"image_rotary_emb": (cos.double(), sin.double())}
+  return inputs
+
+
+def crop_grid(dims: tuple[int, ...], base: tuple[int, int]) -> np.ndarray:
+  """The hypothesis `_cropped` checks: (t, h, w) of each latent patch, the rows and columns spread over the part of
+  a base grid (base_h, base_w) that the latent's aspect covers when fitted inside it and centred (halves rounded to
+  even): row i of n at top + i * bottom / n (bottom = top + the covered rows), t from 0."""
+  *frames, h, w = dims
+  bh, bw = base
+  if h / w > bh / bw:
+    rh, rw = bh, int(round(bh / h * w))
+  else:
+    rw, rh = bw, int(round(bw / w * h))
+  top, left = int(round((bh - rh) / 2.0)), int(round((bw - rw) / 2.0))
+  rows = np.linspace(top, (top + rh) * (h - 1) / h, h, dtype=np.float32)
+  cols = np.linspace(left, (left + rw) * (w - 1) / w, w, dtype=np.float32)
+  axes = [np.arange(f, dtype=np.float32) for f in frames] + [rows, cols]
+  return np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(axes)).astype(np.float64)
+
+
+def _cropped(name: str, seed: int, extra: dict | None, rotated: list[dict], dims: tuple[int, ...],
+             init_args: dict, failed: Refused) -> dict:
+  """CogVideoX 1.0, ConsisID: positions spread over a crop of a base grid (`crop_grid`), the base from a pair of
+  config keys (sample_height, sample_width) in latent pixels over the patch size. The keys set to the probe's own
+  grid (the crop then is the grid itself) must give the raster fit, and that fit at the crop's positions must
+  reproduce the calls, also with the keys' height doubled (the positions follow the keys); else the refusal."""
+  extra = extra or {}
+  keys = RECIPES[name]["crop_keys"]
+  p = int(init_args["patch_size"])
+  fam = extra.get("_crop_family")
+  if fam is None:
+    plain, _ = _observe_grid.__wrapped__(name, seed, {**extra, keys[0]: dims[-2] * p, keys[1]: dims[-1] * p,
+                                                      "_plain": True}, dims)
+    fam = plain.get("family")
+    if fam is None or fam["grid"] != "raster":
+      raise failed
+  got = _fitted_at(fam, rotated, dims, crop_grid(dims, (init_args[keys[0]] // p, init_args[keys[1]] // p)),
+                   "cropped")
+  if got is None:
+    raise failed
+  got["crop_keys"] = list(keys)
+  if "_crop_family" in extra:  # the check with a key moved (below)
+    return got
+  other = (*dims[:-2], dims[-1], dims[-2])  # the other aspect, and the base twice as high: the crop moves
+  again, _ = _observe_grid.__wrapped__(name, seed, {**extra, keys[0]: 2 * init_args[keys[0]], "_crop_family": fam},
+                                       other)
+  if again.get("family", {}).get("grid") != "cropped":
+    raise Refused(f"its positions fit a crop of the base grid {keys} at their defaults, but not on a {other} grid "
+                  f"with {keys[0]} doubled ({again.get('reason', again.get('family', {}).get('grid'))})")
+  return got
+
+
 RECIPES: dict[str, dict] = {
     "GlmImageTransformer2DModel": {"inputs": _glm_image},
     # CogVideoX, ConsisID: [B, F, C, H, W] latents; their learned position table sized for the probe's caption
-    "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT}},
-    "ConsisIDTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT}},
+    # CogVideoX 1.0 and ConsisID rotate by the tables their pipeline makes, over a crop of (sample_height,
+    # sample_width) / patch_size; probed on 3 x 2 patches, an aspect whose crop (12 of 45 columns left of it, 12.5
+    # rounded to even) the default base does not fit
+    "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
+                                    "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
+                                    "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
+                                    # CogVideoX 1.5 (patch_size_t set): its pipeline's "slice" grid, not observed
+                                    "positions_guarded": ("patch_size_t",)},
+    "ConsisIDTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
+                                   "inputs": _pipeline_crop("diffusers.pipelines.consisid.pipeline_consisid.ConsisIDPipeline"),
+                                   "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2)},
     # Wan-Animate: a pose latent and a face video besides the latent; its face's motion encoder at 16 px
     "WanAnimateTransformer3DModel": {"kw": {"motion_encoder_size": 16, "inject_face_latents_blocks": 1},
                                      "inputs": _wan_animate},
@@ -803,14 +882,15 @@ def _stretched(name: str, seed: int, extra: dict | None, rotated: list[dict], di
 
 
 @_refusals("its observation on a latent video")
-def _observe_grid(name: str, seed: int, extra: dict | None = None, grid: tuple[int, int, int] = GRID
+def _observe_grid(name: str, seed: int, extra: dict | None = None, grid: tuple[int, int, int] | None = None
                   ) -> tuple[dict, dict | None]:
   import diffusers
   cls = getattr(diffusers, name)
   kw, defaults, patch = grid_kwargs(cls)
   recipe = RECIPES.get(name, {})
+  grid = grid or recipe.get("grid", GRID)
   kw.update(recipe.get("kw", {}))
-  kw.update(extra or {})
+  kw.update({k: v for k, v in (extra or {}).items() if not k.startswith("_")})
   with torch.device("meta"):
     size = sum(p.numel() for p in cls(**kw).parameters())
   if size > MAX_PARAMS:
@@ -849,7 +929,9 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None, grid: tuple[i
   except Refused as e:
     if given is not None:
       raise
-    if len(dims) == 3 and dims[0] == 2:
+    if "crop_keys" in recipe and not (extra or {}).get("_plain"):
+      got = _cropped(name, seed, extra, rotated, dims, {**defaults, **kw}, e)
+    elif len(dims) == 3 and dims[0] == 2:
       got = _two_frames(name, seed, extra, rotated, dims, e)
     else:
       got = _stretched(name, seed, extra, rotated, dims, {**defaults, **kw}, e)
@@ -869,6 +951,8 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None, grid: tuple[i
             "frequencies": got["frequencies"],
             "tables": got["tables"], "theta": got["theta"], "head_dim_default": sum(axes), "patch": list(patch),
             "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
+  if "crop_keys" in got:  # CogVideoX 1.0: the base grid the positions spread over is (these keys) / patch_size
+    family["crop_keys"] = got["crop_keys"]
   if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
     family["caption"], caption_positions = fit_caption(caption, got)
   if axes_key:

@@ -1336,7 +1336,8 @@ def diffusers_entries():
       if classes[name].get("rotary_inputs"):
         if entry["status"] == "no_rope":
           continue
-        entry["rotary_inputs_left_out"] = classes[name]["rotary_inputs"]
+        made = observer.RECIPES.get(name, {}).get("crop_keys")  # CogVideoX: given as its pipeline makes them
+        entry["rotary_inputs_from_pipeline" if made else "rotary_inputs_left_out"] = classes[name]["rotary_inputs"]
     else:
       continue
     classes[name] = {"module": classes[name]["module"], "rotary_names": classes[name]["rotary_names"], **entry}

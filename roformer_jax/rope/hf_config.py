@@ -178,6 +178,11 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
       raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}, but the registry observed its rotation not to "
                        f"follow {key} (seen only at {key}={default!r}; {_made_from()}): what another value changes is "
                        "not read.")
+  for key, default in fam.get("positions_guarded", {}).items():  # CogVideoX 1.5's patch_size_t
+    if cfg.get(key, default) != default:
+      raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}; its pipeline then builds the rotary "
+                       f"positions by another rule, which the registry did not observe (seen only at {key}="
+                       f"{default!r}; {_made_from()}).")
   head_key = fam.get("head_dim_key")
   head_dim = cfg.get(head_key) if head_key else None
   if "axes_key" in fam:

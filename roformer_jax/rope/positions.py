@@ -318,7 +318,8 @@ def flux_positions(height: int, width: int, text_length: int, *, axes: int = 3) 
 
 def video_grid_positions(frames: int, height: int, width: int, *, centred: bool = False,
                          frame_ids: Sequence[int] | None = None,
-                         stretch_to: Sequence[int] | None = None) -> np.ndarray:
+                         stretch_to: Sequence[int] | None = None,
+                         crop_to: Sequence[int] | None = None) -> np.ndarray:
   """(frame, row, column) of each latent patch in raster order (frames slowest, columns fastest):
   the positions a diffusers transformer that numbers its own latent grid rotates by (Wan,
   SkyReels-V2, Helios, HunyuanVideo; the grid after patching, e.g. frames = latent frames /
@@ -327,10 +328,14 @@ def video_grid_positions(frames: int, height: int, width: int, *, centred: bool 
   frame's position instead of 0, 1, ... (ChronoEdit rotates a video of exactly two latent frames
   at frames (0, rope_temporal_skip_len - 1)). stretch_to: (A_h, A_w), row i at i * A_h // height
   and column j at j * A_w // width, the grid stretched over A positions per axis (CogView 4:
-  its `rope_axes_dim`, (256, 256)).
+  its `rope_axes_dim`, (256, 256)). crop_to: (B_h, B_w), a base grid: the latent's aspect is
+  fitted inside it and centred (the covered rows R_h = B_h, or round(B_w / width * height),
+  the first at top = round((B_h - R_h) / 2), halves rounded to even as Python's `round`), and
+  row i of n sits at top + i * (top + R_h) / n, a float (CogVideoX 1.0 and ConsisID:
+  (sample_height, sample_width) // patch_size, the grid their pipelines' crop coordinates make).
 
   Returns:
-    int32[frames * height * width, 3].
+    int32[frames * height * width, 3], float32 with crop_to.
   """
   for name, v in (("frames", frames), ("height", height), ("width", width)):
     _check_count(name, v)
@@ -342,11 +347,30 @@ def video_grid_positions(frames: int, height: int, width: int, *, centred: bool 
     if len(stretch_to) != 2:
       raise ValueError(f"stretch_to={stretch_to!r}: expected (rows, columns) to stretch over.")
     rows, cols = rows * int(stretch_to[0]) // height, cols * int(stretch_to[1]) // width
+  if crop_to is not None:
+    if len(crop_to) != 2 or centred or stretch_to is not None:
+      raise ValueError(f"crop_to={crop_to!r}: expected (base rows, base columns), without centred or stretch_to.")
+    rows, cols = _crop(height, width, *(int(b) for b in crop_to))
   grid = np.meshgrid(times, rows, cols, indexing="ij")
   pos = np.stack(grid, -1).reshape(-1, 3)
   if centred:
     pos = pos - np.array([0, -(-height // 2), -(-width // 2)])
-  return pos.astype(np.int32)
+  return pos.astype(np.float32 if crop_to is not None else np.int32)
+
+
+def _crop(height: int, width: int, base_h: int, base_w: int) -> tuple[np.ndarray, np.ndarray]:
+  """The rows and columns of `video_grid_positions(crop_to=)`: the latent's aspect fitted inside the base grid and
+  centred, row i of n at top + i * (top + covered rows) / n (an end point scaled by (n - 1) / n, as the pipelines
+  do, not the covered span), in float32 as they compute it."""
+  _check_count("crop_to rows", base_h)
+  _check_count("crop_to columns", base_w)
+  if height / width > base_h / base_w:
+    cover_h, cover_w = base_h, int(round(base_h / height * width))
+  else:
+    cover_h, cover_w = int(round(base_w / width * height)), base_w
+  top, left = int(round((base_h - cover_h) / 2.0)), int(round((base_w - cover_w) / 2.0))
+  return (np.linspace(top, (top + cover_h) * (height - 1) / height, height, dtype=np.float32),
+          np.linspace(left, (left + cover_w) * (width - 1) / width, width, dtype=np.float32))
 
 
 def caption_positions(text_length: int, *, start: int, axes: int = 3) -> np.ndarray:
