@@ -1364,7 +1364,8 @@ def report_diffusers(before, after):
 
 def delegate(out):
   """A model type whose own code rotates nothing but whose config holds a sub-config of a rotating type (Llava's
-  text_config: Llama) reads that sub-config."""
+  text_config: Llama) reads that sub-config: its text_config, else its one rotating sub-config where that one is
+  read exactly (ColQwen2's vlm_config); with several and no text_config, it is refused naming the first."""
   for mt, entry in out.items():
     if entry["status"] != "no_rope":
       continue
@@ -1384,6 +1385,9 @@ def delegate(out):
     elif entry.get("unused_rotary_code"):
       entry.update(status="refused", reason="its modeling code rotates (" + ", ".join(entry["unused_rotary_code"]) +
                    "), but no layer of its default config calls it: the layers other settings add are not observed")
+    elif len(subs) == 1 and out[next(iter(subs.values()))]["status"] in ("exact", "delegates"):
+      # its one rotating part, a sub-config read exactly (ColQwen2's vlm_config, CHMv2's dinov3 backbone_config)
+      entry.update(status="delegates", sub_configs=dict(subs))
     elif subs:
       key, sub_type = next(iter(subs.items()))
       entry.update(status="refused", reason=f"its RoPE is in its {key} ({sub_type}), not a text model: read "
