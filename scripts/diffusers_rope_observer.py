@@ -521,7 +521,7 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   if family and family["grid"].startswith("stretched_by_"):  # CogView 4: the key (found and set in the fit)
     key = family["grid"][len("stretched_by_"):]
     family.update(grid="stretched", stretch_key=key, stretch_default=list(defaults[key]))
-  if family and "crop_keys" in family:  # CogVideoX 1.0: the base grid's keys' defaults (the probe's crop)
+  if family and family.get("crop_keys"):  # CogVideoX 1.0: the base grid's keys' defaults (the probe's crop)
     family["crop_default"] = [defaults[k] for k in family["crop_keys"]]
     for key in RECIPES[name].get("positions_guarded", ()):  # a key whose value makes the pipeline number otherwise
       family.setdefault("positions_guarded", {})[key] = defaults[key]
@@ -568,6 +568,7 @@ def _grid_candidates(dims: tuple[int, ...], joint: bool) -> list[tuple[str, str 
   grids = [("raster", raster), ("centred", raster - shift)]
   if n == 2:
     grids.append(("after_text", np.column_stack([np.full(len(raster), T_TXT), raster])))
+    grids.append(("raster_wh", raster[:, ::-1]))  # HunyuanDiT: (column, row)
   out = []
   for name, grid in grids:
     if not joint:
@@ -691,7 +692,7 @@ def fit_caption(calls: list[dict], got: dict) -> tuple[str, np.ndarray]:
 GIVEN_TOKENS = T_TXT + 6  # a given-ids probe's sequence: the caption's tokens, then 6 image tokens
 
 
-def _krea2(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...]) -> dict:
+def _krea2(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], extra: dict) -> dict:
   return {"hidden_states": torch.randn(1, GIVEN_TOKENS - T_TXT, kw.get("in_channels", defaults["in_channels"]),
                                        dtype=torch.float64),
           "encoder_hidden_states": torch.randn(1, T_TXT, kw["num_text_layers"], kw["text_hidden_dim"],
@@ -699,7 +700,7 @@ def _krea2(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...]) -> 
           "timestep": torch.tensor([0.5], dtype=torch.float64), "position_ids": torch.from_numpy(ids)}
 
 
-def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...]) -> dict:
+def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], extra: dict) -> dict:
   from diffusers.models.transformers import transformer_ideogram4 as module
   indicator = torch.tensor([[module.LLM_TOKEN_INDICATOR] * T_TXT + [module.OUTPUT_IMAGE_INDICATOR] *
                             (GIVEN_TOKENS - T_TXT)])
@@ -709,19 +710,19 @@ def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...])
           "segment_ids": torch.zeros(1, GIVEN_TOKENS, dtype=torch.long), "indicator": indicator}
 
 
-def _anyflow(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...]) -> dict:
+def _anyflow(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   return {"timestep": torch.full((1, grid[0]), 500.0, dtype=torch.float64),  # a time per latent frame
           "r_timestep": torch.full((1, grid[0]), 250.0, dtype=torch.float64)}
 
 
-def _wan_animate(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...]) -> dict:
+def _wan_animate(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   size = kw["motion_encoder_size"]
   return {"pose_hidden_states": torch.randn(1, defaults["latent_channels"], grid[0] - 1, 2 * grid[1], 2 * grid[2],
                                             dtype=torch.float64),  # a pose latent per frame but the first
           "face_pixel_values": torch.randn(1, 3, 1, size, size, dtype=torch.float64)}  # a one-frame face video
 
 
-def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...]) -> dict:
+def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   tokens = grid[1] * grid[2]
   return {"prior_token_id": torch.zeros(1, tokens, dtype=torch.long),  # a prior VQ token per latent patch, kept
           "prior_token_drop": torch.zeros(1, tokens, dtype=torch.bool)}
@@ -731,7 +732,7 @@ def _pipeline_crop(pipeline: str):
   """Forward inputs: the rotary tables (cos, sin) the pipeline's own `_prepare_rotary_positional_embeddings` makes
   for the probe's latent (CogVideoX 1.0, ConsisID), called unbound on a stand-in with the attributes it reads (the
   VAE's 8x spatial factor and the transformer's config). Which positions they hold is fitted (`_cropped`)."""
-  def inputs(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...]) -> dict:
+  def inputs(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
     import importlib
     import types
     module, name = pipeline.rsplit(".", 1)
@@ -743,6 +744,27 @@ def _pipeline_crop(pipeline: str):
     return {"image_rotary_emb": (cos.double(), sin.double())}
   return inputs
 
+
+def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
+  pipeline_hunyuandit.py, with that module's own functions): a crop of a square base grid of 512 // 8 // patch_size
+  (a constant of the pipeline; `_base` replaces it for `_cropped`'s plain run)."""
+  from diffusers.models.embeddings import get_2d_rotary_pos_embed
+  from diffusers.pipelines.hunyuandit import pipeline_hunyuandit as pipeline
+  h, w = grid[-2:]
+  base = extra.get("_base", HUNYUAN_DIT_BASE_PIXELS // 8 // kw["patch_size"])
+  cos, sin = get_2d_rotary_pos_embed(defaults["attention_head_dim"], pipeline.get_resize_crop_region_for_grid(
+      (h, w), base), (h, w), output_type="pt")
+  return {"encoder_hidden_states": torch.randn(1, T_TXT, kw["cross_attention_dim"], dtype=torch.float64),
+          "text_embedding_mask": torch.ones(1, T_TXT, dtype=torch.long),
+          "encoder_hidden_states_t5": torch.randn(1, T_TXT, kw["cross_attention_dim_t5"], dtype=torch.float64),
+          "text_embedding_mask_t5": torch.ones(1, T_TXT, dtype=torch.long),
+          "image_meta_size": torch.tensor([[8.0 * 8 * h, 8.0 * 8 * w, 8.0 * 8 * h, 8.0 * 8 * w, 0, 0]],
+                                          dtype=torch.float64),
+          "style": torch.zeros(1, dtype=torch.long), "image_rotary_emb": (cos.double(), sin.double())}
+
+
+HUNYUAN_DIT_BASE_PIXELS = 512  # HunyuanDiTPipeline's base_size = 512 // 8 // patch_size (its __call__, step 7)
 
 def crop_grid(dims: tuple[int, ...], base: tuple[int, int]) -> np.ndarray:
   """The hypothesis `_cropped` checks: (t, h, w) of each latent patch, the rows and columns spread over the part of
@@ -763,33 +785,50 @@ def crop_grid(dims: tuple[int, ...], base: tuple[int, int]) -> np.ndarray:
 
 def _cropped(name: str, seed: int, extra: dict | None, rotated: list[dict], dims: tuple[int, ...],
              init_args: dict, failed: Refused) -> dict:
-  """CogVideoX 1.0, ConsisID: positions spread over a crop of a base grid (`crop_grid`), the base from a pair of
-  config keys (sample_height, sample_width) in latent pixels over the patch size. The keys set to the probe's own
-  grid (the crop then is the grid itself) must give the raster fit, and that fit at the crop's positions must
-  reproduce the calls, also with the keys' height doubled (the positions follow the keys); else the refusal."""
+  """Positions spread over a crop of a base grid (`crop_grid`): CogVideoX 1.0 and ConsisID, the base from a pair of
+  config keys (sample_height, sample_width) in latent pixels over the patch size; HunyuanDiT, a square base its
+  pipeline fixes (512 px // 8 // patch_size). The base set to the probe's own grid (the crop then is the grid
+  itself) must give a raster fit, and that fit at the crop's positions must reproduce the calls, and again on the
+  other aspect (with the keys' height doubled: the positions follow the keys); else the refusal."""
   extra = extra or {}
-  keys = RECIPES[name]["crop_keys"]
+  recipe = RECIPES[name]
+  keys = recipe.get("crop_keys")
   p = int(init_args["patch_size"])
+  if "_base" in extra:
+    base = extra["_base"]
+  elif keys:
+    base = (init_args[keys[0]] // p, init_args[keys[1]] // p)
+  else:
+    base = (recipe["crop_base_pixels"] // 8 // p,) * 2
+  base = (base, base) if isinstance(base, int) else tuple(base)
   fam = extra.get("_crop_family")
+  frames = (1,) * (3 - len(dims)) + tuple(dims[:-2])  # the probe's grid is (frames, rows, columns), an image too
   if fam is None:
-    plain, _ = _observe_grid.__wrapped__(name, seed, {**extra, keys[0]: dims[-2] * p, keys[1]: dims[-1] * p,
-                                                      "_plain": True}, dims)
+    if keys:
+      plain, _ = _observe_grid.__wrapped__(name, seed, {**extra, keys[0]: dims[-2] * p, keys[1]: dims[-1] * p,
+                                                        "_plain": True}, (*frames, *dims[-2:]))
+    else:  # a square base: the plain run on a square grid of the same
+      n = max(dims[-2:])
+      plain, _ = _observe_grid.__wrapped__(name, seed, {**extra, "_base": n, "_plain": True}, (*frames, n, n))
     fam = plain.get("family")
-    if fam is None or fam["grid"] != "raster":
+    if fam is None or fam["grid"] not in ("raster", "raster_wh"):
       raise failed
-  got = _fitted_at(fam, rotated, dims, crop_grid(dims, (init_args[keys[0]] // p, init_args[keys[1]] // p)),
-                   "cropped")
+  positions = crop_grid(dims, base)
+  if fam["grid"] == "raster_wh":  # HunyuanDiT: (column, row)
+    positions = positions[:, ::-1]
+  got = _fitted_at(fam, rotated, dims, positions, "cropped" + fam["grid"][len("raster"):])
   if got is None:
     raise failed
-  got["crop_keys"] = list(keys)
-  if "_crop_family" in extra:  # the check with a key moved (below)
+  got["crop_keys"] = list(keys) if keys else None
+  if "_crop_family" in extra:  # the check on the other aspect (below)
     return got
-  other = (*dims[:-2], dims[-1], dims[-2])  # the other aspect, and the base twice as high: the crop moves
-  again, _ = _observe_grid.__wrapped__(name, seed, {**extra, keys[0]: 2 * init_args[keys[0]], "_crop_family": fam},
-                                       other)
-  if again.get("family", {}).get("grid") != "cropped":
-    raise Refused(f"its positions fit a crop of the base grid {keys} at their defaults, but not on a {other} grid "
-                  f"with {keys[0]} doubled ({again.get('reason', again.get('family', {}).get('grid'))})")
+  other = (*frames, dims[-1], dims[-2])  # the other aspect (and the base twice as high): the crop moves
+  moved = {keys[0]: 2 * init_args[keys[0]]} if keys else {}
+  again, _ = _observe_grid.__wrapped__(name, seed, {**extra, **moved, "_crop_family": fam}, other)
+  if again.get("family", {}).get("grid") != got["numbering"]:
+    raise Refused(f"its positions fit a crop of the base grid {keys or base} at their defaults, but not on a {other} "
+                  f"grid{f' with {keys[0]} doubled' if keys else ''} "
+                  f"({again.get('reason', again.get('family', {}).get('grid'))})")
   return got
 
 
@@ -799,6 +838,10 @@ RECIPES: dict[str, dict] = {
     # CogVideoX 1.0 and ConsisID rotate by the tables their pipeline makes, over a crop of (sample_height,
     # sample_width) / patch_size; probed on 3 x 2 patches, an aspect whose crop (12 of 45 columns left of it, 12.5
     # rounded to even) the default base does not fit
+    # HunyuanDiT: the same crop of a square base the pipeline fixes (columns on the first half of the head)
+    "HunyuanDiT2DModel": {"kw": {"cross_attention_dim": WIDTH, "cross_attention_dim_t5": WIDTH, "text_len": T_TXT,
+                                 "text_len_t5": T_TXT, "pooled_projection_dim": WIDTH, "hidden_size": 88},
+                          "inputs": _hunyuan_dit, "crop_base_pixels": HUNYUAN_DIT_BASE_PIXELS, "grid": (1, 3, 2)},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -905,7 +948,7 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None, grid: tuple[i
   if "inputs" in recipe:  # its own inputs; the ids it is given, if it takes its positions from its pipeline
     rng = np.random.default_rng(seed)
     given = rng.integers(0, 3, (GIVEN_TOKENS, 3)) if recipe.get("ids") else None  # angles below pi: no wrap
-    inputs.update(recipe["inputs"](kw, defaults, given, grid))
+    inputs.update(recipe["inputs"](kw, defaults, given, grid, extra or {}))
   try:
     calls = _applies(model, inputs)
   except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half:
@@ -929,7 +972,7 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None, grid: tuple[i
   except Refused as e:
     if given is not None:
       raise
-    if "crop_keys" in recipe and not (extra or {}).get("_plain"):
+    if ("crop_keys" in recipe or "crop_base_pixels" in recipe) and not (extra or {}).get("_plain"):
       got = _cropped(name, seed, extra, rotated, dims, {**defaults, **kw}, e)
     elif len(dims) == 3 and dims[0] == 2:
       got = _two_frames(name, seed, extra, rotated, dims, e)
@@ -951,8 +994,10 @@ def _observe_grid(name: str, seed: int, extra: dict | None = None, grid: tuple[i
             "frequencies": got["frequencies"],
             "tables": got["tables"], "theta": got["theta"], "head_dim_default": sum(axes), "patch": list(patch),
             "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
-  if "crop_keys" in got:  # CogVideoX 1.0: the base grid the positions spread over is (these keys) / patch_size
-    family["crop_keys"] = got["crop_keys"]
+  if got["numbering"].startswith("cropped"):  # CogVideoX 1.0: the base grid is (these keys) / patch_size, or
+    family["crop_keys"] = got["crop_keys"]  # HunyuanDiT: a size its pipeline fixes
+    if got["crop_keys"] is None:
+      family["crop_base_pixels"] = recipe["crop_base_pixels"]
   if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
     family["caption"], caption_positions = fit_caption(caption, got)
   if axes_key:

@@ -1336,7 +1336,8 @@ def diffusers_entries():
       if classes[name].get("rotary_inputs"):
         if entry["status"] == "no_rope":
           continue
-        made = observer.RECIPES.get(name, {}).get("crop_keys")  # CogVideoX: given as its pipeline makes them
+        recipe = observer.RECIPES.get(name, {})  # CogVideoX, HunyuanDiT: given as their pipelines make them
+        made = "crop_keys" in recipe or "crop_base_pixels" in recipe
         entry["rotary_inputs_from_pipeline" if made else "rotary_inputs_left_out"] = classes[name]["rotary_inputs"]
     else:
       continue

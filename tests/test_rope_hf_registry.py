@@ -232,12 +232,15 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
         h, w = (int(n) for n in g["dims"][-2:])
         np.testing.assert_array_equal(positions, rope.video_grid_positions(
             1, h, w, stretch_to=fam["stretch_default"])[:, 1:])
-      elif fam["grid"] == "cropped":  # CogVideoX 1.0: a crop of (sample_height, sample_width) // patch
-        f, h, w = (int(n) for n in g["dims"])
-        p = fam["patch"][-1]
-        base = [DIFFUSERS_CONFIGS[name].get(k, d) for k, d in zip(fam["crop_keys"], fam["crop_default"], strict=True)]
-        np.testing.assert_allclose(positions, rope.video_grid_positions(f, h, w, crop_to=[b // p for b in base]),
-                                   rtol=0, atol=2e-6 * float(np.abs(positions).max()))
+      elif fam["grid"].startswith("cropped"):  # a crop of (sample_height, sample_width) // patch (CogVideoX 1.0),
+        *f, h, w = (int(n) for n in g["dims"])  # or of HunyuanDiT's fixed 512 px // 8 // patch, (column, row)
+        p = DIFFUSERS_CONFIGS[name].get("patch_size", fam["patch"][-1])
+        base = ([DIFFUSERS_CONFIGS[name].get(k, d) // p for k, d in zip(fam["crop_keys"], fam["crop_default"],
+                                                                          strict=True)]
+                if fam["crop_keys"] else [fam["crop_base_pixels"] // 8 // p] * 2)
+        built = rope.video_grid_positions(*(f or [1]), h, w, crop_to=base)
+        built = built[:, [2, 1]] if fam["grid"] == "cropped_wh" else built[:, 3 - len(g["dims"]):]
+        np.testing.assert_allclose(positions, built, rtol=0, atol=2e-6 * float(np.abs(positions).max()))
       elif fam.get("two_frames_key"):  # ChronoEdit: two latent frames, the second at rope_temporal_skip_len - 1
         np.testing.assert_array_equal(positions, rope.video_grid_positions(
             2, sizes[1], sizes[2], frame_ids=(0, fam["two_frames_default"] - 1)))
@@ -251,7 +254,7 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       positions = both if len(g["positions"]) == len(both) else g["ids_img"]
       np.testing.assert_array_equal(g["positions"], positions)
     spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
-    positions = positions if fam.get("grid") == "cropped" else positions.astype(np.int32)
+    positions = positions if fam.get("grid", "").startswith("cropped") else positions.astype(np.int32)
     got = np.asarray(spec.apply(g["x"].astype(np.float32), positions), np.float64)
     # the model's apply is float32: its angles off by float32's rounding of themselves (CogView 4's reach 128)
     np.testing.assert_allclose(got, g["out"], atol=2e-6 * max(1.0, float(np.abs(positions).max())), err_msg=name)
