@@ -405,7 +405,7 @@ def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
   for k in GRID_WIDTH_KEYS:
     if isinstance(defaults.get(k), int):
       kw[k] = WIDTH
-  p = defaults.get("patch_size", 1)
+  p = defaults.get("patch_size", (defaults.get("all_patch_size") or (1,))[0])  # Z-Image: all_patch_size[0]
   if p is None:  # HiDream, EasyAnimate: the class leaves it to config.json (every shipped one says 2); it only sizes
     p = kw["patch_size"] = 2  # the probe's latent, which is made in patches of it
   if "caption_channels" in defaults and defaults["caption_channels"] is None:  # HiDream: [T5 width, Llama width]
@@ -510,6 +510,36 @@ def fit_pairs(x: np.ndarray, out: np.ndarray, positions: np.ndarray, layout: str
   return owners, np.asarray(freqs)
 
 
+def fit_pairs_by_steps(x: np.ndarray, out: np.ndarray, positions: np.ndarray, layout: str
+                       ) -> tuple[list[int], np.ndarray]:
+  """`fit_pairs` where the tokens sit far from position 0 (Z-Image's image at T + 1 on its first axis): each pair's
+  turn between tokens one step apart on one axis (wrapped to (-pi, pi]: exact below a frequency of pi). The one axis
+  whose steps turn the pair, by the same angle every step, owns it at that frequency; steps on the others leave it."""
+  i, j = pairs(x.shape[-1], layout)
+  turned = np.where(np.hypot(x[..., i], x[..., j]) > 1e-9, _angles(x, out, layout), np.nan)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", RuntimeWarning)
+    ang = np.nanmedian(turned, axis=(0, 2))  # [T, pairs]
+  n = positions.shape[1]
+  index = {tuple(p): t for t, p in enumerate(positions.tolist())}
+  steps = {}
+  for a in range(n):
+    unit = tuple(int(a == b) for b in range(n))
+    uv = [(t, index[q]) for p, t in index.items() if (q := tuple(x + u for x, u in zip(p, unit, strict=True))) in index]
+    if uv:
+      steps[a] = np.asarray(uv).T
+  owners, freqs = [], []
+  for k in range(ang.shape[1]):
+    turns = {a: np.angle(np.exp(1j * (ang[v, k] - ang[u, k]))) for a, (u, v) in steps.items()}
+    turning = [a for a, t in turns.items() if np.nanmax(np.abs(t)) > 1e-6]  # (float32 tables: a turn's rounding)
+    if len(turning) != 1 or np.nanmax(turns[turning[0]]) - np.nanmin(turns[turning[0]]) > 1e-5 or \
+        np.nanmean(turns[turning[0]]) <= 0:
+      raise Refused(f"pair {k} ({layout} pairing) is not turned by one grid axis at one frequency (steps on axes "
+                    f"{turning})")
+    owners.append(turning[0])
+    freqs.append(float(np.nanmean(turns[turning[0]])))
+  return owners, np.asarray(freqs)
+
 def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   """A class that builds its own latent grid's positions: observed at its default head dim. A
   config key whose default equals the observed channels per axis is confirmed by perturbation
@@ -568,6 +598,8 @@ def _grid_candidates(dims: tuple[int, ...], joint: bool) -> list[tuple[str, str 
   grids = [("raster", raster), ("centred", raster - shift)]
   if n == 2:
     grids.append(("after_text", np.column_stack([np.full(len(raster), T_TXT), raster])))
+    # Z-Image: the caption at (1 + i, 0, 0), the image after it at (T + 1, row, column)
+    grids.append(("after_text_from_1", np.column_stack([np.full(len(raster), T_TXT + 1), raster])))
     grids.append(("raster_wh", raster[:, ::-1]))  # HunyuanDiT: (column, row)
   out = []
   for name, grid in grids:
@@ -575,8 +607,8 @@ def _grid_candidates(dims: tuple[int, ...], joint: bool) -> list[tuple[str, str 
       out.append((name, None, {tokens: grid}))
       continue
     text = np.zeros((T_TXT, grid.shape[1]), np.int64)
-    if name == "after_text":
-      text[:, 0] = np.arange(T_TXT)
+    if name.startswith("after_text"):
+      text[:, 0] = np.arange(T_TXT) + (name == "after_text_from_1")
     out.append((name, "text_first", {tokens: grid, tokens + T_TXT: np.concatenate([text, grid])}))
     out.append((name, "image_first", {tokens: grid, tokens + T_TXT: np.concatenate([grid, text])}))
   return out
@@ -634,8 +666,12 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
       try:
         owners, freqs = fit_pairs(x, out, grid, layout)
       except Refused as e:
-        best = best or e
-        continue
+        try:  # positions far from 0: by the steps between neighbours, over the call with the most tokens (Z-Image)
+          c, m = max(sized, key=lambda cm: cm[1])
+          owners, freqs = fit_pairs_by_steps(_to_bthd(c["x"], m), _to_bthd(c["out"], m), pos_of[m], layout)
+        except Refused:
+          best = best or e
+          continue
       runs = _blocks(owners)
       if runs != list(range(na)):
         best = Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis")
@@ -672,7 +708,8 @@ def fit_caption(calls: list[dict], got: dict) -> tuple[str, np.ndarray]:
   known = {"after_grid": after(got["grid"].max() + 1),  # JoyImage
            # QwenImage, Nucleus-MoE: from max(h // 2, w // 2), one past the centred rows' and columns' largest
            "after_rows_columns": after(got["grid"][:, -2:].max() + 1),
-           "first_axis": first}  # Lumina 2's caption refiner: token i at (i, 0, 0), as in its joint calls
+           "first_axis": first,  # Lumina 2's caption refiner: token i at (i, 0, 0), as in its joint calls
+           "first_axis_from_1": first + (np.arange(na) == 0)}  # Z-Image's: token i at (1 + i, 0, 0)
   errors = {}
   for name, positions in known.items():
     applied = [(_to_bthd(c["x"], T_TXT), _to_bthd(c["out"], T_TXT), positions) for c in calls]
@@ -744,6 +781,14 @@ def _pipeline_crop(pipeline: str):
     return {"image_rotary_emb": (cos.double(), sin.double())}
   return inputs
 
+
+def _z_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Z-Image: lists of latents [C, F, H, W] and captions [T, width]; caption and image both a multiple of 32 tokens
+  (its SEQ_MULTI_OF), so that no padding token is rotated."""
+  p = defaults["all_patch_size"][0]
+  return {"x": [torch.randn(defaults["in_channels"], 1, grid[1] * p, grid[2] * p, dtype=torch.float64)],
+          "t": torch.tensor([0.5], dtype=torch.float64),
+          "cap_feats": [torch.randn(T_TXT, kw["cap_feat_dim"], dtype=torch.float64)]}
 
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
@@ -842,6 +887,8 @@ RECIPES: dict[str, dict] = {
     "HunyuanDiT2DModel": {"kw": {"cross_attention_dim": WIDTH, "cross_attention_dim_t5": WIDTH, "text_len": T_TXT,
                                  "text_len_t5": T_TXT, "pooled_projection_dim": WIDTH, "hidden_size": 88},
                           "inputs": _hunyuan_dit, "crop_base_pixels": HUNYUAN_DIT_BASE_PIXELS, "grid": (1, 3, 2)},
+    # Z-Image: a caption of 32 tokens and 4 x 16 patches, whole multiples of its padding unit
+    "ZImageTransformer2DModel": {"inputs": _z_image, "text_tokens": 32, "grid": (1, 4, 16)},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -927,6 +974,16 @@ def _stretched(name: str, seed: int, extra: dict | None, rotated: list[dict], di
 @_refusals("its observation on a latent video")
 def _observe_grid(name: str, seed: int, extra: dict | None = None, grid: tuple[int, int, int] | None = None
                   ) -> tuple[dict, dict | None]:
+  global T_TXT
+  saved, T_TXT = T_TXT, RECIPES.get(name, {}).get("text_tokens", T_TXT)  # the caption's tokens (Z-Image: 32)
+  try:
+    return _observe_grid_at(name, seed, extra, grid)
+  finally:
+    T_TXT = saved
+
+
+def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, int, int] | None
+                     ) -> tuple[dict, dict | None]:
   import diffusers
   cls = getattr(diffusers, name)
   kw, defaults, patch = grid_kwargs(cls)

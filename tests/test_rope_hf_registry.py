@@ -222,12 +222,15 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     elif fam.get("grid"):  # Wan & co. number their latent grid themselves: (t, h, w) raster order
       grid, positions = g["grid"], g["positions"]  # the image's tokens; every token of the golden call
       sizes = [int(n) for n in np.ptp(grid, axis=0) + 1]
-      if fam["grid"] == "after_text":  # Lumina 2, ERNIE-Image: the image after a caption of grid[0, 0] tokens
-        text = int(grid[0, 0])
-        built = rope.lumina_positions(sizes[1], sizes[2], text, image_first=fam.get("joint") == "image_first")
-        assert (rope.lumina_positions(sizes[1], sizes[2], text)[:text] ==
-                np.stack([np.arange(text), 0 * np.arange(text), 0 * np.arange(text)], -1)).all()
-        np.testing.assert_array_equal(positions, built if len(positions) == len(built) else built[-len(grid):])
+      if fam["grid"].startswith("after_text"):  # Lumina 2, ERNIE-Image: the image after a caption of grid[0, 0]
+        start = int(fam["grid"] == "after_text_from_1")  # tokens; Z-Image: the caption from 1, the image after it
+        text = int(grid[0, 0]) - start
+        image_first = fam.get("joint") == "image_first"
+        built = rope.lumina_positions(sizes[1], sizes[2], text, image_first=image_first, start=start)
+        assert (rope.lumina_positions(sizes[1], sizes[2], text, start=start)[:text] ==
+                np.stack([np.arange(text) + start, 0 * np.arange(text), 0 * np.arange(text)], -1)).all()
+        image = built[:len(grid)] if image_first else built[-len(grid):]
+        np.testing.assert_array_equal(positions, built if len(positions) == len(built) else image)
       elif fam["grid"] == "stretched":  # CogView 4: row i of n at i * rope_axes_dim[0] // n
         h, w = (int(n) for n in g["dims"][-2:])
         np.testing.assert_array_equal(positions, rope.video_grid_positions(
@@ -261,7 +264,8 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     if fam.get("caption"):  # a caption rotated apart from the image (QwenImage), at the positions its builder gives
       text, axes_n = len(g["caption_positions"]), g["grid"].shape[1]
       start = {"after_grid": g["grid"].max() + 1, "after_rows_columns": g["grid"][:, -2:].max() + 1}
-      built = (rope.lumina_positions(1, 1, text)[:text] if fam["caption"] == "first_axis" else
+      built = (rope.lumina_positions(1, 1, text, start=int(fam["caption"] == "first_axis_from_1"))[:text]
+               if fam["caption"].startswith("first_axis") else
                rope.caption_positions(text, start=start[fam["caption"]], axes=axes_n))
       np.testing.assert_array_equal(g["caption_positions"], built)
       got = np.asarray(spec.apply(g["caption_x"].astype(np.float32), built), np.float64)

@@ -387,18 +387,23 @@ def caption_positions(text_length: int, *, start: int, axes: int = 3) -> np.ndar
   return np.repeat((np.arange(text_length) + int(start))[:, None], axes, 1).astype(np.int32)
 
 
-def lumina_positions(height: int, width: int, text_length: int, *, image_first: bool = False) -> np.ndarray:
+def lumina_positions(height: int, width: int, text_length: int, *, image_first: bool = False,
+                     start: int = 0) -> np.ndarray:
   """The positions Lumina 2 rotates by (its Lumina2RotaryPosEmbed): caption token i at (i, 0, 0),
   then the image's patches in raster order at (text_length, row, column), for a caption of
   `text_length` tokens (its attention mask's sum) and a `height` x `width` patch grid.
   image_first=True: the same positions with the image's tokens before the caption's.
+  start: the caption's first position, every position on the first axis moved by it (Z-Image:
+  start=1, caption token i at (1 + i, 0, 0) and the image at (1 + text_length, row, column), its
+  caption padded to a multiple of 32 tokens first: text_length counts the padding).
 
   Returns:
     int32[text_length + height * width, 3].
   """
   _check_count("text_length", text_length, 0)
+  _check_count("start", start, 0)
   text = np.zeros((text_length, 3), np.int32)
-  text[:, 0] = np.arange(text_length)
+  text[:, 0] = np.arange(text_length) + start
   image = video_grid_positions(1, height, width)
-  image[:, 0] = text_length
+  image[:, 0] = text_length + start
   return np.concatenate([image, text] if image_first else [text, image])
