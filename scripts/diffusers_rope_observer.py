@@ -231,6 +231,8 @@ def _tolerance(tables: str, applied: list[tuple[np.ndarray, np.ndarray, np.ndarr
 
 def _integer_theta(theta: float) -> float:
   """theta read off an angle: float32 tables give it to ~1e-6, so an integer that close is taken."""
+  if not np.isfinite(theta):
+    return theta
   return float(round(theta)) if abs(theta - round(theta)) <= 1e-5 * theta else theta
 
 
@@ -492,12 +494,17 @@ def fit_pairs(x: np.ndarray, out: np.ndarray, positions: np.ndarray, layout: str
     warnings.simplefilter("ignore", RuntimeWarning)
     ang = np.nanmedian(turned, axis=(0, 2))  # [T, pairs]: every head alike
   owners, freqs = [], []
+  zero = [a for a in range(positions.shape[1]) if not np.any(positions[:, a])]  # an axis every token sits at 0 on
   near = np.abs(positions).max(1) <= 3  # tokens whose angles stay below pi at frequency 1 (no wrap): the fit's
   if near.sum() >= 4:  # (a large grid's other tokens are checked by the reference rotation that follows)
     ang, positions = ang[near], positions[near]
   for j in range(ang.shape[1]):
     fits = []
     seen = ~np.isnan(ang[:, j])
+    if len(zero) == 1 and seen.any() and np.abs(ang[seen, j]).max() < 1e-6:  # a pair no token turns: that axis's
+      owners.append(zero[0])  # (HiDream: images at frame 0, captions at 0), at a frequency not seen
+      freqs.append(np.nan)
+      continue
     for a in range(positions.shape[1]):
       p = positions[seen, a].astype(np.float64)
       f = float(p @ ang[seen, j] / max(p @ p, 1e-30))
@@ -551,6 +558,8 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   if family and family["grid"].startswith("stretched_by_"):  # CogView 4: the key (found and set in the fit)
     key = family["grid"][len("stretched_by_"):]
     family.update(grid="stretched", stretch_key=key, stretch_default=list(defaults[key]))
+  for key in RECIPES.get(name, {}).get("required", ()) if family else ():  # HiDream: its class default does not run
+    family.setdefault("required", {})[key] = list(defaults[key])
   if family and family.get("crop_keys"):  # CogVideoX 1.0: the base grid's keys' defaults (the probe's crop)
     family["crop_default"] = [defaults[k] for k in family["crop_keys"]]
     for key in RECIPES[name].get("positions_guarded", ()):  # a key whose value makes the pipeline number otherwise
@@ -601,6 +610,7 @@ def _grid_candidates(dims: tuple[int, ...], joint: bool) -> list[tuple[str, str 
     # Z-Image: the caption at (1 + i, 0, 0), the image after it at (T + 1, row, column)
     grids.append(("after_text_from_1", np.column_stack([np.full(len(raster), T_TXT + 1), raster])))
     grids.append(("raster_wh", raster[:, ::-1]))  # HunyuanDiT: (column, row)
+    grids.append(("frame_0", np.column_stack([np.zeros(len(raster), np.int64), raster])))  # HiDream: (0, row, col)
   out = []
   for name, grid in grids:
     if not joint:
@@ -678,20 +688,23 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
         continue
       sections = [owners.count(a) for a in range(na)]
       axes = [2 * s for s in sections]
-      thetas = {  # read off pair 1 of each axis's own spectrum (per_axis), or pair 1 of the head's (shared)
-          "per_axis": _integer_theta(float(np.median([freqs[sum(sections[:a]) + 1] ** (-sections[a])
-                                                      for a in range(na)]))),
+      thetas = {  # read off pair 1 of each axis's own spectrum (per_axis), or pair 1 of the head's (shared); an
+          # axis at 0 for every token (HiDream's first) turns nothing, and its spectrum is not seen (NaN: skipped)
+          "per_axis": _integer_theta(float(np.nanmedian([freqs[sum(sections[:a]) + 1] ** (-sections[a])
+                                                         for a in range(na)]))),
           "shared": _integer_theta(float(freqs[1] ** (-len(freqs)))),
           "split": _integer_theta(float(freqs[1] ** (-len(freqs) / na)))}
       if len(set(sections)) > 1:
         del thetas["split"]  # a round-robin deal gives every axis the same share
+      thetas = {k: v for k, v in thetas.items() if np.isfinite(v)}
       for frequencies, theta in thetas.items():
         for tables in TOLERANCE:
           err = _rotation_error(applied, axes, theta, layout, tables, frequencies)
           if err <= _tolerance(tables, applied):
             return {"numbering": numbering, "joint": order, "grid": pos_of[tokens], "positions": grid,
                     "layout": layout, "axes": axes, "theta": theta, "tables": tables, "error": err,
-                    "frequencies": frequencies}
+                    "frequencies": frequencies,
+                    "unseen": sorted({int(a) for a, f in zip(owners, freqs, strict=True) if np.isnan(f)})}
       best = Refused(f"its rotation over the grid fits per-axis RoPE {axes} (theta {thetas['per_axis']}) or M-RoPE "
                      f"(theta {thetas['shared']}), {layout} pairs, only to {err:.1e}")
   raise best if isinstance(best, Refused) else Refused("no pairing fits its rotation")
@@ -789,6 +802,13 @@ def _z_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: 
   return {"x": [torch.randn(defaults["in_channels"], 1, grid[1] * p, grid[2] * p, dtype=torch.float64)],
           "t": torch.tensor([0.5], dtype=torch.float64),
           "cap_feats": [torch.randn(T_TXT, kw["cap_feat_dim"], dtype=torch.float64)]}
+
+def _hidream(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """HiDream: its T5 states and those of the Llama layers it reads, 3 tokens each; its joint calls rotate the image
+  with the 9 tokens of T5 and two Llama layers (T_TXT = 9 in its recipe), all at Flux's text ids (zeros)."""
+  per = T_TXT // 3
+  return {"encoder_hidden_states_t5": torch.randn(1, per, WIDTH, dtype=torch.float64),
+          "encoder_hidden_states_llama3": torch.randn(len(kw["llama_layers"]), 1, per, WIDTH, dtype=torch.float64)}
 
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
@@ -889,6 +909,11 @@ RECIPES: dict[str, dict] = {
                           "inputs": _hunyuan_dit, "crop_base_pixels": HUNYUAN_DIT_BASE_PIXELS, "grid": (1, 3, 2)},
     # Z-Image: a caption of 32 tokens and 4 x 16 patches, whole multiples of its padding unit
     "ZImageTransformer2DModel": {"inputs": _z_image, "text_tokens": 32, "grid": (1, 4, 16)},
+    # HiDream: its class default axes_dims_rope (32, 32) does not run (its ids have 3 axes); observed at the split its
+    # checkpoints ship, [64, 32, 32], which config.json must then give (`required`). Its image padded to no more than
+    # the probe's own 2 x 3 patches (max_resolution in pixels of the latent)
+    "HiDreamImageTransformer2DModel": {"kw": {"axes_dims_rope": [64, 32, 32], "max_resolution": [4, 6]},
+                                       "inputs": _hidream, "text_tokens": 3 * T_TXT, "required": ("axes_dims_rope",)},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -958,7 +983,7 @@ def _stretched(name: str, seed: int, extra: dict | None, rotated: list[dict], di
       continue
     try:
       plain, _ = _observe_grid.__wrapped__(name, seed, {**(extra or {}), key: list(dims)})
-    except Refused:
+    except Exception:  # noqa: BLE001  a key the class cannot take as a grid's sizes (HiDream's caption_channels)
       continue
     fam = plain["family"]
     if fam["grid"] != "raster":
@@ -1041,7 +1066,7 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   if other:  # a rotation over tokens this probe cannot place (neither the latent's nor the caption's)
     raise Refused(f"it also rotates {other[0]['x'].shape} in {other[0]['function']}, tokens that are neither its "
                   f"latent's ({tokens}) nor its caption's ({T_TXT}): not observed")
-  init_args = {**defaults, **(extra or {})}  # the init arguments this probe ran with
+  init_args = {**defaults, **recipe.get("kw", {}), **(extra or {})}  # the init arguments this probe ran with
   axes_key = next((k for k in init_args if isinstance(init_args[k], (list, tuple)) and list(init_args[k]) == axes),
                   None)
   if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
@@ -1055,6 +1080,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     family["crop_keys"] = got["crop_keys"]  # HunyuanDiT: a size its pipeline fixes
     if got["crop_keys"] is None:
       family["crop_base_pixels"] = recipe["crop_base_pixels"]
+  if got.get("unseen"):  # HiDream: an axis at 0 for every token its forward numbers; its spectrum is not observed
+    family["unseen_axes"] = got["unseen"]
   if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
     family["caption"], caption_positions = fit_caption(caption, got)
   if axes_key:

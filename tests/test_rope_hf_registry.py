@@ -244,6 +244,12 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
         built = rope.video_grid_positions(*(f or [1]), h, w, crop_to=base)
         built = built[:, [2, 1]] if fam["grid"] == "cropped_wh" else built[:, 3 - len(g["dims"]):]
         np.testing.assert_allclose(positions, built, rtol=0, atol=2e-6 * float(np.abs(positions).max()))
+      elif fam["grid"] == "frame_0":  # HiDream: the image at (0, row, column), its captions at Flux's zeros
+        h, w = (int(n) for n in g["dims"][-2:])
+        text = len(positions) - len(grid)
+        ids = rope.flux_positions(h, w, text)  # text first
+        built = np.concatenate([ids[text:], ids[:text]]) if fam.get("joint") == "image_first" else ids
+        np.testing.assert_array_equal(positions, built)
       elif fam.get("two_frames_key"):  # ChronoEdit: two latent frames, the second at rope_temporal_skip_len - 1
         np.testing.assert_array_equal(positions, rope.video_grid_positions(
             2, sizes[1], sizes[2], frame_ids=(0, fam["two_frames_default"] - 1)))
@@ -270,22 +276,26 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       np.testing.assert_array_equal(g["caption_positions"], built)
       got = np.asarray(spec.apply(g["caption_x"].astype(np.float32), built), np.float64)
       np.testing.assert_allclose(got, g["caption_out"], atol=2e-6, err_msg=name)
-    default = rope.from_hf_config({"_class_name": name})  # ConfigMixin's defaults: the class's own
     axes = fam["axes_default"]
+    required = {k: axes for k in fam.get("required", {})}  # HiDream: no class default that runs
+    for key in required:
+      with pytest.raises(ValueError, match=f"must give {key}; the class default"):
+        rope.from_hf_config({"_class_name": name})
+    default = rope.from_hf_config({"_class_name": name, **required})  # ConfigMixin's defaults: the class's own
     assert default.sections == tuple(d // 2 for d in axes) and default.frequencies == fam["frequencies"], name
     assert default.theta == fam.get("theta", fam.get("theta_default")), name
     if "theta_key" in fam:  # observed to follow the key (x 4 in the generator)
-      assert rope.from_hf_config({"_class_name": name, fam["theta_key"]: 500.0}).theta == 500.0
+      assert rope.from_hf_config({"_class_name": name, **required, fam["theta_key"]: 500.0}).theta == 500.0
     for key, value in fam.get("guarded", {}).items():  # a theta-like key it was not seen to follow
-      assert rope.from_hf_config({"_class_name": name, key: value}) is not None
+      assert rope.from_hf_config({"_class_name": name, **required, key: value}) is not None
       with pytest.raises(ValueError, match=f"sets {key}=.*not to follow {key}"):
-        rope.from_hf_config({"_class_name": name, key: 2 * value})
+        rope.from_hf_config({"_class_name": name, **required, key: 2 * value})
     for key in fam.get("positions_guarded", {}):  # CogVideoX 1.5: patch_size_t set, positions by another rule
       with pytest.raises(ValueError, match=f"sets {key}=2; its pipeline then builds the rotary positions"):
         rope.from_hf_config({"_class_name": name, key: 2})
     if fam.get("head_dim_key"):
       with pytest.raises(ValueError, match="adds up to|observed at attention_head_dim"):
-        rope.from_hf_config({"_class_name": name, fam["head_dim_key"]: sum(axes) + 2})
+        rope.from_hf_config({"_class_name": name, **required, fam["head_dim_key"]: sum(axes) + 2})
   with pytest.raises(ValueError, match="diffusers class 'MyTransformer' is not in the RoPE registry"):
     rope.from_hf_config({"_class_name": "MyTransformer"})
 

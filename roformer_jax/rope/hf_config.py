@@ -178,6 +178,11 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
       raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}, but the registry observed its rotation not to "
                        f"follow {key} (seen only at {key}={default!r}; {_made_from()}): what another value changes is "
                        "not read.")
+  for key, default in fam.get("required", {}).items():  # HiDream: its class default does not run, so no default
+    if cfg.get(key) is None:
+      raise ValueError(f"{class_name}: the config must give {key}; the class default {default!r} does not run in "
+                       f"diffusers (the registry observed {fam.get('axes_default')!r}, the split its checkpoints "
+                       f"ship; {_made_from()}).")
   for key, default in fam.get("positions_guarded", {}).items():  # CogVideoX 1.5's patch_size_t
     if cfg.get(key, default) != default:
       raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}; its pipeline then builds the rotary "
