@@ -478,7 +478,7 @@ def _grid_inputs(cls, kw: dict, defaults: dict, patch: tuple[int, int, int], gri
     x["shape_list"] = [[grid]]
   elif "img_shapes" in names or "num_frames" in names:  # packed latents [B, tokens, channels]
     x["hidden_states"] = torch.randn(1, int(np.prod(grid)), c, dtype=torch.float64)
-  elif f == 1:
+  elif not is_video(cls, defaults):  # an image model: [B, C, H, W]
     x["hidden_states"] = x["hidden_states"][:, :, 0]
   return {k: v for k, v in x.items() if k in names}
 
@@ -863,6 +863,8 @@ def _cropped(name: str, seed: int, extra: dict | None, rotated: list[dict], dims
     base = extra["_base"]
   elif keys:
     base = (init_args[keys[0]] // p, init_args[keys[1]] // p)
+  elif "crop_base_latent" in recipe:  # EasyAnimate: a base its rotary module fixes, in latent pixels
+    base = tuple(b // p for b in recipe["crop_base_latent"])
   else:
     base = (recipe["crop_base_pixels"] // 8 // p,) * 2
   base = (base, base) if isinstance(base, int) else tuple(base)
@@ -872,6 +874,8 @@ def _cropped(name: str, seed: int, extra: dict | None, rotated: list[dict], dims
     if keys:
       plain, _ = _observe_grid.__wrapped__(name, seed, {**extra, keys[0]: dims[-2] * p, keys[1]: dims[-1] * p,
                                                         "_plain": True}, (*frames, *dims[-2:]))
+    elif "crop_base_latent" in recipe:  # a base the model fixes: the plain run on a grid of the base's own size
+      plain, _ = _observe_grid.__wrapped__(name, seed, {**extra, "_plain": True}, (1, *base))
     else:  # a square base: the plain run on a square grid of the same
       n = max(dims[-2:])
       plain, _ = _observe_grid.__wrapped__(name, seed, {**extra, "_base": n, "_plain": True}, (*frames, n, n))
@@ -897,6 +901,14 @@ def _cropped(name: str, seed: int, extra: dict | None, rotated: list[dict], dims
   return got
 
 
+CROPS = {"crop_keys", "crop_base_pixels", "crop_base_latent"}  # a recipe's crop base: see `_cropped`
+
+
+def _easyanimate(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  return {"encoder_hidden_states": torch.randn(1, T_TXT, kw["text_embed_dim"], dtype=torch.float64),
+          "encoder_hidden_states_t5": None}  # (no second text encoder unless text_embed_dim_t5 is set)
+
+
 RECIPES: dict[str, dict] = {
     "GlmImageTransformer2DModel": {"inputs": _glm_image},
     # CogVideoX, ConsisID: [B, F, C, H, W] latents; their learned position table sized for the probe's caption
@@ -914,6 +926,10 @@ RECIPES: dict[str, dict] = {
     # the probe's own 2 x 3 patches (max_resolution in pixels of the latent)
     "HiDreamImageTransformer2DModel": {"kw": {"axes_dims_rope": [64, 32, 32], "max_resolution": [4, 6]},
                                        "inputs": _hidream, "text_tokens": 3 * T_TXT, "required": ("axes_dims_rope",)},
+    # EasyAnimate: CogVideoX's crop, of a base of 60 x 90 latent pixels its rotary module fixes (not its sample_height
+    # and sample_width); its one text encoder
+    "EasyAnimateTransformer3DModel": {"kw": {"text_embed_dim": WIDTH}, "inputs": _easyanimate,
+                                      "crop_base_latent": (60, 90), "grid": (2, 3, 2)},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -1054,7 +1070,7 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   except Refused as e:
     if given is not None:
       raise
-    if ("crop_keys" in recipe or "crop_base_pixels" in recipe) and not (extra or {}).get("_plain"):
+    if CROPS & set(recipe) and not (extra or {}).get("_plain"):
       got = _cropped(name, seed, extra, rotated, dims, {**defaults, **kw}, e)
     elif len(dims) == 3 and dims[0] == 2:
       got = _two_frames(name, seed, extra, rotated, dims, e)
@@ -1078,8 +1094,9 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
             "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
   if got["numbering"].startswith("cropped"):  # CogVideoX 1.0: the base grid is (these keys) / patch_size, or
     family["crop_keys"] = got["crop_keys"]  # HunyuanDiT: a size its pipeline fixes
-    if got["crop_keys"] is None:
-      family["crop_base_pixels"] = recipe["crop_base_pixels"]
+    for key in ("crop_base_pixels", "crop_base_latent"):
+      if got["crop_keys"] is None and key in recipe:
+        family[key] = recipe[key]
   if got.get("unseen"):  # HiDream: an axis at 0 for every token its forward numbers; its spectrum is not observed
     family["unseen_axes"] = got["unseen"]
   if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image

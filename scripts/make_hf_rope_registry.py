@@ -1337,7 +1337,7 @@ def diffusers_entries():
         if entry["status"] == "no_rope":
           continue
         recipe = observer.RECIPES.get(name, {})  # CogVideoX, HunyuanDiT: given as their pipelines make them
-        made = "crop_keys" in recipe or "crop_base_pixels" in recipe
+        made = bool(observer.CROPS & set(recipe))
         entry["rotary_inputs_from_pipeline" if made else "rotary_inputs_left_out"] = classes[name]["rotary_inputs"]
     else:
       continue

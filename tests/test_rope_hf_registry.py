@@ -240,7 +240,8 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
         p = DIFFUSERS_CONFIGS[name].get("patch_size", fam["patch"][-1])
         base = ([DIFFUSERS_CONFIGS[name].get(k, d) // p for k, d in zip(fam["crop_keys"], fam["crop_default"],
                                                                           strict=True)]
-                if fam["crop_keys"] else [fam["crop_base_pixels"] // 8 // p] * 2)
+                if fam["crop_keys"] else [b // p for b in fam["crop_base_latent"]] if "crop_base_latent" in fam
+                else [fam["crop_base_pixels"] // 8 // p] * 2)  # EasyAnimate: 60 x 90 latent pixels its module fixes
         built = rope.video_grid_positions(*(f or [1]), h, w, crop_to=base)
         built = built[:, [2, 1]] if fam["grid"] == "cropped_wh" else built[:, 3 - len(g["dims"]):]
         np.testing.assert_allclose(positions, built, rtol=0, atol=2e-6 * float(np.abs(positions).max()))
