@@ -877,13 +877,24 @@ def config_facts(rotary, module, top_config, head_dim):
     if ok:
       follows["scalings"].append(rp["rope_type"])
   head_dim_key = None  # MLA: the rotated head dim is its own key (qk_rope_head_dim); found by perturbing
+  sections = (serialized.get("rope_parameters") or {}).get("mrope_section")
   for key, value in serialized.items():
     if key == "head_dim" or isinstance(value, bool) or value != head_dim or head_dim % 4:
       continue
     try:
       new = inv_freqs(rebuilt(key, head_dim // 2))
     except Exception:  # noqa: BLE001
-      continue
+      if not sections or any(s % 2 for s in sections):
+        continue
+      try:  # HY-V4-VL: its config checks that the M-RoPE sections add up to the key's half: halved with it
+        halved = _perturbed(serialized, "rope_parameters", {**serialized["rope_parameters"],
+                                                             "mrope_section": [s // 2 for s in sections]})
+        with warnings.catch_warnings():
+          warnings.simplefilter("ignore")
+          changed = type(cfg).from_dict(_revived(_perturbed(halved, key, head_dim // 2)))
+        new = inv_freqs(rebuild_from(type(rotary), changed, module))
+      except Exception:  # noqa: BLE001
+        continue
     if all(len(new[n]) == len(base[n]) // 2 for n in base):
       head_dim_key = key
       break
@@ -1065,7 +1076,11 @@ def classify(rotations):
   types = f["layer_types"]
   if types is not None:
     fam["default_layer_types"] = types
-  if len(rotating) != n_layers and types is None:
+  flags = _flag_rule(f["lists"], rotating, n_layers) if len(rotating) != n_layers else None
+  if flags:  # Mistral Large 4: a 0/1 flag per layer (no_rope_layers, 1 = rotates), whatever the layer types say
+    fam.update(flags)
+    f["guarded"].pop(flags["rope_flags_key"][0], None)  # the key is read now, not guarded
+  elif len(rotating) != n_layers and types is None:
     rule = _layer_rule(f["lists"], rotating, n_layers)
     if rule is None:
       raise Refused(f"{len(rotating)} of its {n_layers} layers rotate, by a rule its config has no layer_types for")
@@ -1074,7 +1089,7 @@ def classify(rotations):
     if "layer_types_key" in rule:
       key, default = rule["layer_types_key"]
       types = [default[i % len(default)] for i in range(n_layers)]
-  if len(rotating) != n_layers and "nope_layers_key" not in fam:
+  if len(rotating) != n_layers and "nope_layers_key" not in fam and not flags:
     on = sorted({types[i] for i in rotating})
     if [i for i in range(n_layers) if types[i] in on] != rotating:
       raise Refused(f"the layers that rotate ({rotating[:6]}...) are not those of some layer types ({on})")
@@ -1102,6 +1117,16 @@ def classify(rotations):
   if f["guarded"]:
     fam["guarded"] = f["guarded"]
   return fam
+
+
+def _flag_rule(lists, rotating, n_layers):
+  """A config list of one 0/1 flag per layer whose ones are the layers observed to rotate (Mistral Large 4's
+  no_rope_layers, its name inverted): matched by the observed values, never by the key's name."""
+  for key, value in sorted(lists.items()):
+    if len(value) == n_layers and all(isinstance(x, int) and x in (0, 1) for x in value) and \
+        [i for i, x in enumerate(value) if x] == rotating:
+      return {"rope_flags_key": [key, value]}
+  return None
 
 
 def _layer_rule(lists, rotating, n_layers):

@@ -458,6 +458,14 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       return None
   if fam.get("rope_on") is not None and layer_type not in fam["rope_on"]:
     return None
+  if fam.get("rope_flags_key"):  # observed: a 0/1 flag per layer, 1 where it rotates (Mistral Large 4)
+    key, default = fam["rope_flags_key"]
+    flags = cfg[key] if cfg.get(key) is not None else default
+    if not isinstance(flags, (list, tuple)) or len(flags) != num_layers:
+      raise ValueError(f"model_type {model_type!r}: {key}={flags!r} must hold one 0/1 flag per layer "
+                       f"({num_layers} layers; 1 = the layer rotates).")
+    if not flags[index]:
+      return None
   if fam.get("nope_layers_key"):  # observed: the layers this list names do not rotate (Mllama's cross-attention)
     key, default = fam["nope_layers_key"]
     if index in (cfg[key] if cfg.get(key) is not None else default):
