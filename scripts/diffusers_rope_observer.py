@@ -171,18 +171,24 @@ def _to_bthd(a: np.ndarray, tokens: int) -> np.ndarray:
   return a if axis[0] == 1 else np.swapaxes(a, 1, 2)
 
 
-LAYOUTS = ("interleaved", "half", "half2")  # pairings tried: "half2" is rotate_half inside each half (Gemma 4 vision)
+# pairings tried: "halfN" is rotate_half inside each of N equal blocks (Gemma 4 vision: 2; Allegro: 3, one per axis)
+LAYOUTS = ("interleaved", "half", "half2", "half3")
+
+
+def layouts(d: int) -> list[str]:
+  """The pairings a head of d channels can have: halfN only where N blocks of pairs divide it."""
+  return [lay for lay in LAYOUTS if lay in ("interleaved", "half") or d % (2 * int(lay[len("half"):])) == 0]
 
 
 def pairs(d: int, layout: str) -> tuple[np.ndarray, np.ndarray]:
-  """The two channels of each pair, in pair order: interleaved (2k, 2k + 1); half (k, k + D/2); half2, the half
-  layout inside each of two equal blocks (k, k + D/4), then (D/2 + k, 3D/4 + k)."""
+  """The two channels of each pair, in pair order: interleaved (2k, 2k + 1); half (k, k + D/2); halfN, the half
+  layout inside each of N equal blocks of D/N: (b D/N + k, b D/N + D/2N + k) for block b, k < D/2N."""
   if layout == "interleaved":
     return np.arange(0, d, 2), np.arange(1, d, 2)
-  if layout == "half":
-    return np.arange(d // 2), np.arange(d // 2, d)
-  q = np.arange(d // 4)
-  return np.concatenate([q, d // 2 + q]), np.concatenate([d // 4 + q, 3 * d // 4 + q])
+  n = 1 if layout == "half" else int(layout[len("half"):])
+  w = d // n
+  q = np.arange(w // 2)
+  return np.concatenate([b * w + q for b in range(n)]), np.concatenate([b * w + w // 2 + q for b in range(n)])
 
 
 def _angles(x: np.ndarray, out: np.ndarray, layout: str) -> np.ndarray:
@@ -581,6 +587,12 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
         family.update(theta_key=key, theta_default=family.pop("theta"))
       else:
         family.setdefault("guarded", {})[key] = defaults[key]
+  if family and "scale_keys" in family:  # the keys doubled: the fit must follow them
+    again, _ = _observe_grid(name, seed, {k: 2 * v for k, v in zip(family["scale_keys"], family["scale_default"],
+                                                                    strict=True)})
+    if again.get("family", {}).get("grid") != "scaled":
+      return {"status": "refused", "reason": f"its positions fit its grid over {family['scale_keys']} at their "
+                                             f"defaults, but not with them doubled ({again.get('reason')})"}, None
   if family and "axes_key" in family:
     key, axes = family["axes_key"], family["axes_default"]
     moved = [axes[0] + 4, *axes[1:-1], axes[-1] - 4]
@@ -660,10 +672,10 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
   x, out = (_to_bthd(first[k], m0) for k in ("x", "out"))
   # ERNIE-Image, for one: its rotate_half pairs channel i with i + D/2 but gives them the angles of pairs i // 2
   # and (i + D/2) // 2, which no RotaryConfig (nor any rotation) does
-  if not any(_pairs_keep_norms(x, out, layout) for layout in LAYOUTS):
+  if not any(_pairs_keep_norms(x, out, layout) for layout in layouts(x.shape[-1])):
     raise Refused("its apply is no rotation of channel pairs: under interleaved and under half (rotate_half) "
                   "pairing alike, a pair's two channels change their joint length")
-  if any(np.allclose(np.abs(_angles(x, out, layout)), np.pi / 2, atol=1e-6) for layout in LAYOUTS):
+  if any(np.allclose(np.abs(_angles(x, out, layout)), np.pi / 2, atol=1e-6) for layout in layouts(x.shape[-1])):
     raise Refused(f"the rotary function it calls ({first['function']}) turns every pair by 90 degrees whatever the "
                   "position: a rotate_half helper, its cos/sin apply written inline in the attention, which this "
                   "probe does not see")
@@ -672,7 +684,7 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
     grid = pos_of[m0]
     na = grid.shape[1]
     applied = [(_to_bthd(c["x"], m), _to_bthd(c["out"], m), pos_of[m]) for c, m in sized]
-    for layout in LAYOUTS:
+    for layout in layouts(x.shape[-1]):
       try:
         owners, freqs = fit_pairs(x, out, grid, layout)
       except Refused as e:
@@ -810,6 +822,19 @@ def _hidream(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: 
   return {"encoder_hidden_states_t5": torch.randn(1, per, WIDTH, dtype=torch.float64),
           "encoder_hidden_states_llama3": torch.randn(len(kw["llama_layers"]), 1, per, WIDTH, dtype=torch.float64)}
 
+def _allegro(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Allegro: the rotary tables and grid ids its pipeline's own `_prepare_rotary_positional_embeddings` makes for the
+  probe's latent (called unbound on a stand-in holding the VAE's 8x spatial factor and the transformer's config)."""
+  import types
+  from diffusers.pipelines.allegro import pipeline_allegro as pipeline
+  config = types.SimpleNamespace(**{**defaults, **kw, **{k: v for k, v in extra.items() if not k.startswith("_")}})
+  stub = types.SimpleNamespace(vae_scale_factor_spatial=8, transformer=types.SimpleNamespace(config=config))
+  p = config.patch_size
+  freqs, ids = pipeline.AllegroPipeline._prepare_rotary_positional_embeddings(
+      stub, 1, grid[1] * 8 * p, grid[2] * 8 * p, grid[0], torch.device("cpu"))
+  return {"encoder_hidden_states": torch.randn(1, T_TXT, kw["caption_channels"], dtype=torch.float64),
+          "image_rotary_emb": (tuple((c.double(), s.double()) for c, s in freqs), ids)}
+
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
   pipeline_hunyuandit.py, with that module's own functions): a crop of a square base grid of 512 // 8 // patch_size
@@ -930,6 +955,10 @@ RECIPES: dict[str, dict] = {
     # and sample_width); its one text encoder
     "EasyAnimateTransformer3DModel": {"kw": {"text_embed_dim": WIDTH}, "inputs": _easyanimate,
                                       "crop_base_latent": (60, 90), "grid": (2, 3, 2)},
+    # Allegro: each axis's third of the head rotate_half'd on its own, at the grid over interpolation_scale_{t,h,w}
+    "AllegroTransformer3DModel": {"kw": {"caption_channels": WIDTH}, "inputs": _allegro,
+                                  "scale_keys": ("interpolation_scale_t", "interpolation_scale_h",
+                                                 "interpolation_scale_w")},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -1065,8 +1094,13 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   rotated = [c for c in calls if _token_count(c["x"].shape, (tokens, tokens + T_TXT))]
   if not rotated:
     raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
+  candidates = None if given is None else [("given", None, {tokens: given})]
+  if "scale_keys" in recipe:  # Allegro: its grid over per-axis interpolation scales (float positions)
+    raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, len(dims))
+    args = {**defaults, **kw}
+    candidates = [("scaled", None, {tokens: raster / np.array([float(args[k]) for k in recipe["scale_keys"]])})]
   try:
-    got = fit_grid(rotated, dims, None if given is None else [("given", None, {tokens: given})])
+    got = fit_grid(rotated, dims, candidates)
   except Refused as e:
     if given is not None:
       raise
@@ -1099,6 +1133,9 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
         family[key] = recipe[key]
   if got.get("unseen"):  # HiDream: an axis at 0 for every token its forward numbers; its spectrum is not observed
     family["unseen_axes"] = got["unseen"]
+  if "scale_keys" in recipe:  # Allegro: positions = its grid over these keys' values (confirmed by observe_grid)
+    family["scale_keys"] = list(recipe["scale_keys"])
+    family["scale_default"] = [float(defaults[k]) for k in recipe["scale_keys"]]
   if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
     family["caption"], caption_positions = fit_caption(caption, got)
   if axes_key:

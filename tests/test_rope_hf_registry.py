@@ -245,6 +245,11 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
         built = rope.video_grid_positions(*(f or [1]), h, w, crop_to=base)
         built = built[:, [2, 1]] if fam["grid"] == "cropped_wh" else built[:, 3 - len(g["dims"]):]
         np.testing.assert_allclose(positions, built, rtol=0, atol=2e-6 * float(np.abs(positions).max()))
+      elif fam["grid"] == "scaled":  # Allegro: its grid over interpolation_scale_{t,h,w}
+        f, h, w = (int(n) for n in g["dims"])
+        scale = [DIFFUSERS_CONFIGS[name].get(k, d) for k, d in zip(fam["scale_keys"], fam["scale_default"],
+                                                                   strict=True)]
+        np.testing.assert_allclose(positions, rope.video_grid_positions(f, h, w, scale=scale), rtol=1e-6)
       elif fam["grid"] == "frame_0":  # HiDream: the image at (0, row, column), its captions at Flux's zeros
         h, w = (int(n) for n in g["dims"][-2:])
         text = len(positions) - len(grid)
@@ -264,7 +269,8 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       positions = both if len(g["positions"]) == len(both) else g["ids_img"]
       np.testing.assert_array_equal(g["positions"], positions)
     spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
-    positions = positions if fam.get("grid", "").startswith("cropped") else positions.astype(np.int32)
+    floats = fam.get("grid", "").startswith("cropped") or fam.get("grid") == "scaled"  # float positions
+    positions = positions.astype(np.float32) if floats else positions.astype(np.int32)
     got = np.asarray(spec.apply(g["x"].astype(np.float32), positions), np.float64)
     # the model's apply is float32: its angles off by float32's rounding of themselves (CogView 4's reach 128)
     np.testing.assert_allclose(got, g["out"], atol=2e-6 * max(1.0, float(np.abs(positions).max())), err_msg=name)

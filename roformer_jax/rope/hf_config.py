@@ -210,8 +210,11 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   theta = fam["theta"] if "theta" in fam else cfg.get(fam["theta_key"], fam["theta_default"])
   if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
     raise ValueError(f"{class_name}: {fam.get('theta_key')}={theta!r} must be a positive number.")
-  return RotaryConfig(theta=float(theta), layout=fam["layout"], sections=tuple(d // 2 for d in axes),
-                      frequencies=fam["frequencies"])
+  layout, blocks = fam["layout"], 1
+  if layout.startswith("half") and layout != "half":  # Allegro: rotate_half inside each axis's block ("half3")
+    layout, blocks = "half", int(layout[len("half"):])
+  return RotaryConfig(theta=float(theta), layout=layout, sections=tuple(d // 2 for d in axes),
+                      frequencies=fam["frequencies"], blocks=blocks)
 
 
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:

@@ -319,7 +319,8 @@ def flux_positions(height: int, width: int, text_length: int, *, axes: int = 3) 
 def video_grid_positions(frames: int, height: int, width: int, *, centred: bool = False,
                          frame_ids: Sequence[int] | None = None,
                          stretch_to: Sequence[int] | None = None,
-                         crop_to: Sequence[int] | None = None) -> np.ndarray:
+                         crop_to: Sequence[int] | None = None,
+                         scale: Sequence[float] | None = None) -> np.ndarray:
   """(frame, row, column) of each latent patch in raster order (frames slowest, columns fastest):
   the positions a diffusers transformer that numbers its own latent grid rotates by (Wan,
   SkyReels-V2, Helios, HunyuanVideo; the grid after patching, e.g. frames = latent frames /
@@ -333,9 +334,11 @@ def video_grid_positions(frames: int, height: int, width: int, *, centred: bool 
   the first at top = round((B_h - R_h) / 2), halves rounded to even as Python's `round`), and
   row i of n sits at top + i * (top + R_h) / n, a float (CogVideoX 1.0 and ConsisID:
   (sample_height, sample_width) // patch_size, the grid their pipelines' crop coordinates make).
+  scale: (s_t, s_h, s_w), every position divided by its axis's s, in float32 (Allegro: its
+  interpolation_scale_t, _h and _w, (2.2, 2.0, 2.0) by default).
 
   Returns:
-    int32[frames * height * width, 3], float32 with crop_to.
+    int32[frames * height * width, 3], float32 with crop_to or scale.
   """
   for name, v in (("frames", frames), ("height", height), ("width", width)):
     _check_count(name, v)
@@ -355,6 +358,10 @@ def video_grid_positions(frames: int, height: int, width: int, *, centred: bool 
   pos = np.stack(grid, -1).reshape(-1, 3)
   if centred:
     pos = pos - np.array([0, -(-height // 2), -(-width // 2)])
+  if scale is not None:
+    if len(scale) != 3 or not all(isinstance(v, (int, float)) and v > 0 for v in scale):
+      raise ValueError(f"scale={scale!r}: expected three positive numbers (frames, rows, columns).")
+    return (pos.astype(np.float32) / np.asarray(scale, np.float32)).astype(np.float32)
   return pos.astype(np.float32 if crop_to is not None else np.int32)
 
 
