@@ -162,6 +162,60 @@ def _applies(model, inputs: dict, library: str = "diffusers", keep_on_error: boo
   return calls
 
 
+def _attention_applies(model, inputs: dict, entry: str) -> list[dict]:
+  """Runs the forward, recording each attention's q as it was before its rotation and as the attention gets it:
+  for a class whose rotation no rotary function performs (Stable Audio slices its head and rotates the first half
+  inline; Ideogram 4 writes its cos/sin apply in the attention). Before: the output of the attention's `norm_q`,
+  else of its `to_q` [B, T, heads * D] split into heads. After: the query `entry` gets ("sdpa": torch's
+  scaled_dot_product_attention, [B, H, T, D]; "dispatch": diffusers' dispatch_attention_fn, [B, T, H, D]). An
+  attention that leaves q as it was (cross-attention) records nothing."""
+  import importlib
+
+  import torch.nn.functional as F
+  before, calls, hooks = [], [], []
+  for m in model.modules():
+    norm, to_q = getattr(m, "norm_q", None), getattr(m, "to_q", None)
+    heads = getattr(m, "heads", None) or getattr(m, "num_heads", None)
+    if isinstance(norm, torch.nn.Module):
+      hooks.append(norm.register_forward_hook(lambda mod, args, out: before.append(out.detach().clone())))
+    elif isinstance(to_q, torch.nn.Module) and isinstance(heads, int):
+      hooks.append(to_q.register_forward_hook(
+          lambda mod, args, out, h=heads: before.append(out.detach().clone().unflatten(-1, (h, -1)))))
+
+  def record(query: torch.Tensor, heads_first: bool) -> None:
+    q = (query.transpose(1, 2) if heads_first else query).detach().to(torch.float64)
+    x = before.pop() if before else None
+    if x is not None and x.shape == q.shape and not torch.equal(x.to(q.dtype), q):
+      calls.append({"function": f"attention ({entry})", "x": x.to(torch.float64).numpy(), "out": q.numpy()})
+
+  patched = []
+  if entry == "sdpa":
+    sdpa = F.scaled_dot_product_attention
+
+    def sdpa_recorded(query, *args, **kwargs):
+      record(query, True)
+      return sdpa(query, *args, **kwargs)
+    patched.append((F, "scaled_dot_product_attention", sdpa))
+    F.scaled_dot_product_attention = sdpa_recorded
+  else:
+    module = importlib.import_module(type(model).__module__)
+    dispatch = module.dispatch_attention_fn
+
+    def dispatch_recorded(query, *args, **kwargs):
+      record(query, False)
+      return dispatch(query, *args, **kwargs)
+    patched.append((module, "dispatch_attention_fn", dispatch))
+    module.dispatch_attention_fn = dispatch_recorded
+  try:
+    with torch.no_grad():
+      model(**inputs)
+  finally:
+    for owner, name, fn in patched:
+      setattr(owner, name, fn)
+    for h in hooks:
+      h.remove()
+  return calls
+
 def _to_bthd(a: np.ndarray, tokens: int) -> np.ndarray:
   if a.ndim == 3:  # [T, H, D]: an unbatched vision tower's q
     a = a[None]
@@ -659,6 +713,24 @@ def _token_count(shape: tuple, counts: tuple[int, ...]) -> int | None:
   return next((m for m in counts if m in token_axes), None)
 
 
+def _rotated_width(calls: list[tuple[np.ndarray, np.ndarray]]) -> int:
+  """How many leading channels of the head the rotation changed: all of them, or the first R (an even count) with
+  the rest passed through as they came (to float32's rounding, where the attention rotates in float32); Refused if
+  the changed channels are not one leading block."""
+  def moved(x, out):
+    return np.abs(out - x).max(axis=(0, 1, 2)) > 1e-6 * max(1.0, float(np.abs(x).max()))
+  changed = np.any([moved(x, out) for x, out in calls], axis=0)
+  if not changed.any():  # Mochi: its frequencies are a parameter, zero until a checkpoint sets them
+    raise Refused("its rotary calls change no channel: every angle is 0 in the model as its class builds it (its "
+                  "frequencies are parameters, zero until a checkpoint sets them), so what they rotate by is not "
+                  "observed")
+  r = int(np.flatnonzero(changed)[-1]) + 1
+  if r == len(changed):
+    return r
+  if r % 2 or not changed[:r].all():
+    raise Refused(f"its rotation changes channels up to {r} of {len(changed)}, not as a leading block of pairs")
+  return r
+
 def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None = None) -> dict:
   """The rotation of the latent-grid calls as per-axis RoPE: the first numbering and pairing whose
   fitted axes and theta reproduce every call within TOLERANCE; Refused, with the nearest miss, if none.
@@ -670,6 +742,11 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
     candidates = _grid_candidates(dims, joint=any(m == tokens + T_TXT for _, m in sized))
   first, m0 = sized[0]
   x, out = (_to_bthd(first[k], m0) for k in ("x", "out"))
+  width = _rotated_width([(_to_bthd(c["x"], m), _to_bthd(c["out"], m)) for c, m in sized])
+  if width < x.shape[-1]:  # Stable Audio: the first `width` channels rotate, the rest pass through as they came
+    sized = [({**c, "x": _to_bthd(c["x"], m)[..., :width], "out": _to_bthd(c["out"], m)[..., :width]}, m)
+             for c, m in sized]
+    x, out = x[..., :width], out[..., :width]
   # ERNIE-Image, for one: its rotate_half pairs channel i with i + D/2 but gives them the angles of pairs i // 2
   # and (i + D/2) // 2, which no RotaryConfig (nor any rotation) does
   if not any(_pairs_keep_norms(x, out, layout) for layout in layouts(x.shape[-1])):
@@ -715,7 +792,7 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
           if err <= _tolerance(tables, applied):
             return {"numbering": numbering, "joint": order, "grid": pos_of[tokens], "positions": grid,
                     "layout": layout, "axes": axes, "theta": theta, "tables": tables, "error": err,
-                    "frequencies": frequencies,
+                    "frequencies": frequencies, "rotary_dim": width,
                     "unseen": sorted({int(a) for a, f in zip(owners, freqs, strict=True) if np.isnan(f)})}
       best = Refused(f"its rotation over the grid fits per-axis RoPE {axes} (theta {thetas['per_axis']}) or M-RoPE "
                      f"(theta {thetas['shared']}), {layout} pairs, only to {err:.1e}")
@@ -834,6 +911,19 @@ def _allegro(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: 
       stub, 1, grid[1] * 8 * p, grid[2] * 8 * p, grid[0], torch.device("cpu"))
   return {"encoder_hidden_states": torch.randn(1, T_TXT, kw["caption_channels"], dtype=torch.float64),
           "image_rotary_emb": (tuple((c.double(), s.double()) for c, s in freqs), ids)}
+
+def _stable_audio(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Stable Audio: an audio latent [B, C, L], its global (duration) token, which the forward prepends, and the
+  rotary tables its pipeline makes (step 7 of pipeline_stable_audio.py: get_1d_rotary_pos_embed over its
+  rotary_embed_dim = attention_head_dim // 2 channels and L + 1 tokens, use_real, repeat_interleave_real=False)."""
+  from diffusers.models.embeddings import get_1d_rotary_pos_embed
+  n = RECIPES["StableAudioDiTModel"]["sequence"]
+  cos, sin = get_1d_rotary_pos_embed({**defaults, **kw}["attention_head_dim"] // 2, n, use_real=True,
+                                     repeat_interleave_real=False)
+  return {"hidden_states": torch.randn(1, defaults["in_channels"], n - 1, dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, T_TXT, kw["cross_attention_input_dim"], dtype=torch.float64),
+          "global_hidden_states": torch.randn(1, 1, kw["global_states_input_dim"], dtype=torch.float64),
+          "rotary_embedding": (cos.double(), sin.double())}
 
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
@@ -959,6 +1049,10 @@ RECIPES: dict[str, dict] = {
     "AllegroTransformer3DModel": {"kw": {"caption_channels": WIDTH}, "inputs": _allegro,
                                   "scale_keys": ("interpolation_scale_t", "interpolation_scale_h",
                                                  "interpolation_scale_w")},
+    # Stable Audio: 6 latent frames after its global token; its attention slices each head and rotates the first
+    # half inline (observed at the attention: q before the rotation and as torch's attention gets it)
+    "StableAudioDiTModel": {"kw": {"cross_attention_input_dim": WIDTH, "global_states_input_dim": WIDTH},
+                            "inputs": _stable_audio, "sequence": 7, "attention": "sdpa"},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -1077,7 +1171,7 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     given = rng.integers(0, 3, (GIVEN_TOKENS, 3)) if recipe.get("ids") else None  # angles below pi: no wrap
     inputs.update(recipe["inputs"](kw, defaults, given, grid, extra or {}))
   try:
-    calls = _applies(model, inputs)
+    calls = _attention_applies(model, inputs, recipe["attention"]) if "attention" in recipe else _applies(model, inputs)
   except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half:
     if "same dtype" not in str(e):  # run it in float32 (the fit then allows float32's rounding)
       raise
@@ -1090,11 +1184,15 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   dims = grid if is_video(cls, defaults) or {"img_shapes", "num_frames", "shape_list"} & set(names) else grid[1:]
   if given is not None:
     dims = (GIVEN_TOKENS,)
+  if "sequence" in recipe:  # Stable Audio: one sequence of tokens at 0, 1, ... (its global token first)
+    dims = (recipe["sequence"],)
   tokens = int(np.prod(dims))
   rotated = [c for c in calls if _token_count(c["x"].shape, (tokens, tokens + T_TXT))]
   if not rotated:
     raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
   candidates = None if given is None else [("given", None, {tokens: given})]
+  if "sequence" in recipe:
+    candidates = [("sequence", None, {tokens: np.arange(tokens)[:, None]})]
   if "scale_keys" in recipe:  # Allegro: its grid over per-axis interpolation scales (float positions)
     raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, len(dims))
     args = {**defaults, **kw}
@@ -1122,15 +1220,19 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
     axes_key = next((k for k in defaults if defaults[k] is None and "axes" in k), None)
   family = {"grid": got["numbering"], **({"joint": got["joint"]} if got["joint"] else {}), "axes_default": axes,
-            "layout": got["layout"], "order": "given" if given is not None else "grid_hw" if len(axes) == 2 else "grid_thw",
+            "layout": got["layout"],
+            "order": "given" if given is not None else {1: "sequence", 2: "grid_hw"}.get(len(axes), "grid_thw"),
             "frequencies": got["frequencies"],
-            "tables": got["tables"], "theta": got["theta"], "head_dim_default": sum(axes), "patch": list(patch),
+            "tables": got["tables"], "theta": got["theta"], "head_dim_default": int(rotated[0]["x"].shape[-1]),
+            "patch": list(patch),
             "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
   if got["numbering"].startswith("cropped"):  # CogVideoX 1.0: the base grid is (these keys) / patch_size, or
     family["crop_keys"] = got["crop_keys"]  # HunyuanDiT: a size its pipeline fixes
     for key in ("crop_base_pixels", "crop_base_latent"):
       if got["crop_keys"] is None and key in recipe:
         family[key] = recipe[key]
+  if got.get("rotary_dim", family["head_dim_default"]) < family["head_dim_default"]:  # Stable Audio: first R rotate
+    family["rotary_dim"] = got["rotary_dim"]
   if got.get("unseen"):  # HiDream: an axis at 0 for every token its forward numbers; its spectrum is not observed
     family["unseen_axes"] = got["unseen"]
   if "scale_keys" in recipe:  # Allegro: positions = its grid over these keys' values (confirmed by observe_grid)

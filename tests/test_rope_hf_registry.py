@@ -219,6 +219,9 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     g = {k.split("/", 1)[1]: np.asarray(v) for k, v in DIFFUSERS_ARRAYS.items() if k.startswith(name + "/")}
     if fam.get("grid") == "given":  # Krea 2: its pipeline builds the positions; the probe gave random ones
       positions = g["positions"]
+    elif fam.get("grid") == "sequence":  # Stable Audio: its global token, then the latent, at 0, 1, ...
+      positions = g["positions"]
+      np.testing.assert_array_equal(positions[:, 0], np.arange(len(positions)))
     elif fam.get("grid"):  # Wan & co. number their latent grid themselves: (t, h, w) raster order
       grid, positions = g["grid"], g["positions"]  # the image's tokens; every token of the golden call
       sizes = [int(n) for n in np.ptp(grid, axis=0) + 1]

@@ -204,7 +204,7 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
       isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2 for d in axes):
     raise ValueError(f"{class_name}: {fam.get('axes_key')}={axes!r} must be a list of positive even ints (the "
                      "rotated channels per position axis).")
-  if head_dim is not None and sum(axes) != head_dim:
+  if head_dim is not None and sum(axes) != head_dim and "rotary_dim" not in fam:
     raise ValueError(f"{class_name}: {fam.get('axes_key')}={list(axes)} adds up to {sum(axes)} channels, but "
                      f"{head_key}={head_dim}; {class_name} rotates every channel of its heads.")
   theta = fam["theta"] if "theta" in fam else cfg.get(fam["theta_key"], fam["theta_default"])
@@ -214,7 +214,8 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   if layout.startswith("half") and layout != "half":  # Allegro: rotate_half inside each axis's block ("half3")
     layout, blocks = "half", int(layout[len("half"):])
   return RotaryConfig(theta=float(theta), layout=layout, sections=tuple(d // 2 for d in axes),
-                      frequencies=fam["frequencies"], blocks=blocks)
+                      frequencies=fam["frequencies"], blocks=blocks,
+                      rotary_dim=fam.get("rotary_dim"))  # Stable Audio: the first half of each head
 
 
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:
