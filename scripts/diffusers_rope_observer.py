@@ -252,6 +252,15 @@ def _angles(x: np.ndarray, out: np.ndarray, layout: str) -> np.ndarray:
   return np.arctan2(a * e - b * c, a * c + b * e)
 
 
+def _interleaved_owners(sections: list[int]) -> np.ndarray:
+  """The axis of each pair under interleaved M-RoPE (Qwen3-VL, Ideogram 4): axis a >= 1 takes pairs a, a + A, ...
+  below A * sections[a], axis 0 the rest."""
+  n = len(sections)
+  owners = np.zeros(sum(sections), np.int64)
+  for a in range(1, n):
+    owners[a:n * sections[a]:n] = a
+  return owners
+
 def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], theta: float, layout: str,
                        tables: str = "float64", frequencies: str = "per_axis") -> np.ndarray:
   """float64 NumPy: x [B, T, H, D] turned pair by pair, axis a's pairs by pos_a * theta ** (-2j / d_a)
@@ -261,11 +270,13 @@ def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], th
   of the float64 angle rounded to float32 (FluxPosEmbed's `.float()` tables), x cast to float32
   (`x.float()`), the products and their sum in float32."""
   freqs = np.concatenate([theta ** (-np.arange(0, d, 2, dtype=np.float64) / d) for d in axes])
-  if frequencies in ("shared", "split"):  # one spectrum over the whole head, its pairs dealt to the axes in
+  if frequencies in ("shared", "split", "interleaved"):  # one spectrum over the whole head, its pairs dealt in
     freqs = theta ** (-np.arange(0, sum(axes), 2, dtype=np.float64) / sum(axes))  # sections (M-RoPE) or
     if frequencies == "split":  # round-robin, axis a taking pairs a, a + A, ... (Pixtral)
       freqs = np.concatenate([freqs[a::len(axes)] for a in range(len(axes))])
   owner = np.concatenate([np.full(d // 2, i) for i, d in enumerate(axes)])
+  if frequencies == "interleaved":  # M-RoPE's one spectrum, axis a >= 1 taking every A-th pair from a (Ideogram 4)
+    owner = _interleaved_owners([d // 2 for d in axes])
   ang = positions[:, owner].astype(np.float64) * freqs  # [T, D/2]
   c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
   if tables == "float32":
@@ -636,11 +647,25 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
     for key in [k for k, v in defaults.items() if THETA_KEY.search(k) and isinstance(v, (int, float))
                 and not isinstance(v, bool)]:
       again, _ = _observe_grid(name, seed, {key: 4 * defaults[key]})
-      if np.isclose(again.get("family", {}).get("theta", 0.0), 4 * family["theta"], rtol=1e-6) and \
-          np.isclose(family["theta"], defaults[key], rtol=1e-6) and "theta_key" not in family:
-        family.update(theta_key=key, theta_default=family.pop("theta"))
+      # (to 1e-4: a theta of millions read off the small angles of a probe at positions below 3 (Ideogram 4's 5e6)
+      # is known to ~1e-5 only; the key's own value is then the one the model computes with)
+      if np.isclose(again.get("family", {}).get("theta", 0.0), 4 * family["theta"], rtol=1e-4) and \
+          np.isclose(family["theta"], defaults[key], rtol=1e-4) and "theta_key" not in family:
+        family.pop("theta")
+        family.update(theta_key=key, theta_default=float(defaults[key]))
       else:
         family.setdefault("guarded", {})[key] = defaults[key]
+  if family and family.get("section_layout") == "interleaved":  # Ideogram 4: which key splits the pairs over the
+    pairs_ = [a // 2 for a in family["axes_default"]]  # axes (axis 0 taking the rest): confirmed by moving 2 pairs
+    key = next((k for k, v in defaults.items() if isinstance(v, (list, tuple)) and len(v) == len(pairs_) and
+                all(isinstance(x, int) for x in v) and list(v[1:]) == pairs_[1:]), None)
+    moved = None if key is None else [defaults[key][0], defaults[key][1] + 2, *defaults[key][2:-1],
+                                      defaults[key][-1] - 2]
+    again = _observe_grid(name, seed, {key: moved})[0].get("family", {}) if key else {}
+    if key is None or [a // 2 for a in again.get("axes_default", [])][1:] != moved[1:]:
+      return {"status": "refused", "reason": f"its interleaved M-RoPE gives the axes {pairs_} pairs, a split no "
+                                             "config key was seen to set"}, None
+    family.update(sections_key=key, sections_default=list(defaults[key]))
   if family and "scale_keys" in family:  # the keys doubled: the fit must follow them
     again, _ = _observe_grid(name, seed, {k: 2 * v for k, v in zip(family["scale_keys"], family["scale_default"],
                                                                     strict=True)})
@@ -714,22 +739,24 @@ def _token_count(shape: tuple, counts: tuple[int, ...]) -> int | None:
 
 
 def _rotated_width(calls: list[tuple[np.ndarray, np.ndarray]]) -> int:
-  """How many leading channels of the head the rotation changed: all of them, or the first R (an even count) with
-  the rest passed through as they came (to float32's rounding, where the attention rotates in float32); Refused if
-  the changed channels are not one leading block."""
-  def moved(x, out):
-    return np.abs(out - x).max(axis=(0, 1, 2)) > 1e-6 * max(1.0, float(np.abs(x).max()))
-  changed = np.any([moved(x, out) for x, out in calls], axis=0)
-  if not changed.any():  # Mochi: its frequencies are a parameter, zero until a checkpoint sets them
-    raise Refused("its rotary calls change no channel: every angle is 0 in the model as its class builds it (its "
-                  "frequencies are parameters, zero until a checkpoint sets them), so what they rotate by is not "
-                  "observed")
-  r = int(np.flatnonzero(changed)[-1]) + 1
-  if r == len(changed):
-    return r
-  if r % 2 or not changed[:r].all():
-    raise Refused(f"its rotation changes channels up to {r} of {len(changed)}, not as a leading block of pairs")
+  """How many leading channels of the head the rotation turns: all of them, or the first R, where the rest come out
+  exactly as they went in (to float32's rounding, where the attention rotates in float32) in every call and every
+  one of the first R clearly changed (by over 1e-5 of |x|). Else every channel: a rotation by tiny angles (a large
+  theta's last pairs at small positions) is not taken for an untouched tail, and the fit decides."""
+  scale = max(1.0, max(float(np.abs(x).max()) for x, _ in calls))
+  change = np.max([np.abs(out - x).max(axis=(0, 1, 2)) for x, out in calls], axis=0)
+  clear = change > 1e-5 * scale
+  if not clear.any():  # Mochi: its frequencies are a parameter, zero until a checkpoint sets them
+    raise Refused("its rotary calls change no channel (beyond rounding): every angle is 0 in the model as its class "
+                  "builds it (its frequencies are parameters, zero until a checkpoint sets them), so what they "
+                  "rotate by is not observed")
+  r = int(np.argmin(clear)) if not clear.all() else len(clear)
+  untouched = all(np.array_equal(out[..., r:], x[..., r:]) or
+                  np.array_equal(out[..., r:], x[..., r:].astype(np.float32).astype(np.float64)) for x, out in calls)
+  if r == len(clear) or r == 0 or r % 2 or clear[r:].any() or not untouched:
+    return len(clear)
   return r
+
 
 def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None = None) -> dict:
   """The rotation of the latent-grid calls as per-axis RoPE: the first numbering and pairing whose
@@ -772,10 +799,11 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
           best = best or e
           continue
       runs = _blocks(owners)
-      if runs != list(range(na)):
+      sections = [owners.count(a) for a in range(na)]
+      interleaved = runs != list(range(na)) and list(_interleaved_owners(sections)) == owners
+      if runs != list(range(na)) and not interleaved:
         best = Refused(f"its pairs belong to the grid axes in the order {runs}, not as one block per axis")
         continue
-      sections = [owners.count(a) for a in range(na)]
       axes = [2 * s for s in sections]
       thetas = {  # read off pair 1 of each axis's own spectrum (per_axis), or pair 1 of the head's (shared); an
           # axis at 0 for every token (HiDream's first) turns nothing, and its spectrum is not seen (NaN: skipped)
@@ -785,6 +813,8 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
           "split": _integer_theta(float(freqs[1] ** (-len(freqs) / na)))}
       if len(set(sections)) > 1:
         del thetas["split"]  # a round-robin deal gives every axis the same share
+      if interleaved:  # interleaved M-RoPE: one spectrum over the head, dealt as _interleaved_owners says
+        thetas = {"interleaved": thetas["shared"]}
       thetas = {k: v for k, v in thetas.items() if np.isfinite(v)}
       for frequencies, theta in thetas.items():
         for tables in TOLERANCE:
@@ -1066,9 +1096,10 @@ RECIPES: dict[str, dict] = {
                                      "inputs": _wan_animate},
     "AnyFlowTransformer3DModel": {"frames_first": True, "inputs": _anyflow},
     "AnyFlowFARTransformer3DModel": {"frames_first": True, "inputs": _anyflow},
-    # Ideogram 4: one packed sequence of caption and image tokens, with each token's role
+    # Ideogram 4: one packed sequence of caption and image tokens, with each token's role; its cos/sin apply is
+    # written in its attention, so it is observed there (q after norm_q, and as dispatch_attention_fn gets it)
     "Ideogram4Transformer2DModel": {"kw": {"llm_features_dim": WIDTH, "intermediate_size": WIDTH},
-                                    "inputs": _ideogram4, "ids": True},
+                                    "inputs": _ideogram4, "ids": True, "attention": "dispatch"},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,
@@ -1219,6 +1250,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
                   None)
   if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
     axes_key = next((k for k in defaults if defaults[k] is None and "axes" in k), None)
+  if got["frequencies"] == "interleaved":  # the spec's terms: one spectrum, sections laid out interleaved
+    got = {**got, "frequencies": "shared", "section_layout": "interleaved"}
   family = {"grid": got["numbering"], **({"joint": got["joint"]} if got["joint"] else {}), "axes_default": axes,
             "layout": got["layout"],
             "order": "given" if given is not None else {1: "sequence", 2: "grid_hw"}.get(len(axes), "grid_thw"),
@@ -1230,9 +1263,11 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     family["crop_keys"] = got["crop_keys"]  # HunyuanDiT: a size its pipeline fixes
     for key in ("crop_base_pixels", "crop_base_latent"):
       if got["crop_keys"] is None and key in recipe:
-        family[key] = recipe[key]
+        family[key] = list(recipe[key]) if isinstance(recipe[key], tuple) else recipe[key]
   if got.get("rotary_dim", family["head_dim_default"]) < family["head_dim_default"]:  # Stable Audio: first R rotate
     family["rotary_dim"] = got["rotary_dim"]
+  if got.get("section_layout"):  # Ideogram 4: interleaved M-RoPE
+    family["section_layout"] = got["section_layout"]
   if got.get("unseen"):  # HiDream: an axis at 0 for every token its forward numbers; its spectrum is not observed
     family["unseen_axes"] = got["unseen"]
   if "scale_keys" in recipe:  # Allegro: positions = its grid over these keys' values (confirmed by observe_grid)

@@ -300,6 +300,11 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       assert rope.from_hf_config({"_class_name": name, **required, key: value}) is not None
       with pytest.raises(ValueError, match=f"sets {key}=.*not to follow {key}"):
         rope.from_hf_config({"_class_name": name, **required, key: 2 * value})
+    if "sections_key" in fam:  # Ideogram 4: mrope_section gives axes 1.. their pairs, axis 0 the rest
+      s0, s1, s2 = fam["sections_default"]
+      moved = rope.from_hf_config({"_class_name": name, fam["sections_key"]: [s0, s1 + 2, s2 - 2]})
+      assert moved.sections == (sum(axes) // 2 - s1 - s2, s1 + 2, s2 - 2), name
+      assert moved.section_layout == default.section_layout == fam["section_layout"], name
     for key in fam.get("positions_guarded", {}):  # CogVideoX 1.5: patch_size_t set, positions by another rule
       with pytest.raises(ValueError, match=f"sets {key}=2; its pipeline then builds the rotary positions"):
         rope.from_hf_config({"_class_name": name, key: 2})

@@ -200,6 +200,17 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
                        f"{head_key}={fam['head_dim_default']} only (as {fam['axes_default']}); "
                        f"{head_key}={head_dim} is not read (registry made from {_made_from()}).")
     axes = fam["axes_default"]
+  if "sections_key" in fam:  # Ideogram 4's mrope_section: axes 1.. take their pairs, axis 0 the rest of the head
+    given = cfg.get(fam["sections_key"]) or fam["sections_default"]
+    if not isinstance(given, (list, tuple)) or len(given) != len(fam["axes_default"]) or any(
+        isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in given):
+      raise ValueError(f"{class_name}: {fam['sections_key']}={given!r} must be {len(fam['axes_default'])} positive "
+                       "ints (the pairs each position axis takes).")
+    rest = sum(fam["axes_default"]) // 2 - sum(given[1:])
+    if rest < 1:
+      raise ValueError(f"{class_name}: {fam['sections_key']}={list(given)} leaves no pairs of its "
+                       f"{sum(fam['axes_default']) // 2} for the first axis.")
+    axes = [2 * rest, *(2 * n for n in given[1:])]
   if not isinstance(axes, (list, tuple)) or not axes or any(
       isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2 for d in axes):
     raise ValueError(f"{class_name}: {fam.get('axes_key')}={axes!r} must be a list of positive even ints (the "
@@ -215,6 +226,7 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
     layout, blocks = "half", int(layout[len("half"):])
   return RotaryConfig(theta=float(theta), layout=layout, sections=tuple(d // 2 for d in axes),
                       frequencies=fam["frequencies"], blocks=blocks,
+                      section_layout=fam.get("section_layout", "chunked"),  # Ideogram 4: interleaved M-RoPE
                       rotary_dim=fam.get("rotary_dim"))  # Stable Audio: the first half of each head
 
 
