@@ -57,7 +57,7 @@ def render() -> str:
       "| status | model types | meaning |",
       "|---|---|---|",
       f"| exact | {status['exact']} | the spec rotates q and k as the model does (checked against its own code) |",
-      f"| delegates | {status['delegates']} | a wrapper (Llava, ...) whose `text_config` is read |",
+      f"| delegates | {status['delegates']} | a wrapper whose `text_config` (Llava) or one rotating sub-config (ColQwen2's `vlm_config`) is read |",
       f"| refused | {status['refused']} | raises, naming the mechanism below |",
       f"| no RoPE | {status['no_rope']} | its forward calls no rotary function: raises saying so |",
       f"| no default config | {status['no_default_config']} | transformers builds no model from its default "
