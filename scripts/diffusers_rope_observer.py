@@ -655,6 +655,13 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
         family.update(theta_key=key, theta_default=float(defaults[key]))
       else:
         family.setdefault("guarded", {})[key] = defaults[key]
+  if family and "rotary_dim" in family:  # MiniMax Music 3: an int key the rotated width follows (halved)
+    for key in [k for k, v in defaults.items() if isinstance(v, int) and not isinstance(v, bool)
+                and v == family["rotary_dim"]]:
+      again = _observe_grid(name, seed, {key: family["rotary_dim"] // 2})[0].get("family", {})
+      if again.get("rotary_dim") == family["rotary_dim"] // 2 and again.get("axes_default") == [family["rotary_dim"] // 2]:
+        family["rotary_dim_key"] = key
+        break
   if family and family.get("section_layout") == "interleaved":  # Ideogram 4: which key splits the pairs over the
     pairs_ = [a // 2 for a in family["axes_default"]]  # axes (axis 0 taking the rest): confirmed by moving 2 pairs
     key = next((k for k, v in defaults.items() if isinstance(v, (list, tuple)) and len(v) == len(pairs_) and
@@ -955,6 +962,14 @@ def _stable_audio(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], ex
           "global_hidden_states": torch.randn(1, 1, kw["global_states_input_dim"], dtype=torch.float64),
           "rotary_embedding": (cos.double(), sin.double())}
 
+def _minimax_music3(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """MiniMax Music 3: a latent [B, C, L] and frame-aligned conditioning [B, L, condition_dim]; its forward puts one
+  token of its own before the L frames, so the rotation runs over L + 1."""
+  n = RECIPES["MiniMaxMusic3Transformer1DModel"]["sequence"] - 1
+  return {"hidden_states": torch.randn(1, defaults["in_channels"], n, dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, n, kw["condition_dim"], dtype=torch.float64),
+          "timestep": torch.tensor([0.5], dtype=torch.float64)}
+
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
   pipeline_hunyuandit.py, with that module's own functions): a crop of a square base grid of 512 // 8 // patch_size
@@ -1083,6 +1098,10 @@ RECIPES: dict[str, dict] = {
     # half inline (observed at the attention: q before the rotation and as torch's attention gets it)
     "StableAudioDiTModel": {"kw": {"cross_attention_input_dim": WIDTH, "global_states_input_dim": WIDTH},
                             "inputs": _stable_audio, "sequence": 7, "attention": "sdpa"},
+    # MiniMax Music 3: 6 latent frames after a token of its own; its partial rotary turns the first rotary_dim
+    # channels of each head
+    "MiniMaxMusic3Transformer1DModel": {"kw": {"condition_dim": WIDTH, "ff_inner_dim": WIDTH},
+                                        "inputs": _minimax_music3, "sequence": 7},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),

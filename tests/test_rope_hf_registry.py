@@ -300,6 +300,9 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       assert rope.from_hf_config({"_class_name": name, **required, key: value}) is not None
       with pytest.raises(ValueError, match=f"sets {key}=.*not to follow {key}"):
         rope.from_hf_config({"_class_name": name, **required, key: 2 * value})
+    if "rotary_dim_key" in fam:  # MiniMax Music 3: its first rotary_dim channels rotate, theta ** (-2j / R)
+      half = rope.from_hf_config({"_class_name": name, fam["rotary_dim_key"]: fam["rotary_dim"] // 2})
+      assert half.rotary_dim == fam["rotary_dim"] // 2 and half.sections == (fam["rotary_dim"] // 4,), name
     if "sections_key" in fam:  # Ideogram 4: mrope_section gives axes 1.. their pairs, axis 0 the rest
       s0, s1, s2 = fam["sections_default"]
       moved = rope.from_hf_config({"_class_name": name, fam["sections_key"]: [s0, s1 + 2, s2 - 2]})

@@ -200,6 +200,14 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
                        f"{head_key}={fam['head_dim_default']} only (as {fam['axes_default']}); "
                        f"{head_key}={head_dim} is not read (registry made from {_made_from()}).")
     axes = fam["axes_default"]
+  rotary_dim = fam.get("rotary_dim")  # Stable Audio: the first attention_head_dim // 2 channels (its pipeline's rule)
+  if "rotary_dim_key" in fam:  # MiniMax Music 3: the first `rotary_dim` channels, one axis
+    rotary_dim = cfg.get(fam["rotary_dim_key"]) or fam["rotary_dim"]
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 or rotary_dim % 2 or (
+        head_dim is not None and rotary_dim > head_dim):
+      raise ValueError(f"{class_name}: {fam['rotary_dim_key']}={rotary_dim!r} must be a positive even int no larger "
+                       f"than {head_key}={head_dim} (the rotated channels at the start of each head).")
+    axes = [rotary_dim]
   if "sections_key" in fam:  # Ideogram 4's mrope_section: axes 1.. take their pairs, axis 0 the rest of the head
     given = cfg.get(fam["sections_key"]) or fam["sections_default"]
     if not isinstance(given, (list, tuple)) or len(given) != len(fam["axes_default"]) or any(
@@ -227,7 +235,7 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   return RotaryConfig(theta=float(theta), layout=layout, sections=tuple(d // 2 for d in axes),
                       frequencies=fam["frequencies"], blocks=blocks,
                       section_layout=fam.get("section_layout", "chunked"),  # Ideogram 4: interleaved M-RoPE
-                      rotary_dim=fam.get("rotary_dim"))  # Stable Audio: the first half of each head
+                      rotary_dim=rotary_dim)  # Stable Audio, MiniMax Music 3: the first R channels of each head
 
 
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:
