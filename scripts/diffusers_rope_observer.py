@@ -447,6 +447,11 @@ GRID_WIDTH_KEYS = ("text_dim", "joint_attention_dim", "freq_dim", "ffn_dim", "te
                    "cap_feat_dim", "text_in_dim", "context_in_dim", "ffn_hidden_size", "text_emb_dim")
 
 
+HEAD_PAIRS = (("hidden_size", "num_attention_heads"), ("dim", "n_heads"), ("dim", "num_heads"),  # (width, heads) of
+              ("hidden_size", "num_heads"), ("dit_dim", "dit_heads"), ("model_dim", "num_heads"),  # a class with no
+              ("embed_dim", "num_heads"))  # attention_head_dim: its head is width / heads
+
+
 def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
   """A shrunk config that keeps the head dim and RoPE keys at their defaults (so what is observed is the
   default config's rotation), one head, one layer of each kind, narrow everything else; and the patch sizes."""
@@ -458,8 +463,7 @@ def grid_kwargs(cls) -> tuple[dict, dict, tuple[int, int, int]]:
     if isinstance(defaults.get(k), int) and defaults[k] > 0:
       kw[k] = 1
   # one head, of the default head dim: a width given with a head count shrinks to width / heads
-  for width, heads in (("hidden_size", "num_attention_heads"), ("dim", "n_heads"), ("dim", "num_heads"),
-                       ("hidden_size", "num_heads"), ("dit_dim", "dit_heads"), ("model_dim", "num_heads")):
+  for width, heads in HEAD_PAIRS:
     if isinstance(defaults.get(heads), int) and isinstance(defaults.get(width), int) and \
         "attention_head_dim" not in defaults:
       kw[width], kw[heads] = defaults[width] // defaults[heads], 1
@@ -970,6 +974,15 @@ def _minimax_music3(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], 
           "encoder_hidden_states": torch.randn(1, n, kw["condition_dim"], dtype=torch.float64),
           "timestep": torch.tensor([0.5], dtype=torch.float64)}
 
+def _stable_audio3(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Stable Audio 3: a latent [B, C, L] (its forward puts its num_memory_tokens before it), a caption and a global
+  conditioning vector."""
+  n = RECIPES["StableAudio3DiTModel"]["sequence"] - defaults["num_memory_tokens"]
+  return {"hidden_states": torch.randn(1, defaults["io_channels"], n, dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, T_TXT, kw["cond_token_dim"], dtype=torch.float64),
+          "global_hidden_states": torch.randn(1, kw["global_cond_dim"], dtype=torch.float64),
+          "timestep": torch.tensor([0.5], dtype=torch.float64)}
+
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
   pipeline_hunyuandit.py, with that module's own functions): a crop of a square base grid of 512 // 8 // patch_size
@@ -1102,6 +1115,9 @@ RECIPES: dict[str, dict] = {
     # channels of each head
     "MiniMaxMusic3Transformer1DModel": {"kw": {"condition_dim": WIDTH, "ff_inner_dim": WIDTH},
                                         "inputs": _minimax_music3, "sequence": 7},
+    # Stable Audio 3: 64 memory tokens, then 6 latent frames
+    "StableAudio3DiTModel": {"kw": {"cond_token_dim": WIDTH, "global_cond_dim": WIDTH}, "inputs": _stable_audio3,
+                             "sequence": 70},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -1297,7 +1313,13 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   if axes_key:
     family["axes_key"] = axes_key
   elif family["head_dim_key"] is None:
-    raise Refused(f"its split of the head over the grid axes {axes} comes from no config key this probe can confirm")
+    # Stable Audio 3: no head-dim key; its head is a width over a head count (the pair the probe shrank to one head)
+    width = next(((w, h) for w, h in HEAD_PAIRS if w in kw and h in kw and isinstance(defaults.get(w), int) and
+                  isinstance(defaults.get(h), int) and kw[w] // kw[h] == family["head_dim_default"]), None)
+    if width is None:
+      raise Refused(f"its split of the head over the grid axes {axes} comes from no config key this probe can "
+                    "confirm")
+    family["head_dim_from"] = [width[0], width[1], defaults[width[0]], defaults[width[1]]]
   entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
            "max_abs_error": got["error"]}
   m = _token_count(rotated[0]["x"].shape, (tokens, tokens + T_TXT))

@@ -300,6 +300,10 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       assert rope.from_hf_config({"_class_name": name, **required, key: value}) is not None
       with pytest.raises(ValueError, match=f"sets {key}=.*not to follow {key}"):
         rope.from_hf_config({"_class_name": name, **required, key: 2 * value})
+    if fam.get("head_dim_from"):  # Stable Audio 3: embed_dim / num_heads, observed at its default only
+      width, heads, w, n = fam["head_dim_from"]
+      with pytest.raises(ValueError, match="observed at"):
+        rope.from_hf_config({"_class_name": name, width: 2 * w, heads: n})
     if "rotary_dim_key" in fam:  # MiniMax Music 3: its first rotary_dim channels rotate, theta ** (-2j / R)
       half = rope.from_hf_config({"_class_name": name, fam["rotary_dim_key"]: fam["rotary_dim"] // 2})
       assert half.rotary_dim == fam["rotary_dim"] // 2 and half.sections == (fam["rotary_dim"] // 4,), name

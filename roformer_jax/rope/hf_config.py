@@ -190,6 +190,12 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
                        f"{default!r}; {_made_from()}).")
   head_key = fam.get("head_dim_key")
   head_dim = cfg.get(head_key) if head_key else None
+  if fam.get("head_dim_from"):  # Stable Audio 3: its head is embed_dim / num_heads
+    width, heads, width_default, heads_default = fam["head_dim_from"]
+    w, n = cfg.get(width, width_default), cfg.get(heads, heads_default)
+    if not isinstance(w, int) or not isinstance(n, int) or n <= 0 or w % n:
+      raise ValueError(f"{class_name}: {width}={w!r} must be a multiple of {heads}={n!r} (its head dim).")
+    head_key, head_dim = f"{width} / {heads}", w // n
   if "axes_key" in fam:
     axes = cfg.get(fam["axes_key"])
     if axes is None:  # absent, or null in config.json (PRX: the class then fills in its default split)
