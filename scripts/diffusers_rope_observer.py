@@ -659,6 +659,12 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
         family.update(theta_key=key, theta_default=float(defaults[key]))
       else:
         family.setdefault("guarded", {})[key] = defaults[key]
+  if family and family.get("head_dim_from"):  # Stable Audio 3: the head is width / heads; the probe's one head
+    width = family["head_dim_from"][0]  # twice as wide must rotate a head twice as wide
+    again = _observe_grid(name, seed, {width: 2 * family["head_dim_default"]})[0].get("family", {})
+    if again.get("head_dim_default") != 2 * family["head_dim_default"]:
+      return {"status": "refused", "reason": f"its head dim ({family['head_dim_default']}) was not seen to follow "
+                                             f"{width} / {family['head_dim_from'][1]} nor any head-dim key"}, None
   if family and "rotary_dim" in family:  # MiniMax Music 3: an int key the rotated width follows (halved)
     for key in [k for k, v in defaults.items() if isinstance(v, int) and not isinstance(v, bool)
                 and v == family["rotary_dim"]]:
@@ -983,6 +989,17 @@ def _stable_audio3(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], e
           "global_hidden_states": torch.randn(1, kw["global_cond_dim"], dtype=torch.float64),
           "timestep": torch.tensor([0.5], dtype=torch.float64)}
 
+def _ace_step(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """ACE-Step: its latent [B, S, acoustic dim] and context latents [B, S, the rest of in_channels], concatenated and
+  patchified in pairs of frames (S / patch_size tokens); a caption of the DiT's width; two timesteps."""
+  p = defaults["patch_size"]
+  n = RECIPES["AceStepTransformer1DModel"]["sequence"] * p
+  acoustic = defaults["audio_acoustic_hidden_dim"]
+  return {"hidden_states": torch.randn(1, n, acoustic, dtype=torch.float64),
+          "context_latents": torch.randn(1, n, defaults["in_channels"] - acoustic, dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, T_TXT, kw["hidden_size"], dtype=torch.float64),
+          "timestep": torch.tensor([0.5], dtype=torch.float64), "timestep_r": torch.tensor([0.25], dtype=torch.float64)}
+
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
   pipeline_hunyuandit.py, with that module's own functions): a crop of a square base grid of 512 // 8 // patch_size
@@ -1118,6 +1135,8 @@ RECIPES: dict[str, dict] = {
     # Stable Audio 3: 64 memory tokens, then 6 latent frames
     "StableAudio3DiTModel": {"kw": {"cond_token_dim": WIDTH, "global_cond_dim": WIDTH}, "inputs": _stable_audio3,
                              "sequence": 70},
+    # ACE-Step: 12 frames patchified into 6 tokens
+    "AceStepTransformer1DModel": {"kw": {"intermediate_size": WIDTH}, "inputs": _ace_step, "sequence": 6},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -1293,7 +1312,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
             "frequencies": got["frequencies"],
             "tables": got["tables"], "theta": got["theta"], "head_dim_default": int(rotated[0]["x"].shape[-1]),
             "patch": list(patch),
-            "head_dim_key": "attention_head_dim" if "attention_head_dim" in defaults else None}
+            "head_dim_key": next((k for k in ("attention_head_dim", "head_dim") if isinstance(defaults.get(k), int)),
+                                 None)}
   if got["numbering"].startswith("cropped"):  # CogVideoX 1.0: the base grid is (these keys) / patch_size, or
     family["crop_keys"] = got["crop_keys"]  # HunyuanDiT: a size its pipeline fixes
     for key in ("crop_base_pixels", "crop_base_latent"):

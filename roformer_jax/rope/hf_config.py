@@ -202,7 +202,7 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
       axes = fam["axes_default"]
   else:  # Wan: the head's split over (t, h, w) follows from its head dim by the model's own arithmetic
     if head_dim is not None and head_dim != fam["head_dim_default"]:
-      raise ValueError(f"{class_name} splits its head over (t, h, w) by its own arithmetic, observed at "
+      raise ValueError(f"{class_name} splits its head over its position axes by its own arithmetic, observed at "
                        f"{head_key}={fam['head_dim_default']} only (as {fam['axes_default']}); "
                        f"{head_key}={head_dim} is not read (registry made from {_made_from()}).")
     axes = fam["axes_default"]
