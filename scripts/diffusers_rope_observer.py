@@ -1000,6 +1000,14 @@ def _ace_step(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra:
           "encoder_hidden_states": torch.randn(1, T_TXT, kw["hidden_size"], dtype=torch.float64),
           "timestep": torch.tensor([0.5], dtype=torch.float64), "timestep_r": torch.tensor([0.25], dtype=torch.float64)}
 
+def _longcat_audio(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """LongCat-Audio-DiT: a latent [B, L, latent_dim] and a caption [B, T, dit_text_dim] with its mask."""
+  n = RECIPES["LongCatAudioDiTTransformer"]["sequence"]
+  return {"hidden_states": torch.randn(1, n, defaults["latent_dim"], dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, T_TXT, kw["dit_text_dim"], dtype=torch.float64),
+          "encoder_attention_mask": torch.ones(1, T_TXT, dtype=torch.bool),
+          "timestep": torch.tensor([0.5], dtype=torch.float64)}
+
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
   pipeline_hunyuandit.py, with that module's own functions): a crop of a square base grid of 512 // 8 // patch_size
@@ -1137,6 +1145,8 @@ RECIPES: dict[str, dict] = {
                              "sequence": 70},
     # ACE-Step: 12 frames patchified into 6 tokens
     "AceStepTransformer1DModel": {"kw": {"intermediate_size": WIDTH}, "inputs": _ace_step, "sequence": 6},
+    # LongCat-Audio-DiT: 6 latent frames; its cross-attention rotates the caption's keys too, from 0
+    "LongCatAudioDiTTransformer": {"kw": {"dit_text_dim": WIDTH}, "inputs": _longcat_audio, "sequence": 6},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),

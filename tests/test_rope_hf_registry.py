@@ -280,8 +280,8 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     if fam.get("caption"):  # a caption rotated apart from the image (QwenImage), at the positions its builder gives
       text, axes_n = len(g["caption_positions"]), g["grid"].shape[1]
       start = {"after_grid": g["grid"].max() + 1, "after_rows_columns": g["grid"][:, -2:].max() + 1}
-      built = (rope.lumina_positions(1, 1, text, start=int(fam["caption"] == "first_axis_from_1"))[:text]
-               if fam["caption"].startswith("first_axis") else
+      built = (rope.lumina_positions(1, 1, text, start=int(fam["caption"] == "first_axis_from_1"))[:text, :axes_n]
+               if fam["caption"].startswith("first_axis") else  # (LongCat-Audio: one axis, token i at i)
                rope.caption_positions(text, start=start[fam["caption"]], axes=axes_n))
       np.testing.assert_array_equal(g["caption_positions"], built)
       got = np.asarray(spec.apply(g["caption_x"].astype(np.float32), built), np.float64)
