@@ -683,11 +683,13 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
       return {"status": "refused", "reason": f"its interleaved M-RoPE gives the axes {pairs_} pairs, a split no "
                                              "config key was seen to set"}, None
     family.update(sections_key=key, sections_default=list(defaults[key]))
-  if family and "scale_keys" in family:  # the keys doubled: the fit must follow them
-    again, _ = _observe_grid(name, seed, {k: 2 * v for k, v in zip(family["scale_keys"], family["scale_default"],
-                                                                    strict=True)})
+  if family and ("scale_keys" in family or "scale_key" in family):  # the keys doubled: the fit must follow them
+    doubled = ({family["scale_key"]: [2 * v for v in family["scale_default"]]} if "scale_key" in family else
+               {k: 2 * v for k, v in zip(family["scale_keys"], family["scale_default"], strict=True)})
+    again, _ = _observe_grid(name, seed, doubled)
     if again.get("family", {}).get("grid") != "scaled":
-      return {"status": "refused", "reason": f"its positions fit its grid over {family['scale_keys']} at their "
+      return {"status": "refused", "reason": f"its positions fit its grid over "
+                                             f"{family.get('scale_keys', family.get('scale_key'))} at their "
                                              f"defaults, but not with them doubled ({again.get('reason')})"}, None
   if family and "axes_key" in family:
     key, axes = family["axes_key"], family["axes_default"]
@@ -1008,6 +1010,19 @@ def _longcat_audio(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], e
           "encoder_attention_mask": torch.ones(1, T_TXT, dtype=torch.bool),
           "timestep": torch.tensor([0.5], dtype=torch.float64)}
 
+def _scales(recipe: dict, args: dict) -> list[float]:
+  """The per-axis scales a scaled grid divides by: one key's (t, h, w), or one key per axis (Allegro)."""
+  if "scale_key" in recipe:
+    return [float(v) for v in args[recipe["scale_key"]]]
+  return [float(args[k]) for k in recipe["scale_keys"]]
+
+
+def _kandinsky6_sr(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Kandinsky 6 SR: tiles [B, T, H, W, 2 * in_visual_dim + 1] (the latent, its anchor and the anchor mask), its
+  token grid a multiple of its 8 x 8 attention blocks."""
+  return {"hidden_states": torch.randn(1, *grid, 2 * defaults["in_visual_dim"] + 1, dtype=torch.float64),
+          "timestep": torch.tensor([500.0], dtype=torch.float64)}
+
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
   pipeline_hunyuandit.py, with that module's own functions): a crop of a square base grid of 512 // 8 // patch_size
@@ -1147,6 +1162,11 @@ RECIPES: dict[str, dict] = {
     "AceStepTransformer1DModel": {"kw": {"intermediate_size": WIDTH}, "inputs": _ace_step, "sequence": 6},
     # LongCat-Audio-DiT: 6 latent frames; its cross-attention rotates the caption's keys too, from 0
     "LongCatAudioDiTTransformer": {"kw": {"dit_text_dim": WIDTH}, "inputs": _longcat_audio, "sequence": 6},
+    # Kandinsky 6 SR: one head of its axes' 64 channels; a 2 x 8 x 8 grid, one 8 x 8 attention block per frame (its
+    # tokens then in raster order); positions over its scale_factor
+    "Kandinsky6SRTransformer3DModel": {"kw": {"model_dim": 64, "ff_dim": WIDTH, "num_visual_blocks": 1,
+                                              "time_dim": WIDTH},
+                                       "inputs": _kandinsky6_sr, "grid": (2, 8, 8), "scale_key": "scale_factor"},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -1288,10 +1308,9 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   candidates = None if given is None else [("given", None, {tokens: given})]
   if "sequence" in recipe:
     candidates = [("sequence", None, {tokens: np.arange(tokens)[:, None]})]
-  if "scale_keys" in recipe:  # Allegro: its grid over per-axis interpolation scales (float positions)
+  if "scale_keys" in recipe or "scale_key" in recipe:  # Allegro, Kandinsky 6 SR: the grid over per-axis scales
     raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, len(dims))
-    args = {**defaults, **kw}
-    candidates = [("scaled", None, {tokens: raster / np.array([float(args[k]) for k in recipe["scale_keys"]])})]
+    candidates = [("scaled", None, {tokens: raster / np.array(_scales(recipe, {**defaults, **kw}))})]
   try:
     got = fit_grid(rotated, dims, candidates)
   except Refused as e:
@@ -1335,9 +1354,12 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     family["section_layout"] = got["section_layout"]
   if got.get("unseen"):  # HiDream: an axis at 0 for every token its forward numbers; its spectrum is not observed
     family["unseen_axes"] = got["unseen"]
-  if "scale_keys" in recipe:  # Allegro: positions = its grid over these keys' values (confirmed by observe_grid)
-    family["scale_keys"] = list(recipe["scale_keys"])
-    family["scale_default"] = [float(defaults[k]) for k in recipe["scale_keys"]]
+  if "scale_keys" in recipe or "scale_key" in recipe:  # positions = the grid over these scales (observe_grid
+    if "scale_key" in recipe:  # confirms them doubled): one key's (t, h, w) (Kandinsky 6 SR), or a key per axis
+      family["scale_key"] = recipe["scale_key"]
+    else:
+      family["scale_keys"] = list(recipe["scale_keys"])
+    family["scale_default"] = _scales(recipe, defaults)
   if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
     family["caption"], caption_positions = fit_caption(caption, got)
   if axes_key:

@@ -248,10 +248,10 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
         built = rope.video_grid_positions(*(f or [1]), h, w, crop_to=base)
         built = built[:, [2, 1]] if fam["grid"] == "cropped_wh" else built[:, 3 - len(g["dims"]):]
         np.testing.assert_allclose(positions, built, rtol=0, atol=2e-6 * float(np.abs(positions).max()))
-      elif fam["grid"] == "scaled":  # Allegro: its grid over interpolation_scale_{t,h,w}
+      elif fam["grid"] == "scaled":  # Allegro, Kandinsky 6 SR: its grid over per-axis scales
         f, h, w = (int(n) for n in g["dims"])
-        scale = [DIFFUSERS_CONFIGS[name].get(k, d) for k, d in zip(fam["scale_keys"], fam["scale_default"],
-                                                                   strict=True)]
+        scale = (DIFFUSERS_CONFIGS[name].get(fam["scale_key"], fam["scale_default"]) if "scale_key" in fam else
+                 [DIFFUSERS_CONFIGS[name].get(k, d) for k, d in zip(fam["scale_keys"], fam["scale_default"], strict=True)])
         np.testing.assert_allclose(positions, rope.video_grid_positions(f, h, w, scale=scale), rtol=1e-6)
       elif fam["grid"] == "frame_0":  # HiDream: the image at (0, row, column), its captions at Flux's zeros
         h, w = (int(n) for n in g["dims"][-2:])
