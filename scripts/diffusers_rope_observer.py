@@ -126,13 +126,15 @@ def _inputs(cls, kw: dict, ids_img: torch.Tensor, ids_txt: torch.Tensor) -> dict
   return {k: v for k, v in x.items() if k in names}
 
 
-def _applies(model, inputs: dict, library: str = "diffusers", keep_on_error: bool = False) -> list[dict]:
+def _applies(model, inputs: dict, library: str = "diffusers", keep_on_error: bool = False,
+             ndims: tuple[int, ...] | None = None) -> list[dict]:
   """Runs the forward, recording every rotary apply (a function of `library`'s whose name says rot/rope, given a
   q-like tensor [B, T, H, D], [B, H, T, D] or [T, H, D]): its tensor argument and what it returned.
   keep_on_error: a forward that fails after it rotated returns what it recorded (the first call says how it
   failed), for a tower whose default config breaks in a module after its attention layers."""
   calls, stack = [], []
-  ndims = (4,) if library == "diffusers" else (3, 4)  # diffusers' applies all take [B, T, H, D] or [B, H, T, D]
+  if ndims is None:  # diffusers' applies take [B, T, H, D] or [B, H, T, D] (LTX's [B, T, heads * D]: its recipe)
+    ndims = (4,) if library == "diffusers" else (3, 4)
 
   def prof(frame, event, arg):
     if not APPLY.search(frame.f_code.co_name) or library not in frame.f_code.co_filename:
@@ -672,7 +674,7 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
       if again.get("rotary_dim") == family["rotary_dim"] // 2 and again.get("axes_default") == [family["rotary_dim"] // 2]:
         family["rotary_dim_key"] = key
         break
-  if family and family.get("section_layout") == "interleaved":  # Ideogram 4: which key splits the pairs over the
+  if family and family.get("section_layout") == "interleaved" and "ltx" not in family:  # Ideogram 4: which key splits the pairs over the
     pairs_ = [a // 2 for a in family["axes_default"]]  # axes (axis 0 taking the rest): confirmed by moving 2 pairs
     key = next((k for k, v in defaults.items() if isinstance(v, (list, tuple)) and len(v) == len(pairs_) and
                 all(isinstance(x, int) for x in v) and list(v[1:]) == pairs_[1:]), None)
@@ -1023,6 +1025,65 @@ def _kandinsky6_sr(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], e
   return {"hidden_states": torch.randn(1, *grid, 2 * defaults["in_visual_dim"] + 1, dtype=torch.float64),
           "timestep": torch.tensor([500.0], dtype=torch.float64)}
 
+def ltx_layout(inner: int) -> tuple[int, list[int], np.ndarray]:
+  """LTX's pairs over an attention width `inner` (every head together): `pad` pairs that do not turn come first,
+  then pair pad + 3k + a turns by frequency k of axis a (t, h, w). Returns (pad, the spec's sections, each spec
+  axis's LTX axis): interleaved M-RoPE gives axis b >= 1 the pairs b, b + 3, ... and axis 0 the rest, so spec axis
+  b is LTX axis (b - pad) % 3."""
+  pairs_ = inner // 2
+  pad = (inner % 6) // 2
+  counts = [sum(1 for q in range(pairs_) if q % 3 == b) for b in range(3)]
+  return pad, counts, np.array([(b - pad) % 3 for b in range(3)])
+
+
+def _ltx_fit(rotated: list[dict], dims: tuple[int, ...], args: dict, ltx: dict) -> dict:
+  """LTX's rotation is fitted as a hypothesis, not read off angles: its frequencies run from pi / 2 up to
+  theta * pi / 2 (theta ** linspace(0, 1, n) * pi / 2, n = width // 6 per axis), so at its positions in [-1, 1) the
+  angles wrap and no least-squares line through them exists. The hypothesis is its code's formula with the
+  constants it passes (theta 10000; base 20 frames, 2048 x 2048), at the coordinates its pipeline makes
+  (`rope_interpolation_scale` = (VAE temporal ratio / frame rate, spatial ratio, spatial ratio)): positions
+  2 * grid * scale * patch / base - 1 per axis. Every call's every pair at every token must match (to float32's
+  rounding of angles up to theta * pi / 2), else Refused."""
+  inner = args["num_attention_heads"] * args["attention_head_dim"]
+  pad, counts, owner_of = ltx_layout(inner)
+  n = inner // 6
+  theta = float(ltx["theta"])
+  freqs = (theta ** np.linspace(0.0, 1.0, n, dtype=np.float32)).astype(np.float32) * np.float32(np.pi / 2)
+  grid = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, 3).astype(np.float32)
+  patch = np.array([args["patch_size_t"], args["patch_size"], args["patch_size"]], np.float32)
+  coords = grid * np.array(ltx["scale"], np.float32) * patch / np.array(ltx["base"], np.float32)
+  positions = coords * 2 - 1  # [T, 3] in LTX's (t, h, w)
+  pair_freq = np.zeros(inner // 2, np.float32)
+  pair_axis = np.zeros(inner // 2, np.int64)
+  q = np.arange(pad, inner // 2)
+  pair_freq[pad:], pair_axis[pad:] = freqs[(q - pad) // 3], (q - pad) % 3
+  ang = positions[:, pair_axis] * pair_freq  # float32, as LTX computes it
+  c, s_ = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+  tokens = int(np.prod(dims))
+  err, bound = 0.0, 0.0
+  for call in rotated:
+    x, out = _to_bthd(call["x"], tokens), _to_bthd(call["out"], tokens)
+    if x.shape[-1] != inner:
+      raise Refused(f"its apply takes {x.shape[-1]} channels, not its attention width {inner}")
+    a, b = x[..., 0::2].astype(np.float32), x[..., 1::2].astype(np.float32)
+    want = np.empty_like(x)
+    want[..., 0::2] = a * c[None, :, None] - b * s_[None, :, None]
+    want[..., 1::2] = b * c[None, :, None] + a * s_[None, :, None]
+    err = max(err, float(np.abs(want - out).max()))
+    bound = max(bound, 1e-6 * max(1.0, float(np.abs(x).max())) * float(np.abs(ang).max()))
+  if err > bound:
+    raise Refused(f"its rotation is not LTX's formula at its pipeline's coordinates (off by {err:.1e})")
+  spec_positions = positions[:, owner_of]  # in the spec's axis order
+  return {"numbering": "ltx", "joint": None, "grid": spec_positions, "positions": spec_positions,
+          "layout": "interleaved", "axes": [2 * c_ for c_ in counts], "theta": theta, "tables": "float32",
+          "error": err, "frequencies": "ltx", "section_layout": "interleaved"}
+
+
+def _ltx(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """LTX: the rope_interpolation_scale its pipeline passes (pipeline_ltx.py: VAE temporal ratio / frame rate and the
+  spatial ratio twice; its defaults 8 / 25, 32, 32)."""
+  return {"rope_interpolation_scale": RECIPES["LTXVideoTransformer3DModel"]["ltx"]["scale"]}
+
 def _hunyuan_dit(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """HunyuanDiT's inputs, and its rotary tables as its pipeline's __call__ makes them (step 7 of
   pipeline_hunyuandit.py, with that module's own functions): a crop of a square base grid of 512 // 8 // patch_size
@@ -1167,6 +1228,11 @@ RECIPES: dict[str, dict] = {
     "Kandinsky6SRTransformer3DModel": {"kw": {"model_dim": 64, "ff_dim": WIDTH, "num_visual_blocks": 1,
                                               "time_dim": WIDTH},
                                        "inputs": _kandinsky6_sr, "grid": (2, 8, 8), "scale_key": "scale_factor"},
+    # LTX: two heads (an attention width of 128 leaves one unturned pair in front, as its 2048 does), its apply on
+    # [B, T, heads * D]; the hypothesis' constants are those its code passes (see _ltx_fit)
+    "LTXVideoTransformer3DModel": {"kw": {"num_attention_heads": 2, "cross_attention_dim": 128}, "inputs": _ltx,
+                                   "ndims": (3,),
+                                   "ltx": {"theta": 10000.0, "base": (20, 2048, 2048), "scale": (8 / 25, 32, 32)}},
     "CogVideoXTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                     "inputs": _pipeline_crop("diffusers.pipelines.cogvideo.pipeline_cogvideox.CogVideoXPipeline"),
                                     "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2),
@@ -1286,7 +1352,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     given = rng.integers(0, 3, (GIVEN_TOKENS, 3)) if recipe.get("ids") else None  # angles below pi: no wrap
     inputs.update(recipe["inputs"](kw, defaults, given, grid, extra or {}))
   try:
-    calls = _attention_applies(model, inputs, recipe["attention"]) if "attention" in recipe else _applies(model, inputs)
+    calls = (_attention_applies(model, inputs, recipe["attention"]) if "attention" in recipe else
+             _applies(model, inputs, ndims=recipe.get("ndims")))
   except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half:
     if "same dtype" not in str(e):  # run it in float32 (the fit then allows float32's rounding)
       raise
@@ -1312,7 +1379,10 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, len(dims))
     candidates = [("scaled", None, {tokens: raster / np.array(_scales(recipe, {**defaults, **kw}))})]
   try:
-    got = fit_grid(rotated, dims, candidates)
+    if "ltx" in recipe:  # LTX: its rotation over the whole attention width, checked against its own formula
+      got = _ltx_fit(rotated, dims, {**defaults, **kw}, recipe["ltx"])
+    else:
+      got = fit_grid(rotated, dims, candidates)
   except Refused as e:
     if given is not None:
       raise
@@ -1333,6 +1403,9 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
                   None)
   if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
     axes_key = next((k for k in defaults if defaults[k] is None and "axes" in k), None)
+  if got["numbering"] == "ltx":  # LTX: the spec is for its whole attention width, read by its own rule
+    family_ltx = {"base": list(recipe["ltx"]["base"]), "scale_default": list(recipe["ltx"]["scale"]),
+                  "heads_key": "num_attention_heads", "heads_default": defaults["num_attention_heads"]}
   if got["frequencies"] == "interleaved":  # the spec's terms: one spectrum, sections laid out interleaved
     got = {**got, "frequencies": "shared", "section_layout": "interleaved"}
   family = {"grid": got["numbering"], **({"joint": got["joint"]} if got["joint"] else {}), "axes_default": axes,
@@ -1352,6 +1425,12 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     family["rotary_dim"] = got["rotary_dim"]
   if got.get("section_layout"):  # Ideogram 4: interleaved M-RoPE
     family["section_layout"] = got["section_layout"]
+  if got["numbering"] == "ltx":  # the defaults of the class's own width (32 heads of 64), not the probe's two heads
+    family["ltx"] = family_ltx
+    width = defaults["num_attention_heads"] * defaults["attention_head_dim"]
+    family.update(head_dim_default=defaults["attention_head_dim"],
+                  axes_default=[2 * n for n in ltx_layout(width)[1]])
+    family["positions_guarded"] = {"patch_size": defaults["patch_size"], "patch_size_t": defaults["patch_size_t"]}
   if got.get("unseen"):  # HiDream: an axis at 0 for every token its forward numbers; its spectrum is not observed
     family["unseen_axes"] = got["unseen"]
   if "scale_keys" in recipe or "scale_key" in recipe:  # positions = the grid over these scales (observe_grid

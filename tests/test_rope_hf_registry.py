@@ -253,6 +253,12 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
         scale = (DIFFUSERS_CONFIGS[name].get(fam["scale_key"], fam["scale_default"]) if "scale_key" in fam else
                  [DIFFUSERS_CONFIGS[name].get(k, d) for k, d in zip(fam["scale_keys"], fam["scale_default"], strict=True)])
         np.testing.assert_allclose(positions, rope.video_grid_positions(f, h, w, scale=scale), rtol=1e-6)
+      elif fam["grid"] == "ltx":  # LTX: its coordinates over the whole attention width, in the spec's axis order
+        f, h, w = (int(n) for n in g["dims"])
+        cfg = DIFFUSERS_CONFIGS[name]
+        width = cfg.get(fam["ltx"]["heads_key"], fam["ltx"]["heads_default"]) * cfg.get(fam["head_dim_key"],
+                                                                                         fam["head_dim_default"])
+        np.testing.assert_allclose(positions, rope.ltx_positions(f, h, w, attention_width=width), rtol=0, atol=1e-6)
       elif fam["grid"] == "frame_0":  # HiDream: the image at (0, row, column), its captions at Flux's zeros
         h, w = (int(n) for n in g["dims"][-2:])
         text = len(positions) - len(grid)
@@ -272,11 +278,20 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       positions = both if len(g["positions"]) == len(both) else g["ids_img"]
       np.testing.assert_array_equal(g["positions"], positions)
     spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
-    floats = fam.get("grid", "").startswith("cropped") or fam.get("grid") == "scaled"  # float positions
+    floats = fam.get("grid", "").startswith("cropped") or fam.get("grid") in ("scaled", "ltx")  # float positions
     positions = positions.astype(np.float32) if floats else positions.astype(np.int32)
     got = np.asarray(spec.apply(g["x"].astype(np.float32), positions), np.float64)
-    # the model's apply is float32: its angles off by float32's rounding of themselves (CogView 4's reach 128)
-    np.testing.assert_allclose(got, g["out"], atol=2e-6 * max(1.0, float(np.abs(positions).max())), err_msg=name)
+    # the model's apply is float32: its angles off by float32's rounding of themselves (CogView 4's reach 128, LTX's
+    # frequencies theta * pi / 2)
+    top = max(spec.frequencies) if isinstance(spec.frequencies, tuple) else 1.0
+    np.testing.assert_allclose(got, g["out"], atol=2e-6 * max(1.0, float(np.abs(positions).max()) * top),
+                               err_msg=name)
+    if "ltx" in fam:  # its defaults: 32 heads of 64, one rotation over 2048 channels; nothing else is read
+      default = rope.from_hf_config({"_class_name": name})
+      assert default.sections == tuple(d // 2 for d in fam["axes_default"]) and default.rotary_dim is None, name
+      with pytest.raises(ValueError, match="patch_size=2"):
+        rope.from_hf_config({"_class_name": name, "patch_size": 2})
+      continue
     if fam.get("caption"):  # a caption rotated apart from the image (QwenImage), at the positions its builder gives
       text, axes_n = len(g["caption_positions"]), g["grid"].shape[1]
       start = {"after_grid": g["grid"].max() + 1, "after_rows_columns": g["grid"][:, -2:].max() + 1}

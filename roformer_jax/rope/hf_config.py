@@ -34,6 +34,7 @@ from importlib import resources
 from typing import Any
 
 from roformer_jax.rope.frequencies import default_inv_freq, pair_frequencies
+from roformer_jax.rope.positions import ltx_pair_layout
 from roformer_jax.rope.spec import RotaryConfig
 
 # Per model_type: the config class's defaults for keys a config.json may leave out, and how
@@ -173,6 +174,8 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   if entry is None or entry.get("status") != "exact":
     raise _refuse_diffusers(class_name, entry)
   fam = entry["family"]
+  if "ltx" in fam:
+    return _from_ltx(cfg, class_name, fam)
   for key, default in fam.get("guarded", {}).items():  # a theta-like key the rotation was not seen to follow
     if cfg.get(key, default) != default:
       raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}, but the registry observed its rotation not to "
@@ -242,6 +245,31 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
                       frequencies=fam["frequencies"], blocks=blocks,
                       section_layout=fam.get("section_layout", "chunked"),  # Ideogram 4: interleaved M-RoPE
                       rotary_dim=rotary_dim)  # Stable Audio, MiniMax Music 3: the first R channels of each head
+
+
+def _from_ltx(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:
+  """LTX: one rotation over the whole attention width W = heads * attention_head_dim (q before its heads split):
+  `ltx_pair_layout(W)`'s unturned pairs in front, then pair pad + 3k + a turning axis a (t, h, w) by
+  theta ** (k / (n - 1)) * pi / 2, n = W // 6, as interleaved M-RoPE over the axes in `ltx_positions`' order."""
+  for key, default in fam.get("positions_guarded", {}).items():
+    if cfg.get(key, default) != default:
+      raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}; the registry observed its rotation at "
+                       f"{key}={default!r} only ({_made_from()}).")
+  ltx = fam["ltx"]
+  heads = cfg.get(ltx["heads_key"], ltx["heads_default"])
+  head_dim = cfg.get(fam["head_dim_key"], fam["head_dim_default"])
+  if isinstance(heads, bool) or not isinstance(heads, int) or heads < 1 or isinstance(head_dim, bool) or \
+      not isinstance(head_dim, int) or head_dim < 1:
+    raise ValueError(f"{class_name}: {ltx['heads_key']}={heads!r} and {fam['head_dim_key']}={head_dim!r} must be "
+                     "positive ints (its rotation spans every head).")
+  width = heads * head_dim
+  pad, sections, _ = ltx_pair_layout(width)
+  n = width // 6
+  theta = float(fam["theta"])
+  freqs = [0.0] * pad + [float(theta ** (k / (n - 1)) * math.pi / 2) for k in
+                         ((q - pad) // 3 for q in range(pad, width // 2))]
+  return RotaryConfig(theta=theta, layout="interleaved", sections=tuple(sections), section_layout="interleaved",
+                      frequencies=tuple(freqs))
 
 
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:

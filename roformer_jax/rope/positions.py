@@ -380,6 +380,44 @@ def _crop(height: int, width: int, base_h: int, base_w: int) -> tuple[np.ndarray
           np.linspace(left, (left + cover_w) * (width - 1) / width, width, dtype=np.float32))
 
 
+def ltx_pair_layout(width: int) -> tuple[int, list[int], list[int]]:
+  """LTX's pairs over an attention width W (every head together): pad = (W mod 6) / 2 pairs that do not turn come
+  first, then pair pad + 3k + a turns by frequency k of axis a (t, h, w). As interleaved M-RoPE (axis b >= 1 the
+  pairs b, b + 3, ..., axis 0 the rest): (pad, the sections, the LTX axis each spec axis holds: (b - pad) mod 3)."""
+  _check_count("width", width)
+  pairs = width // 2
+  counts = [sum(1 for q in range(pairs) if q % 3 == b) for b in range(3)]
+  pad = (width % 6) // 2
+  return pad, counts, [(b - pad) % 3 for b in range(3)]
+
+
+def ltx_positions(frames: int, height: int, width: int, *, attention_width: int, frame_rate: float = 25.0,
+                  compression: Sequence[int] = (8, 32, 32), patch: Sequence[int] = (1, 1),
+                  base: Sequence[int] = (20, 2048, 2048)) -> np.ndarray:
+  """The positions LTX-Video rotates its latent patches by (raster order, frames slowest), for the spec
+  `from_hf_config` gives for its config.json: each axis's coordinate 2 * i * s * p / base - 1 in float32, as its
+  `LTXVideoRotaryPosEmbed` computes it from the `rope_interpolation_scale` s its pipeline passes (VAE temporal
+  compression / frame_rate, spatial compression, spatial compression), its patch sizes p (patch_size_t,
+  patch_size) and its fixed base (20 frames, 2048 x 2048); columns in the spec's axis order
+  (`ltx_pair_layout(attention_width)`, attention_width = heads * attention_head_dim: 2048 for LTX-Video gives
+  (w, t, h)). Apply the spec to q before its heads are split, [..., T, 1, attention_width].
+
+  Returns:
+    float32[frames * height * width, 3].
+  """
+  for name, v in (("frames", frames), ("height", height), ("width", width)):
+    _check_count(name, v)
+  if not frame_rate > 0:
+    raise ValueError(f"frame_rate={frame_rate!r} must be positive.")
+  grid = np.stack(np.meshgrid(np.arange(frames), np.arange(height), np.arange(width), indexing="ij"),
+                  -1).reshape(-1, 3).astype(np.float32)
+  scale = np.array([compression[0] / frame_rate, compression[1], compression[2]], np.float32)
+  p = np.array([patch[0], patch[1], patch[1]], np.float32)
+  coords = grid * scale * p / np.asarray(base, np.float32)
+  _, _, order = ltx_pair_layout(attention_width)
+  return (coords * 2 - 1)[:, order].astype(np.float32)
+
+
 def caption_positions(text_length: int, *, start: int, axes: int = 3) -> np.ndarray:
   """A caption rotated apart from the image at start + i on every axis: token i of a diffusers
   transformer's text stream (QwenImage and Nucleus-MoE: start = max(rows // 2, columns // 2) of
