@@ -190,33 +190,23 @@ def _attention_applies(model, inputs: dict, entry: str) -> list[dict]:
     if x is not None and x.shape == q.shape and not torch.equal(x.to(q.dtype), q):
       calls.append({"function": f"attention ({entry})", "x": x.to(torch.float64).numpy(), "out": q.numpy()})
 
-  patched = []
-  if entry == "sdpa":
-    sdpa = F.scaled_dot_product_attention
+  owner, name, heads_first = ((F, "scaled_dot_product_attention", True) if entry == "sdpa" else
+                               (importlib.import_module(type(model).__module__), "dispatch_attention_fn", False))
+  original = getattr(owner, name)
 
-    def sdpa_recorded(query, *args, **kwargs):
-      record(query, True)
-      return sdpa(query, *args, **kwargs)
-    patched.append((F, "scaled_dot_product_attention", sdpa))
-    F.scaled_dot_product_attention = sdpa_recorded
-  else:
-    module = importlib.import_module(type(model).__module__)
-    dispatch = module.dispatch_attention_fn
-
-    def dispatch_recorded(query, *args, **kwargs):
-      record(query, False)
-      return dispatch(query, *args, **kwargs)
-    patched.append((module, "dispatch_attention_fn", dispatch))
-    module.dispatch_attention_fn = dispatch_recorded
+  def recorded(query, *args, **kwargs):
+    record(query, heads_first)
+    return original(query, *args, **kwargs)
+  setattr(owner, name, recorded)
   try:
     with torch.no_grad():
       model(**inputs)
   finally:
-    for owner, name, fn in patched:
-      setattr(owner, name, fn)
+    setattr(owner, name, original)
     for h in hooks:
       h.remove()
   return calls
+
 
 def _to_bthd(a: np.ndarray, tokens: int) -> np.ndarray:
   if a.ndim == 3:  # [T, H, D]: an unbatched vision tower's q
