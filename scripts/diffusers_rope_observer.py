@@ -269,6 +269,10 @@ def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], th
   owner = np.concatenate([np.full(d // 2, i) for i, d in enumerate(axes)])
   if frequencies == "interleaved":  # M-RoPE's one spectrum, axis a >= 1 taking every A-th pair from a (Ideogram 4)
     owner = _interleaved_owners([d // 2 for d in axes])
+  if frequencies == "interleaved_per_axis":  # those pairs, each axis turning its own j-th by its own spectrum (Kimi)
+    owner = _interleaved_owners([d // 2 for d in axes])
+    rank = np.array([int((owner[:p] == owner[p]).sum()) for p in range(len(owner))])
+    freqs = theta ** (-2.0 * rank / np.array([axes[a] for a in owner], np.float64))
   ang = positions[:, owner].astype(np.float64) * freqs  # [T, D/2]
   c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
   if tables == "float32":
@@ -825,15 +829,20 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
       if len(set(sections)) > 1:
         del thetas["split"]  # a round-robin deal gives every axis the same share
       if interleaved:  # interleaved M-RoPE: one spectrum over the head, dealt as _interleaved_owners says
-        thetas = {"interleaved": thetas["shared"]}
+        second = [int(np.flatnonzero(np.array(owners) == a)[1]) for a in range(na)]  # each axis's second pair
+        thetas = {"interleaved": thetas["shared"],  # or each axis its own spectrum over its pairs (Kimi-K2.5)
+                  "interleaved_per_axis": _integer_theta(float(np.nanmedian(
+                      [freqs[second[a]] ** (-sections[a]) for a in range(na)])))}
       thetas = {k: v for k, v in thetas.items() if np.isfinite(v)}
       for frequencies, theta in thetas.items():
         for tables in TOLERANCE:
           err = _rotation_error(applied, axes, theta, layout, tables, frequencies)
           if err <= _tolerance(tables, applied):
+            kind = {"interleaved": "shared", "interleaved_per_axis": "per_axis"}.get(frequencies, frequencies)
             return {"numbering": numbering, "joint": order, "grid": pos_of[tokens], "positions": grid,
                     "layout": layout, "axes": axes, "theta": theta, "tables": tables, "error": err,
-                    "frequencies": frequencies, "rotary_dim": width,
+                    "frequencies": kind, "rotary_dim": width,
+                    **({"section_layout": "interleaved"} if kind != frequencies else {}),
                     "unseen": sorted({int(a) for a, f in zip(owners, freqs, strict=True) if np.isnan(f)})}
       best = Refused(f"its rotation over the grid fits per-axis RoPE {axes} (theta {thetas['per_axis']}) or M-RoPE "
                      f"(theta {thetas['shared']}), {layout} pairs, only to {err:.1e}")
@@ -1396,8 +1405,6 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   if got["numbering"] == "ltx":  # LTX: the spec is for its whole attention width, read by its own rule
     family_ltx = {"base": list(recipe["ltx"]["base"]), "scale_default": list(recipe["ltx"]["scale"]),
                   "heads_key": "num_attention_heads", "heads_default": defaults["num_attention_heads"]}
-  if got["frequencies"] == "interleaved":  # the spec's terms: one spectrum, sections laid out interleaved
-    got = {**got, "frequencies": "shared", "section_layout": "interleaved"}
   family = {"grid": got["numbering"], **({"joint": got["joint"]} if got["joint"] else {}), "axes_default": axes,
             "layout": got["layout"],
             "order": "given" if given is not None else {1: "sequence", 2: "grid_hw"}.get(len(axes), "grid_thw"),

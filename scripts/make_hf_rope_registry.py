@@ -1235,7 +1235,7 @@ def main():
       pixel_cls = model_class(mt, config, module) if rotary else None
       if not rotary:
         entry = {"status": "no_rope"}
-      elif pixel_cls is not None and pixel.takes_pixels(pixel_cls):  # a tower on pixels: fitted like a latent grid
+      elif pixel_cls is not None and pixel.takes_pixels(pixel_cls, mt):  # a tower on pixels: fitted like a latent grid
         try:
           entry, golden = pixel.observe(mt, config, pixel_cls, shrunk)
         except pixel.fit.Refused as e:  # the fit's refusal, in the registry's terms

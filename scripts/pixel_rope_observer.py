@@ -43,10 +43,12 @@ MAX_SIDE = 64  # the largest image side, in patches, a tower that needs its own 
 Refused = fit.Refused
 
 
-def takes_pixels(cls) -> bool:
-  """A tower run on pixels alone: pixel_values, and neither token ids nor a Qwen-VL patch grid."""
+def takes_pixels(cls, model_type: str | None = None) -> bool:
+  """A tower run on pixels alone: pixel_values, and neither token ids nor a Qwen-VL patch grid; or one whose
+  inputs `TOWERS` writes (Kimi-K2.5's patches and their grid_thw)."""
   params = inspect.signature(cls.forward).parameters
-  return "pixel_values" in params and not {"input_ids", "grid_thw", "image_grid_thw"} & set(params)
+  return model_type in TOWERS or ("pixel_values" in params and
+                                  not {"input_ids", "grid_thw", "image_grid_thw"} & set(params))
 
 
 def _size(config, *keys, default):
@@ -75,12 +77,19 @@ def _gemma4(config, grid: tuple[int, int], patch: int, channels: int) -> dict:
           "pixel_position_ids": torch.from_numpy(np.stack([cols, rows], -1).reshape(1, -1, 2))}
 
 
+def _kimi_k25(config, grid: tuple[int, int], patch: int, channels: int) -> dict:
+  return {"pixel_values": torch.randn(grid[0] * grid[1], channels, patch, patch, dtype=torch.float64),
+          "grid_thw": torch.tensor([[1, grid[0], grid[1]]])}
+
+
 # Hand-written inputs of the towers whose forward takes its image in a form of its own, each with its reason:
 # {model_type: {"grid": the probe's patches, "inputs": fn(config, grid, patch, channels) -> forward inputs}}.
 TOWERS = {
     # Gemma 4: pre-patchified pixels in [0, 1] and each patch's (x, y) = (column, row), as its processor gives
     # them; a grid of 3-multiples for its 3 x 3 output pooling
     "gemma4_vision": {"grid": (6, 6), "inputs": _gemma4},
+    # Kimi-K2.5: one [3, patch, patch] image per patch, and the image's (frames, rows, columns) in patches
+    "kimi_k25_vision": {"grid": (4, 6), "inputs": _kimi_k25},  # (rows even: it pools 2 x 2 patches after)
 }
 
 
@@ -205,7 +214,7 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
   head = sum(got["axes"])
   family = {"numbering": json.loads(got["numbering"]), "layout": got["layout"], "frequencies": got["frequencies"],
             "axes_default": got["axes"], "theta_default": got["theta"], "tables": got["tables"],
-            "head_dim_default": head}
+            "head_dim_default": head, **({"section_layout": got["section_layout"]} if got.get("section_layout") else {})}
   # the head dim: 16 channels more per head must give a split that follows (equal shares, or the same shares)
   bigger = copy.deepcopy(small)
   bigger.hidden_size = small.hidden_size + 16 * small.num_attention_heads

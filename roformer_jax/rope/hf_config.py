@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from roformer_jax.rope.frequencies import default_inv_freq, pair_frequencies
+from roformer_jax.rope.frequencies import default_inv_freq, pair_axes, pair_frequencies
 from roformer_jax.rope.positions import ltx_pair_layout
 from roformer_jax.rope.spec import RotaryConfig
 
@@ -309,8 +309,14 @@ def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any])
   if fam["numbering"]["scale"] == "centre_2pi":  # DINOv3: angle 2 pi c f at centred coordinates c in (-1, 1)
     frequencies = tuple((2 * math.pi * pair_frequencies(2 * sum(sections), float(theta), sections=sections,
                                                         kind=frequencies)).tolist())
+  section_layout = fam.get("section_layout", "chunked")
+  if section_layout == "interleaved" and frequencies == "per_axis":  # Kimi-K2.5: the axes take alternate pairs, each
+    owners = pair_axes(sections, sum(sections), layout="interleaved")  # turning its j-th by its own spectrum's j-th
+    rank = [int((owners[:p] == owners[p]).sum()) for p in range(len(owners))]
+    frequencies = tuple(float(theta) ** (-r / sections[a]) for r, a in zip(rank, owners, strict=True))
   layout, blocks = ("half", 2) if fam["layout"] == "half2" else (fam["layout"], 1)  # Gemma 4: half inside halves
-  return RotaryConfig(theta=float(theta), layout=layout, sections=sections, frequencies=frequencies, blocks=blocks)
+  return RotaryConfig(theta=float(theta), layout=layout, sections=sections, frequencies=frequencies, blocks=blocks,
+                      section_layout=section_layout)
 
 
 def _refuse_diffusers(class_name: Any, entry: Mapping[str, Any] | None) -> ValueError:
