@@ -82,6 +82,12 @@ def _kimi_k25(config, grid: tuple[int, int], patch: int, channels: int) -> dict:
           "grid_thw": torch.tensor([[1, grid[0], grid[1]]])}
 
 
+def _muse(config, grid: tuple[int, int], patch: int, channels: int) -> dict:
+  width = getattr(config, "patch_temporal", 1) * channels * patch * patch
+  return {"pixel_values": torch.randn(grid[0] * grid[1], width, dtype=torch.float64),
+          "grid_thw": torch.tensor([[1, grid[0], grid[1]]])}
+
+
 # Hand-written inputs of the towers whose forward takes its image in a form of its own, each with its reason:
 # {model_type: {"grid": the probe's patches, "inputs": fn(config, grid, patch, channels) -> forward inputs}}.
 TOWERS = {
@@ -90,6 +96,10 @@ TOWERS = {
     "gemma4_vision": {"grid": (6, 6), "inputs": _gemma4},
     # Kimi-K2.5: one [3, patch, patch] image per patch, and the image's (frames, rows, columns) in patches
     "kimi_k25_vision": {"grid": (4, 6), "inputs": _kimi_k25},  # (rows even: it pools 2 x 2 patches after)
+    # Muse: each patch's pixels flattened, and the image's (frames, rows, columns) in patches; even sides for its
+    # 2 x 2 pixel shuffle
+    "muse_glimmer_vision": {"grid": (4, 6), "inputs": _muse},
+    "muse_spark_vision": {"grid": (4, 6), "inputs": _muse},
 }
 
 
