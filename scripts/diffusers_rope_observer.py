@@ -700,6 +700,11 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   return entry, goldens
 
 
+def raster_grid(dims: tuple[int, ...]) -> np.ndarray:
+  """[prod(dims), len(dims)]: each token's index per axis in raster order (the first axis slowest)."""
+  return np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, len(dims))
+
+
 def _grid_candidates(dims: tuple[int, ...], joint: bool) -> list[tuple[str, str | None, dict[int, np.ndarray]]]:
   """The numberings a model may rotate the probe's tokens by: (numbering, joint order, {tokens: [tokens, axes]}).
   The latent grid: "raster" (t, h, w) from 0; "centred", h and w from -ceil(n / 2) (QwenImage's scale_rope);
@@ -708,7 +713,7 @@ def _grid_candidates(dims: tuple[int, ...], joint: bool) -> list[tuple[str, str 
   with "after_text" (Lumina 2, ERNIE-Image), at zeros with the others (HiDream: Flux's text ids)."""
   n = len(dims)
   tokens = int(np.prod(dims))
-  raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, n)
+  raster = raster_grid(dims)
   shift = np.array([0] * (n - 2) + [-(-dims[-2] // 2), -(-dims[-1] // 2)])
   grids = [("raster", raster), ("centred", raster - shift)]
   if n == 2:
@@ -1028,7 +1033,8 @@ def ltx_layout(inner: int) -> tuple[int, list[int], np.ndarray]:
   """LTX's pairs over an attention width `inner` (every head together): `pad` pairs that do not turn come first,
   then pair pad + 3k + a turns by frequency k of axis a (t, h, w). Returns (pad, the spec's sections, each spec
   axis's LTX axis): interleaved M-RoPE gives axis b >= 1 the pairs b, b + 3, ... and axis 0 the rest, so spec axis
-  b is LTX axis (b - pad) % 3."""
+  b is LTX axis (b - pad) % 3. (rope.ltx_pair_layout says the same for the reader; written again here, since the
+  reference venv has no roformer_jax and the observer stays independent of the code it checks.)"""
   pairs_ = inner // 2
   pad = (inner % 6) // 2
   counts = [sum(1 for q in range(pairs_) if q % 3 == b) for b in range(3)]
@@ -1048,7 +1054,7 @@ def _ltx_fit(rotated: list[dict], dims: tuple[int, ...], args: dict, ltx: dict) 
   n = inner // 6
   theta = float(ltx["theta"])
   freqs = (theta ** np.linspace(0.0, 1.0, n, dtype=np.float32)).astype(np.float32) * np.float32(np.pi / 2)
-  grid = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, 3).astype(np.float32)
+  grid = raster_grid(dims).astype(np.float32)
   patch = np.array([args["patch_size_t"], args["patch_size"], args["patch_size"]], np.float32)
   coords = grid * np.array(ltx["scale"], np.float32) * patch / np.array(ltx["base"], np.float32)
   positions = coords * 2 - 1  # [T, 3] in LTX's (t, h, w)
@@ -1269,7 +1275,7 @@ def _two_frames(name: str, seed: int, extra: dict | None, rotated: list[dict], d
   fam = three["family"]
   if fam["grid"] != "raster":
     raise failed
-  raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, 3)
+  raster = raster_grid(dims)
   for k in range(2, 65):
     grid = raster.copy()
     grid[:, 0] *= k
@@ -1375,7 +1381,7 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   if "sequence" in recipe:
     candidates = [("sequence", None, {tokens: np.arange(tokens)[:, None]})]
   if "scale_keys" in recipe or "scale_key" in recipe:  # Allegro, Kandinsky 6 SR: the grid over per-axis scales
-    raster = np.stack(np.meshgrid(*(np.arange(g) for g in dims), indexing="ij"), -1).reshape(-1, len(dims))
+    raster = raster_grid(dims)
     candidates = [("scaled", None, {tokens: raster / np.array(_scales(recipe, {**defaults, **kw}))})]
   try:
     if "ltx" in recipe:  # LTX: its rotation over the whole attention width, checked against its own formula

@@ -564,8 +564,11 @@ def pair_axes(sections: Any, num_pairs: int, *, layout: str = "chunked") -> np.n
   return axes
 
 
-def pair_frequencies(dim: int, theta: float, *, sections: Any = None, kind: Any = "shared") -> np.ndarray:
-  """float64[dim // 2]: the frequency of each rotated pair (see FREQUENCY_KINDS), no scaling."""
+def pair_frequencies(dim: int, theta: float, *, sections: Any = None, kind: Any = "shared",
+                     layout: str = "chunked") -> np.ndarray:
+  """float64[dim // 2]: the frequency of each rotated pair (see FREQUENCY_KINDS), no scaling. With
+  kind="per_axis", axis a's j-th pair (in pair order, its pairs laid out by `layout` as `pair_axes`
+  says) turns by its own spectrum's j-th frequency (Kimi-K2.5's vision tower: interleaved)."""
   k = dim // 2
   if not isinstance(kind, str):
     f = np.asarray(kind, np.float64).reshape(-1)
@@ -579,7 +582,12 @@ def pair_frequencies(dim: int, theta: float, *, sections: Any = None, kind: Any 
     raise ValueError(f"frequencies={kind!r} assigns a spectrum per position axis and needs sections.")
   sec = check_sections(sections, k)
   if kind == "per_axis":
-    return np.concatenate([default_inv_freq(2 * s, theta) if s else np.zeros(0) for s in sec])
+    owners = pair_axes(sec, k, layout=layout)
+    freqs = np.zeros(k, np.float64)
+    for a, s in enumerate(sec):  # axis a's pairs, in pair order, take its own spectrum
+      if s:
+        freqs[owners == a] = default_inv_freq(2 * s, theta)
+    return freqs
   if kind == "mixed":
     raise ValueError("frequencies='mixed' are learned: the attention layer holds them as a parameter; pass them to "
                      "rotary_cos_sin(frequencies=F) (F [2, N, R / 2], rope.mixed_frequencies for the initial values).")

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from roformer_jax.rope.frequencies import default_inv_freq, pair_axes, pair_frequencies
+from roformer_jax.rope.frequencies import default_inv_freq, pair_frequencies
 from roformer_jax.rope.positions import ltx_pair_layout
 from roformer_jax.rope.spec import RotaryConfig
 
@@ -174,8 +174,6 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   if entry is None or entry.get("status") != "exact":
     raise _refuse_diffusers(class_name, entry)
   fam = entry["family"]
-  if "ltx" in fam:
-    return _from_ltx(cfg, class_name, fam)
   for key, default in fam.get("guarded", {}).items():  # a theta-like key the rotation was not seen to follow
     if cfg.get(key, default) != default:
       raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}, but the registry observed its rotation not to "
@@ -191,6 +189,8 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
       raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}; its pipeline then builds the rotary "
                        f"positions by another rule, which the registry did not observe (seen only at {key}="
                        f"{default!r}; {_made_from()}).")
+  if "ltx" in fam:
+    return _from_ltx(cfg, class_name, fam)
   head_key = fam.get("head_dim_key")
   head_dim = cfg.get(head_key) if head_key else None
   if fam.get("head_dim_from"):  # Stable Audio 3: its head is embed_dim / num_heads
@@ -250,11 +250,8 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
 def _from_ltx(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:
   """LTX: one rotation over the whole attention width W = heads * attention_head_dim (q before its heads split):
   `ltx_pair_layout(W)`'s unturned pairs in front, then pair pad + 3k + a turning axis a (t, h, w) by
-  theta ** (k / (n - 1)) * pi / 2, n = W // 6, as interleaved M-RoPE over the axes in `ltx_positions`' order."""
-  for key, default in fam.get("positions_guarded", {}).items():
-    if cfg.get(key, default) != default:
-      raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}; the registry observed its rotation at "
-                       f"{key}={default!r} only ({_made_from()}).")
+  theta ** (k / (n - 1)) * pi / 2, n = W // 6, as interleaved M-RoPE over the axes in `ltx_positions`' order
+  (its guarded patch sizes are checked by `_from_diffusers` first)."""
   ltx = fam["ltx"]
   heads = cfg.get(ltx["heads_key"], ltx["heads_default"])
   head_dim = cfg.get(fam["head_dim_key"], fam["head_dim_default"])
@@ -309,11 +306,7 @@ def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any])
   if fam["numbering"]["scale"] == "centre_2pi":  # DINOv3: angle 2 pi c f at centred coordinates c in (-1, 1)
     frequencies = tuple((2 * math.pi * pair_frequencies(2 * sum(sections), float(theta), sections=sections,
                                                         kind=frequencies)).tolist())
-  section_layout = fam.get("section_layout", "chunked")
-  if section_layout == "interleaved" and frequencies == "per_axis":  # Kimi-K2.5: the axes take alternate pairs, each
-    owners = pair_axes(sections, sum(sections), layout="interleaved")  # turning its j-th by its own spectrum's j-th
-    rank = [int((owners[:p] == owners[p]).sum()) for p in range(len(owners))]
-    frequencies = tuple(float(theta) ** (-r / sections[a]) for r, a in zip(rank, owners, strict=True))
+  section_layout = fam.get("section_layout", "chunked")  # Kimi-K2.5: the axes take alternate pairs ("interleaved")
   layout, blocks = ("half", 2) if fam["layout"] == "half2" else (fam["layout"], 1)  # Gemma 4: half inside halves
   return RotaryConfig(theta=float(theta), layout=layout, sections=sections, frequencies=frequencies, blocks=blocks,
                       section_layout=section_layout)

@@ -222,7 +222,8 @@ def rotary_cos_sin(positions: ArrayLike, dim: int, theta: float = 10000.0, *,
       angles = _plain_angles(pp, jnp.where(use_long, long.astype(np.float32), short.astype(np.float32)))
   else:
     if custom:
-      inv_freq, attention_factor = pair_frequencies(dim, theta, sections=sections, kind=frequencies), 1.0
+      inv_freq = pair_frequencies(dim, theta, sections=sections, kind=frequencies, layout=section_layout)
+      attention_factor = 1.0
     else:
       inv_freq, attention_factor = inv_freq_f64(dim, theta, params, seq_len if isinstance(seq_len, int) else None)
     if exact:

@@ -157,7 +157,7 @@ class RotaryConfig:
     if self.sections is not None:
       pair_axes(self.sections, rd // 2, layout=self.section_layout)
     if not isinstance(self.frequencies, str) or self.frequencies not in ("shared", "mixed"):
-      pair_frequencies(rd, self.theta, sections=self.sections, kind=self.frequencies)
+      pair_frequencies(rd, self.theta, sections=self.sections, kind=self.frequencies, layout=self.section_layout)
     if (rd // 2) % self.blocks:
       raise ValueError(f"rope blocks={self.blocks} must divide the {rd // 2} rotated pairs of R = {rd}.")
 
