@@ -116,7 +116,23 @@ def modeling_module(model_type):
 
 
 def candidates(module):
-  return {n: f for n, f in vars(module).items() if inspect.isfunction(f) and CANDIDATE.search(n)}
+  """The module's functions whose names mention rotary/rope, and its classes' static apply_* methods that do
+  (RoFormer's RoFormerSelfAttention.apply_rotary_position_embeddings), as "Class.method"."""
+  found = {n: f for n, f in vars(module).items() if inspect.isfunction(f) and CANDIDATE.search(n)}
+  for cname, cls in vars(module).items():
+    if inspect.isclass(cls) and cls.__module__ == module.__name__:
+      found.update({f"{cname}.{n}": a.__func__ for n, a in vars(cls).items()
+                    if isinstance(a, staticmethod) and n.startswith("apply_") and CANDIDATE.search(n)})
+  return found
+
+
+def _install(module, name, fn):
+  """Put fn where candidates() found `name`: the module's function, or a class's static method."""
+  if "." in name:
+    cname, attr = name.split(".")
+    setattr(getattr(module, cname), attr, staticmethod(fn))
+  else:
+    setattr(module, name, fn)
 
 
 def model_class(model_type, config=None, module=None):
@@ -134,6 +150,31 @@ def model_class(model_type, config=None, module=None):
       if len(pick) == 1:
         return pick[0]
   return None
+
+
+def _caller_path(path):
+  """The calling module's place inside its layer ("model.layers.3.self_attn.indexer" -> "self_attn.indexer"): the
+  name of a part of a layer whose rotation differs from its attention's (DeepSeek-V3.2's indexer)."""
+  if not path:
+    return None
+  parts = path.split(".")
+  index = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+  return ".".join(parts[index + 1:]) if index is not None and index + 1 < len(parts) else path
+
+
+def _block(path):
+  """The numbered block a module sits in ("model.L_stack.layers.3.self_attn" -> "model.L_stack.layers.3")."""
+  parts = (path or "").split(".")
+  index = next((i for i, p in enumerate(parts) if p.isdigit()), None)
+  return None if index is None else ".".join(parts[:index + 1])
+
+
+def every_block_rotates(model, calls):
+  """Whether every numbered block of the model (every child of a ModuleList, at its first numbered level) holds a
+  module that called the apply: a model that rotates in all its blocks alike, however its config counts layers
+  (HRM's num_hidden_layers counts the 128 slots its 2 x 16 blocks fill in their cycles)."""
+  blocks = {_block(p) for p, _ in model.named_modules()} - {None}
+  return bool(blocks) and blocks == {c.get("caller_block") for c in calls}
 
 
 @contextlib.contextmanager
@@ -272,6 +313,8 @@ def meta_forward(model_type, config, module):
         return _fn(*a, **k)
       sources = [outputs.get(id(t))[:3] for t in [*a, *k.values()] if torch.is_tensor(t) and id(t) in outputs]
       calls.append({"fn": _name, "caller": type(caller).__name__ if caller is not None else None,
+                    "caller_path": _caller_path(paths.get(id(caller)) if caller is not None else None),
+                    "caller_block": _block(paths.get(id(caller)) if caller is not None else None),
                     "layer": _caller_layer(sys._getframe(1), paths),
                     "shapes": [list(t.shape) for t in a if torch.is_tensor(t)],
                     "args": [_role(t, outputs) for t in a],
@@ -283,7 +326,7 @@ def meta_forward(model_type, config, module):
         return _fn(*a, **k)
       finally:
         depth[0] -= 1
-    setattr(module, name, wrapper)
+    _install(module, name, wrapper)
 
   def batched_experts(cfg):  # MoE: the experts' batched matmul has no data-dependent shapes
     with contextlib.suppress(Exception):
@@ -368,7 +411,7 @@ def meta_forward(model_type, config, module):
                           f"({_failure(cpu_error)})") from cpu_error
   finally:
     for name, fn in saved.items():
-      setattr(module, name, fn)
+      _install(module, name, fn)
   for c in calls:
     c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
   return calls, shapes, model
@@ -527,7 +570,7 @@ def run_group(rotary, module, call, rotary_shapes, q):
       if "rotary" not in role:
         raise Refused(f"{call['fn']} takes a tensor keyword {k!r} that is not a rotary module's output")
       kwargs[k] = out[role["index"]]
-    result = getattr(module, call["fn"])(*args, **kwargs)
+    result = candidates(module)[call["fn"]](*args, **kwargs)
   result = result if isinstance(result, tuple) else (result,)
   if xs and q.shape[-1] > result[0].shape[-1]:  # the channels after the slice pass unrotated
     result = tuple(torch.cat([r, q[..., r.shape[-1]:]], -1) for r in result[:xs]) + result[xs:]
@@ -736,6 +779,7 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
       facts["perturbed_config"], q_perturbed = perturbed
       facts["q_out_perturbed"] = _bt(q_perturbed, t_axis).numpy()
     out.append({**facts, "layers": sorted({c["layer"] for c in calls_of}), "fn": call["fn"],
+                "callers": sorted({c.get("caller_path") or "?" for c in calls_of}),
                 "slice_of": x_role.get("slice_of"),
                 "stubbed": call["stubbed"] or None,
                 "rotary_module": type(built[path]).__name__,
@@ -831,12 +875,19 @@ def config_facts(rotary, module, top_config, head_dim):
       changed = type(cfg).from_dict(_revived(_perturbed(serialized, key, value)))
     return rebuild_from(type(rotary), changed, module)
 
+  layer_head_dims, builder_head_dim, per_layer_names = _per_layer_head_dims(rotary, cfg, serialized, base, rebuilt,
+                                                                            module)
   follows = {}
   current = serialized.get("partial_rotary_factor") or (serialized.get("rope_parameters") or {}).get(
       "partial_rotary_factor")
   partial = 0.25 if current == 0.5 else 0.5
   halve = head_dim % 4 == 0  # else double it (GLM-4.5's default 42): either way every width changes
-  for key, value in (("head_dim", head_dim // 2 if halve else head_dim * 2), ("partial_rotary_factor", partial),
+  if per_layer_names and isinstance(serialized.get("head_dim"), int):  # the root's head dim, not per_layer_config's
+    halve = serialized["head_dim"] % 4 == 0
+    changed_dim = serialized["head_dim"] // 2 if halve else serialized["head_dim"] * 2
+  else:
+    changed_dim = head_dim // 2 if halve else head_dim * 2
+  for key, value in (("head_dim", changed_dim), ("partial_rotary_factor", partial),
                      ("rope_theta", None)):
     try:
       new = inv_freqs(rebuilt(key, value))
@@ -847,9 +898,10 @@ def config_facts(rotary, module, top_config, head_dim):
       follows[key] = all(not np.array_equal(new[n][1:], base[n][1:]) for n in base)
     elif key == "head_dim":
       follows[key] = all(len(new[n]) in ((len(b) // 2, (len(b) + 1) // 2) if halve else (2 * len(b), 2 * len(b) - 1))
-                         for n, b in base.items())
-    else:
-      follows[key] = all(len(new[n]) == (int(head_dim * partial) + 1) // 2 for n in base)
+                         for n, b in base.items() if n not in per_layer_names)  # the others: per_layer_config's
+    else:  # the frequencies of this head dim: per_layer_config's where it gives it (EmbeddingGemma 2), else the rest
+      own = per_layer_names if head_dim in (layer_head_dims or {}).values() else set(base) - per_layer_names
+      follows[key] = all(len(new[n]) == (int(head_dim * partial) + 1) // 2 for n in own)
   # Which rope types the rotary class computes as transformers' standard init functions do (an independent NumPy
   # transcription, scripts/make_hf_rope_families_golden.py): the reader refuses the others for this model.
   max_pos = serialized.get("max_position_embeddings") or 4096
@@ -927,7 +979,47 @@ def config_facts(rotary, module, top_config, head_dim):
           "lists": {k: v for k, v in serialized.items() if isinstance(v, list) and v
                     and all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in v)},
           "head_dim_key": head_dim_key, "head_dim_from": head_dim_from,
+          "layer_head_dims": layer_head_dims, "builder_head_dim": builder_head_dim,
           "ints": {k: v for k, v in serialized.items() if isinstance(v, int) and not isinstance(v, bool)}}
+
+
+def _per_layer_head_dims(rotary, cfg, serialized, base, rebuilt, module):
+  """transformers 5.24's per_layer_config (a sparse {layer: overrides} of any config): where the default config
+  overrides head_dim per layer (Gemma 4, EmbeddingGemma 2: its full-attention layers are wider), whether the rotary
+  module follows those overrides (all halved: each layer type's frequencies either halve or stay), and which
+  config.json key the config class builds them from when a file has no per_layer_config (the names its __post_init__
+  pops are the candidates; the one is the key whose halving halves the same frequencies). Returns ({layer: head
+  dim}, [key, default] or None, the names of the frequencies that follow them) or (None, None, set())."""
+  per_layer = serialized.get("per_layer_config") or {}
+  dims = {int(k): v["head_dim"] for k, v in per_layer.items() if isinstance(v, dict) and "head_dim" in v}
+  if not dims:
+    return None, None, set()
+  halved = {k: {**v, "head_dim": v["head_dim"] // 2} if isinstance(v, dict) and "head_dim" in v else v
+            for k, v in per_layer.items()}
+  try:
+    new = inv_freqs(rebuilt("per_layer_config", halved))
+  except Exception:  # noqa: BLE001
+    return None, None, set()
+  lengths = {n: len(v) for n, v in new.items()}
+  if lengths == {n: len(v) for n, v in base.items()} or \
+      any(lengths[n] not in (len(b), len(b) // 2) for n, b in base.items()):
+    return None, None, set()
+  builder = None
+  if len(set(dims.values())) == 1:
+    value = next(iter(dims.values()))
+    bare = {k: v for k, v in serialized.items() if k != "per_layer_config"}
+    for name in re.findall(r"kwargs\.pop\(\s*[\"'](\w+)[\"']", inspect.getsource(type(cfg))):
+      try:
+        with warnings.catch_warnings():
+          warnings.simplefilter("ignore")
+          changed = type(cfg).from_dict(_revived({**bare, name: value // 2}))
+        moved = inv_freqs(rebuild_from(type(rotary), changed, module))
+      except Exception:  # noqa: BLE001
+        continue
+      if {n: len(v) for n, v in moved.items()} == lengths:
+        builder = [name, value]
+        break
+  return dims, builder, {n for n, b in base.items() if lengths[n] != len(b)}
 
 
 def _same(a, b):
@@ -1049,7 +1141,19 @@ def classify(rotations):
     h = r["head_dim"]
     predicted = d["head_dim"] if follows_head_dim and d["head_dim"] else (
         d["hidden_size"] // d["num_attention_heads"] if d["hidden_size"] and d["num_attention_heads"] else None)
-    if f["head_dim_key"] and d.get(f["head_dim_key"], h) == h:  # the key that drives it, whatever head_dim says
+    layer_dims = f.get("layer_head_dims") or {}
+    if any(i in layer_dims for i in r["layers"]):  # per_layer_config's head_dim (Gemma 4's wider full attention)
+      if any(layer_dims.get(i, predicted) != h for i in r["layers"]):
+        raise Refused(f"rotates a head dim of {h} in layers {r['layers'][:6]}..., not the head_dim per_layer_config "
+                      "gives each of them")
+      fam["per_layer_keys"] = ["head_dim"]
+      rtype = r["rotary_args"][0][0] if r["rotary_args"][0] else None
+      types_ = f["layer_types"] or []
+      if f["builder_head_dim"] and rtype and sorted(layer_dims) == [i for i, t in enumerate(types_) if t == rtype]:
+        fam.setdefault("type_head_dim", {})[rtype] = f["builder_head_dim"]  # a file without per_layer_config
+      else:
+        fam["per_layer_config_required"] = True
+    elif f["head_dim_key"] and d.get(f["head_dim_key"], h) == h:  # the key that drives it, whatever head_dim says
       fam.update(rope_head_dim_key=f["head_dim_key"], head_dim=h)
     elif f["head_dim_from"] and predicted != h:  # a vision tower: embed_dim / num_heads
       fam.update(head_dim_from=f["head_dim_from"], head_dim="from")
@@ -1082,10 +1186,13 @@ def classify(rotations):
     f["guarded"].pop(flags["rope_flags_key"][0], None)  # the key is read now, not guarded
   elif len(rotating) != n_layers and types is None:
     rule = _layer_rule(f["lists"], rotating, n_layers)
+    if rule is None and len(rotations) == 1 and rotations[0].get("every_block"):
+      rule, rotating = {}, list(range(n_layers))  # every block rotates alike: so does every layer the config counts
     if rule is None:
       raise Refused(f"{len(rotating)} of its {n_layers} layers rotate, by a rule its config has no layer_types for")
     fam.update(rule)
-    f["guarded"].pop(next(iter(rule.values()))[0], None)  # the key is read now, not guarded
+    if rule:
+      f["guarded"].pop(next(iter(rule.values()))[0], None)  # the key is read now, not guarded
     if "layer_types_key" in rule:
       key, default = rule["layer_types_key"]
       types = [default[i % len(default)] for i in range(n_layers)]
@@ -1098,9 +1205,19 @@ def classify(rotations):
     rtype = r["rotary_args"][0][0] if r["rotary_args"][0] else None
     if rtype is not None and (not nested or types is None or any(types[i] != rtype for i in r["layers"])):
       raise Refused(f"its rotary module takes a layer type ({rtype!r}) that the config does not key its rope by")
+  equal_split = None
   if len({json.dumps(r.get("mrope")) for r in rotations}) > 1:
-    raise Refused("its layers lay M-RoPE sections out differently")
-  if rotations[0].get("mrope"):
+    # NeoMME: each layer type splits its own rotated pairs equally over the axes (16 + 16 of 32 on sliding layers,
+    # 4 + 4 of 8 on its partial full-attention layers), in one layout: read as that equal split of each layer's pairs
+    splits = {(r["mrope"]["section_layout"], len(r["mrope"]["sections"])) if r.get("mrope") and
+              len(set(r["mrope"]["sections"])) == 1 and sum(r["mrope"]["sections"]) == r["rotary_dim"] // 2 else None
+              for r in rotations}
+    if len(splits) != 1 or None in splits or any("mrope_section" in p for p in flat):
+      raise Refused("its layers lay M-RoPE sections out differently")
+    equal_split = splits.pop()
+  if equal_split:
+    fam.update(mrope=equal_split[0], mrope_forced=True, sections_equal=equal_split[1])
+  elif rotations[0].get("mrope"):
     fam.update(mrope=rotations[0]["mrope"]["section_layout"], mrope_forced=True,
                mrope_sections=rotations[0]["mrope"]["sections"])
     if rotations[0].get("frequency_kind"):  # a tower's own rope type (Qwen2-VL vision's "axial")
@@ -1117,6 +1234,36 @@ def classify(rotations):
   if f["guarded"]:
     fam["guarded"] = f["guarded"]
   return fam
+
+
+def split_parts(rotations):
+  """Parts of one model that rotate differently, each read on its own (from_hf_config(..., part=name)), or None
+  when its rotations are one reading. A part is a sub-config the rotary modules read (T5Gemma's "encoder" and
+  "decoder") or, within one config, the module inside each layer that calls the apply ("self_attn" and
+  "self_attn.indexer": DeepSeek-V3.2's attention pairs interleaved, its indexer half). Split only where one reading
+  is refused for exactly that difference, and only along the observed boundary."""
+  try:
+    classify(copy.deepcopy(rotations))
+    return None
+  except Refused as e:
+    reason = str(e)
+  if reason == "its layers' rotary modules read different configs":
+    key = lambda r: r["config_facts"]["config"] or "root"  # noqa: E731
+  elif reason.startswith("layers pair channels differently"):
+    key = lambda r: "/".join(r["callers"])  # noqa: E731
+  else:
+    return None
+  groups = {}
+  for r in rotations:
+    r["part"] = key(r)
+    groups.setdefault(r["part"], []).append(r)
+  if len(groups) < 2:
+    return None
+  layers = [set().union(*(set(r["layers"]) for r in g)) for g in groups.values()]
+  if reason.startswith("layers pair") and any(a & b for a in layers for b in layers if a is not b) and \
+      any("/" in name or name == "?" for name in groups):
+    return None  # the same module calls both pairings: not a boundary between parts
+  return groups
 
 
 def _flag_rule(lists, rotating, n_layers):
@@ -1198,7 +1345,7 @@ def _slice_of(t):
 def _summary(r):
   """A rotation as the registry records it (the arrays go to the golden file)."""
   keep = ("pairing", "direction", "block", "head_dim", "attention_factor", "output", "mrope", "layers", "fn",
-          "rotary_module", "rotary_args", "stubbed")
+          "rotary_module", "rotary_args", "stubbed", "part")
   out = {k: r[k] for k in keep if r.get(k) is not None}
   out["follows"] = r["config_facts"]["follows"]
   out["config"] = r["config_facts"]["config"]
@@ -1254,6 +1401,9 @@ def main():
         TOKENS[0] = T_META
         calls, rotary_shapes, model = meta_forward(mt, config, module)
         rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
+        every_block = every_block_rotates(model, calls)
+        for r in rotations:
+          r["every_block"] = every_block
         if not rotations:  # rotary code, but the default config's forward calls none of it (Bamba: no attention)
           entry = {"status": "no_rope", "unused_rotary_code": sorted(rotary)[:6]}
         else:
@@ -1262,10 +1412,16 @@ def main():
                          "rotations": rotations}
           if calls and calls[0]["stubbed"] == "vision":  # the token order the tower gave the probe image's ids
             goldens[mt]["vision_ids"] = SEEN_IDS.get(calls[0]["rotary"][0]) if calls[0]["rotary"] else None
-          entry["family"] = classify(rotations)
+          parts = split_parts(rotations)
+          if parts is None:
+            entry["family"] = classify(rotations)
+          else:  # T5Gemma's encoder and decoder, DeepSeek-V3.2's attention and indexer: read one part at a time
+            entry["parts"] = {name: classify(group) for name, group in parts.items()}
+            for r, summary in zip(rotations, entry["rotations"], strict=True):
+              summary["part"] = r["part"]
           if goldens[mt].get("vision_ids") is not None:
             entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
-          if entry["family"].get("q_temperature"):
+          if any(f.get("q_temperature") for f in entry.get("parts", {"": entry.get("family")}).values()):
             with_q_temperature(module, rotations)
           entry["status"] = "exact"
     except Refused as e:
@@ -1276,7 +1432,7 @@ def main():
       entry = {"status": "refused", "reason": f"its observation fails: {_failure(e)}"}
     out[mt] = entry
     if only:
-      print(mt, entry["status"], entry.get("reason"), json.dumps(entry.get("family"))[:300])
+      print(mt, entry["status"], entry.get("reason"), json.dumps(entry.get("family") or entry.get("parts"))[:600])
     else:
       print(f"{len(out)}/{len(types)} {mt}: {entry['status']} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
   delegate(out)
@@ -1288,7 +1444,9 @@ def main():
     return
   registry = {"made_by": "scripts/make_hf_rope_registry.py",
               "versions": {"transformers": transformers.__version__, "torch": torch.__version__.split("+")[0]},
-              "model_types": out}
+              "model_types": out,
+              # transformers renames these layer types in every config it loads (remap_legacy_layer_types)
+              "legacy_layer_types": dict(transformers.configuration_utils._LEGACY_LAYER_TYPE_REMAP)}
   diffusers_version, classes = diffusers_entries()
   if classes is not None:
     registry["versions"]["diffusers"] = diffusers_version

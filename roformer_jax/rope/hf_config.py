@@ -53,7 +53,11 @@ from roformer_jax.rope.spec import RotaryConfig
 #   legacy: {v4 key: layer type} keys that set that layer type's theta
 #   v4_scaling_to: the layer type a v4 `rope_scaling` applies to (Gemma 3: full_attention)
 #   type_defaults: a layer type's default rope parameters (Gemma 4: proportional on full layers)
-#   type_head_dim: {layer type: (key, default)} for a layer type with its own head dim (Gemma 4)
+#   type_head_dim: {layer type: (key, default)} for a layer type with its own head dim (Gemma 4), where the
+#     config.json has no per_layer_config (the config class builds one from that key)
+#   per_layer_keys: the keys of transformers' per_layer_config ({layer: overrides}) the model's rotation follows
+#     (Gemma 4: head_dim); another override that could change the rotation is refused
+#   per_layer_config_required: the head dims come from per_layer_config only (refused without it)
 #   last_layer_full: the class makes the last layer full attention (Gemma 4)
 _COMMON = dict(theta=10000.0, head_dim=None, layout="half", partial=None)
 _FAMILIES: dict[str, dict[str, Any]] = {
@@ -82,7 +86,7 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                         num_attention_heads=8, num_hidden_layers=30,
                         layer_types=("every", None, 6, "full_attention", "sliding_attention"), last_layer_full=True,
                         type_defaults={"full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25}},
-                        type_head_dim={"full_attention": ("global_head_dim", 512)}),
+                        type_head_dim={"full_attention": ("global_head_dim", 512)}, per_layer_keys=("head_dim",)),
     "phi3": dict(hidden_size=3072, num_attention_heads=32, num_hidden_layers=32, partial=1.0),
     "deepseek_v2": dict(head_dim=64, hidden_size=4096, num_attention_heads=32, num_hidden_layers=32,
                         layout="interleaved", rope_head_dim_key="qk_rope_head_dim"),
@@ -134,7 +138,7 @@ def _made_from() -> str:
 def hf_families() -> tuple[str, ...]:
   """The names `from_hf_config(..., family=...)` takes: the hand-verified families and every model_type the
   registry reads exactly."""
-  exact = {mt for mt, e in registry()["model_types"].items() if e["status"] == "exact"}
+  exact = {mt for mt, e in registry()["model_types"].items() if e["status"] == "exact" and "family" in e}
   return tuple(sorted(set(SUPPORTED_MODEL_TYPES) | exact))
 
 
@@ -337,8 +341,9 @@ def _refuse(model_type: Any, entry: Mapping[str, Any] | None) -> ValueError:
 
 
 def _layer_types(cfg: Mapping[str, Any], fam: Mapping[str, Any], num_layers: int) -> list[str] | None:
-  if cfg.get("layer_types") is not None:
-    return list(cfg["layer_types"])
+  if cfg.get("layer_types") is not None:  # with the legacy names transformers renames on load ("attention")
+    legacy = registry().get("legacy_layer_types", {})
+    return [legacy.get(t, t) for t in cfg["layer_types"]]
   if fam.get("layer_types_key"):  # observed: a list of block types, repeated over the layers (RecurrentGemma)
     key, default = fam["layer_types_key"]
     blocks = list(cfg.get(key) or default)
@@ -398,8 +403,50 @@ def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type:
   return p
 
 
-def _head_dim(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type: str | None = None) -> int:
-  if layer_type in fam.get("type_head_dim", {}):
+# per_layer_config keys that do not touch q and k's rotation: a layer may override them freely.
+_LAYER_NEUTRAL = frozenset({"num_key_value_heads", "intermediate_size", "moe_intermediate_size", "sliding_window",
+                            "attention_chunk_size", "attention_dropout", "num_experts", "num_local_experts",
+                            "num_experts_per_tok", "n_routed_experts", "n_shared_experts", "mlp_bias",
+                            "hidden_act", "hidden_activation"})
+
+
+def _layer_overrides(cfg: Mapping[str, Any], fam: Mapping[str, Any], index: int, model_type: Any) -> dict[str, Any]:
+  """transformers 5.24's per_layer_config ({layer index: the keys that layer overrides}, for any model): this
+  layer's overrides that the reading follows (the keys the registry observed the model's rotary module follow per
+  layer: Gemma 4's head_dim). Any other override that could change the rotation is refused, not ignored."""
+  given = cfg.get("per_layer_config")
+  if given is None:
+    if fam.get("per_layer_config_required"):
+      raise ValueError(f"model_type {model_type!r}: its layers' head dims come from per_layer_config, and the config "
+                       "has none (what the config class builds instead was not observed): add per_layer_config.")
+    return {}
+  if not isinstance(given, Mapping):
+    raise ValueError(f"per_layer_config must map layer indices to dicts of overrides, got {given!r}.")
+  overrides: Any = {}
+  for key, value in given.items():
+    if not str(key).isdigit() or not isinstance(value, Mapping):
+      raise ValueError(f"per_layer_config[{key!r}] = {value!r}: expected a layer index (e.g. \"05\") mapping to a "
+                       "dict of the config keys that layer overrides.")
+    if int(key) == index:
+      overrides = value
+  read = set(fam.get("per_layer_keys", ()))
+  for key, value in overrides.items():
+    if key not in read and key not in _LAYER_NEUTRAL:
+      seen = f"only per-layer {', '.join(sorted(read))}" if read else "no per-layer key"
+      raise ValueError(f"model_type {model_type!r}: per_layer_config sets {key}={value!r} for layer {index}; the "
+                       f"registry observed this model follow {seen} ({_made_from()}), so what a per-layer {key} does "
+                       "to its rotation is not read.")
+  return {k: v for k, v in overrides.items() if k in read}
+
+
+def _head_dim(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type: str | None = None,
+              overrides: Mapping[str, Any] | None = None) -> int:
+  if "per_layer_config" in cfg and "head_dim" in fam.get("per_layer_keys", ()):
+    if overrides and overrides.get("head_dim") is not None:
+      return int(overrides["head_dim"])
+    # a layer per_layer_config does not list takes the root's head_dim: the builder keys of type_head_dim (Gemma 4's
+    # global_head_dim) make per_layer_config only when a file has none
+  elif layer_type in fam.get("type_head_dim", {}):
     key, default = fam["type_head_dim"][layer_type]
     return int(cfg.get(key) or default)
   hidden = cfg.get("hidden_size", fam.get("hidden_size"))
@@ -417,7 +464,7 @@ def _head_dim(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type: str | 
 
 
 def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
-                   family: str | None = None) -> RotaryConfig | None:
+                   family: str | None = None, part: str | None = None) -> RotaryConfig | None:
   """The RoPE spec of decoder layer `layer` of the model a HuggingFace config.json describes.
 
   Args:
@@ -437,6 +484,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       is refused, naming why.
     layer: the decoder layer index; None = layer 0. Models whose layers differ (Gemma 2/3,
       Cohere2, ModernBERT, Llama 4, SmolLM3, Qwen3.5) need it to pick the layer type.
+    part: for a model whose parts rotate differently, the part to read (the registry's names):
+      T5Gemma's "encoder" or "decoder" stack, DeepSeek-V3.2's attention ("self_attn", interleaved
+      pairs) or its indexer ("self_attn.indexer", half pairs). Such a model is refused without it,
+      naming its parts; any other model is refused with it.
     family: read the config as this family (`hf_families()`) whatever its model_type says: your
       assertion that the model rotates q and k as that one does. Never implied: an unknown
       model_type is refused without it.
@@ -463,6 +514,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     if layer is not None:
       raise ValueError(f"layer={layer}: a diffusers transformer ({cfg['_class_name']}) rotates every layer alike; "
                        "leave layer out.")
+    if part is not None:
+      raise ValueError(f"part={part!r}: diffusers class {cfg['_class_name']!r} rotates alike wherever it rotates; "
+                       "leave part out.")
     return _from_diffusers(cfg, cfg["_class_name"])
   if model_type in _TEXT_OF:
     text = cfg.get("text_config")
@@ -482,12 +536,24 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       sub = cfg.get(key)
       sub = dict(sub) if isinstance(sub, Mapping) else {}
       sub.setdefault("model_type", sub_type)
-      return from_hf_config(sub, layer=layer)
+      return from_hf_config(sub, layer=layer, part=part)
     if entry is None or entry["status"] != "exact":
       raise _refuse(model_type, entry)
-    if "pixel" in entry:  # a vision tower observed on an image (Pixtral): its 2-D RoPE over the patch grid
-      return _from_pixel(cfg, model_type, entry["pixel"])
-    fam = entry["family"]
+    if "parts" in entry:  # T5Gemma's encoder and decoder, DeepSeek-V3.2's attention and its indexer
+      names = sorted(entry["parts"])
+      if part not in entry["parts"]:
+        given = "no part" if part is None else f"part={part!r}"
+        raise ValueError(f"model_type {model_type!r}: its parts rotate differently, so the part to read must be "
+                         f"named, and {given} is not one of them: pass part= one of {names} ({_made_from()}).")
+      fam, part = entry["parts"][part], None
+    elif "pixel" in entry:  # a vision tower observed on an image (Pixtral): its 2-D RoPE over the patch grid
+      fam = {"pixel": entry["pixel"]}
+    else:
+      fam = entry["family"]
+  if part is not None:
+    raise ValueError(f"part={part!r}: model_type {model_type!r} rotates alike wherever it rotates; leave part out.")
+  if "pixel" in fam:
+    return _from_pixel(cfg, model_type, fam["pixel"])
   fam = {**fam, **_observed(model_type if family is None else family)}
   if fam.get("sub"):  # the registry's composite: the rotating model's config is this sub-config (defaults if absent)
     sub = cfg.get(fam["sub"])
@@ -505,6 +571,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer model.")
   types = _layer_types(cfg, fam, num_layers)
   layer_type = None if types is None else types[index]
+  overrides = _layer_overrides(cfg, fam, index, model_type)
   if fam.get("no_rope_layers"):
     key, interval = fam["no_rope_layers"]
     flags = cfg.get("no_rope_layers")
@@ -544,7 +611,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       raise ValueError(f"model_type {model_type!r}: llama_4_scaling_beta needs rope_parameters' "
                        "original_max_position_embeddings (the temperature's bucket length); the config has none.")
     q_temperature = (float(p["llama_4_scaling_beta"]), float(length))
-  head_dim = _head_dim(cfg, fam, layer_type)
+  head_dim = _head_dim(cfg, fam, layer_type, overrides)
   theta = float(p["rope_theta"])
   rope_type = p["rope_type"]
   if rope_type == fam.get("axial_rope_type"):  # observed: a tower's own rope type, unscaled (Qwen2-VL's "axial")
@@ -595,9 +662,14 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
 
   sections = p.get("mrope_section", (cfg.get("rope_scaling") or {}).get("mrope_section"))
   section_layout = "chunked"
-  if sections is None and fam.get("sections_equal"):  # observed: the rotated pairs split equally over the axes
+  if fam.get("sections_equal"):  # observed: the rotated pairs split equally over the axes (Qwen2-VL vision, NeoMME)
     pairs = (rotary_dim or head_dim) // 2
-    sections = [pairs // int(fam["sections_equal"])] * int(fam["sections_equal"])
+    equal = [pairs // int(fam["sections_equal"])] * int(fam["sections_equal"])
+    if sections is not None and [int(x) for x in sections] != equal:
+      raise ValueError(f"model_type {model_type!r}: the config sets mrope_section={sections!r}, but this model was "
+                       f"observed to split its {pairs} rotated pairs equally over {fam['sections_equal']} axes "
+                       f"({equal}) whatever the config says ({_made_from()}); another split is not read.")
+    sections = equal
   if sections is None and fam.get("mrope_sections"):  # the rotary class's default, observed (Qwen2-VL)
     sections = fam["mrope_sections"]
   if sections is not None or fam.get("mrope_forced"):
