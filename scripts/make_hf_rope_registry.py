@@ -1188,6 +1188,7 @@ def classify(rotations):
     rule = _layer_rule(f["lists"], rotating, n_layers)
     if rule is None and len(rotations) == 1 and rotations[0].get("every_block"):
       rule, rotating = {}, list(range(n_layers))  # every block rotates alike: so does every layer the config counts
+      rotations[0]["layers"] = rotating
     if rule is None:
       raise Refused(f"{len(rotating)} of its {n_layers} layers rotate, by a rule its config has no layer_types for")
     fam.update(rule)
@@ -1421,6 +1422,8 @@ def main():
               summary["part"] = r["part"]
           if goldens[mt].get("vision_ids") is not None:
             entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
+          for r, summary in zip(rotations, entry["rotations"], strict=True):
+            summary["layers"] = r["layers"]  # HRM: the layers the config counts, all rotating as its blocks do
           if any(f.get("q_temperature") for f in entry.get("parts", {"": entry.get("family")}).values()):
             with_q_temperature(module, rotations)
           entry["status"] = "exact"

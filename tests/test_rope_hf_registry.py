@@ -45,7 +45,7 @@ def _check_rotation(mt, i, r, config, golden="q_out"):
     pos = np.moveaxis(pos, 0, -1)
   q, want = np.asarray(ARRAYS[f"{mt}/{i}/q"]), np.asarray(ARRAYS[f"{mt}/{i}/{golden}"])
   try:
-    spec = rope.from_hf_config(config, layer=r["layers"][0])
+    spec = rope.from_hf_config(config, layer=r["layers"][0], part=r.get("part"))
   except ValueError as e:
     return f"refused: {e}"
   if spec is None:
@@ -137,11 +137,15 @@ def test_every_entry_is_exact_or_refused_by_name():
           problem = _check_rotation(mt, i, r, cfg, golden)
           if problem:
             wrong[f"{mt} rotation {i} ({name}, layer {r['layers'][0]})"] = problem
-      rotating = {layer for r in entry["rotations"] for layer in r["layers"]}
-      n = entry.get("family", {}).get("num_hidden_layers") or max(rotating) + 1
-      for layer in sorted(set(range(n)) - rotating)[:2]:
-        if rope.from_hf_config(config, layer=layer) is not None:
-          wrong[f"{mt} layer {layer}"] = "a spec for a layer that does not rotate"
+      for part in sorted({r.get("part") for r in entry["rotations"]}, key=str):
+        rotating = {layer for r in entry["rotations"] if r.get("part") == part for layer in r["layers"]}
+        fam = entry["parts"][part] if part else entry.get("family", {})
+        n = fam.get("num_hidden_layers") or max(rotating) + 1
+        for layer in sorted(set(range(n)) - rotating)[:2]:
+          if rope.from_hf_config(config, layer=layer, part=part) is not None:
+            wrong[f"{mt} layer {layer}"] = "a spec for a layer that does not rotate"
+      if "parts" in entry and "pass part= one of" not in str(_outcome(config)):
+        wrong[mt] = "reads a model whose parts rotate differently without part="
     elif status == "delegates":
       key, sub_type = next(iter(entry["sub_configs"].items()))
       if _outcome({"model_type": mt}) != _outcome({"model_type": sub_type}):
@@ -170,6 +174,51 @@ def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():
   with pytest.raises(ValueError, match="family='my_family' is not a family"):
     rope.from_hf_config(config, family="my_family")
   assert {"llama", "cohere"} <= set(rope.hf_families())
+
+
+def test_a_model_whose_parts_rotate_differently_is_read_one_part_at_a_time():
+  """T5Gemma's encoder and decoder stacks read their own sub-configs; DeepSeek-V3.2's attention pairs its channels
+  interleaved and its indexer half (observed per calling module): part= names which, and is never implied."""
+  parts = {mt: sorted(e["parts"]) for mt, e in TYPES.items() if "parts" in e}
+  assert parts["t5gemma"] == ["decoder", "encoder"] and parts["deepseek_v32"] == ["self_attn", "self_attn.indexer"]
+  config = CONFIGS["deepseek_v32"]
+  with pytest.raises(ValueError, match=r"'deepseek_v32': its parts rotate differently.*no part.*"
+                                       r"\['self_attn', 'self_attn.indexer'\]"):
+    rope.from_hf_config(config)
+  with pytest.raises(ValueError, match="part='indexer' is not one of them"):
+    rope.from_hf_config(config, part="indexer")
+  assert rope.from_hf_config(config, part="self_attn").layout == "interleaved"
+  assert rope.from_hf_config(config, part="self_attn.indexer").layout == "half"
+  with pytest.raises(ValueError, match="part='encoder': model_type 'llama' rotates alike"):
+    rope.from_hf_config({"model_type": "llama"}, part="encoder")
+
+
+def test_per_layer_config_is_followed_where_observed_and_refused_elsewhere():
+  """transformers 5.24's per_layer_config ({layer: overrides}, any model): EmbeddingGemma 2 was observed to take its
+  full-attention layers' head dim from it (else from global_head_dim, the key its config class builds it from);
+  an override the model was not observed to follow is refused, one that cannot touch the rotation is not."""
+  fam = TYPES["embedding_gemma2_text"]["family"]
+  assert fam["per_layer_keys"] == ["head_dim"] and fam["type_head_dim"] == {"full_attention": ["global_head_dim", 512]}
+  config = {"model_type": "embedding_gemma2_text", "partial_rotary_factor": 0.5}
+  with pytest.raises(ValueError, match="per_layer_config sets rope_parameters=.* for layer 5; .*only per-layer head_dim"):
+    rope.from_hf_config({**config, "per_layer_config": {"05": {"rope_parameters": {"rope_theta": 1.0}}}}, layer=5)
+  with pytest.raises(ValueError, match="per_layer_config sets head_dim=64 for layer 0; .*no per-layer key"):
+    rope.from_hf_config({"model_type": "llama", "per_layer_config": {"0": {"head_dim": 64}}})
+  assert rope.from_hf_config({"model_type": "llama", "per_layer_config": {"0": {"num_key_value_heads": 2}}}) == \
+      rope.from_hf_config({"model_type": "llama"})
+  with pytest.raises(ValueError, match=r"per_layer_config\['x'\]"):
+    rope.from_hf_config({"model_type": "llama", "per_layer_config": {"x": {}}})
+
+
+def test_legacy_layer_type_names_read_as_transformers_renames_them():
+  """transformers renames "attention" to "full_attention" (and "mamba" to "linear_attention") in every config it
+  loads; a config.json with the old names reads as the new ones, not as layers of an unknown type."""
+  assert TYPES and hf_config.registry()["legacy_layer_types"]["attention"] == "full_attention"
+  new = dict(CONFIGS["qwen3_next"])
+  old = {**new, "layer_types": ["attention" if t == "full_attention" else t for t in new["layer_types"]]}
+  layer = new["layer_types"].index("full_attention")
+  assert old["layer_types"] != new["layer_types"]
+  assert rope.from_hf_config(old, layer=layer) == rope.from_hf_config(new, layer=layer) is not None
 
 
 def test_keys_the_model_ignores_are_ignored():
