@@ -61,6 +61,7 @@ import contextlib
 import copy
 import importlib
 import inspect
+import itertools
 import json
 import math
 import os
@@ -97,6 +98,14 @@ GUARDED_PART = re.compile(r"layer|interval|period|indices|pattern|offset", re.I)
 MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
             "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES")
 
+
+# Hand-written (observation cannot decide what a config that does not run would do): types whose default config
+# does not run in transformers, observed at the key their published checkpoints set. GLM-4.1V's text model: its
+# rotary class splits the rotated pairs into mrope_section (8, 12, 12) = 32 pairs, so it runs only with
+# partial_rotary_factor 0.5 of its 128-channel head (GLM-4.1V-9B's config.json); without it transformers fails.
+# The reader requires the key (`required`): a config without it is refused, as transformers fails on it.
+OBSERVE_AT = {t: {"partial_rotary_factor": 0.5} for t in ("glm4v_text", "glm_image_text")}
+OBSERVE_AT.update({t: {"text_config": {"partial_rotary_factor": 0.5}} for t in ("glm4v", "glm_image")})
 
 TOKENS = [T_META]  # the token count of the current type's forward: T_META, or an audio encoder's frames after its
 # subsampling (read from the position ids its rotary module got)
@@ -430,6 +439,8 @@ def token_order(ids, config):
   config's spatial_merge_size (Qwen2-VL: {"merge_size_key": ...}) or in plain raster order (PaddleOCR-VL, whose
   merge comes later: {"merge_size": 1}); else Refused."""
   ids = np.asarray(ids)
+  if ids.ndim == 2 and ids.shape[1] == 3 and not ids[:, 0].any():  # (frame, row, col) of one frame (MiniMax-M3-VL)
+    return {**token_order(ids[:, 1:], config), "frame_axis": True}
   key = next((k for k in ("spatial_merge_size", "merge_size") if isinstance(getattr(config, k, None), int)), None)
   _, h, w = VISION_GRID
   if key and h % getattr(config, key) == 0 and w % getattr(config, key) == 0 and \
@@ -659,13 +670,21 @@ def _analyse(maps):
   if rotated.size == 0:
     raise Refused("the apply leaves every channel as it is")
   start, stop = int(rotated[0]), int(rotated[-1]) + 1
-  if rotated.size != stop - start:
+  k = rotated.size // 2
+  if rotated.size != stop - start and h % 2 == 0 and k and \
+      np.array_equal(rotated, np.concatenate([np.arange(k), h // 2 + np.arange(k)])):
+    # proportional RoPE (Gemma 4's full layers): rotate_half over the whole head, the first k of its h / 2 pairs
+    # turning and the rest at frequency 0: read as the whole head, the unturned pairs' frequencies 0
+    rotated, start, stop = np.arange(h), 0, h
+  elif rotated.size != stop - start:
     raise Refused(f"the rotated channels are not one block ({rotated.tolist()[:8]}...)")
   r = stop - start
   partner = {}
   for j in rotated:
     others = np.flatnonzero(np.abs(maps[:, :, j]).max(axis=0) > 1e-12)
     others = [int(i) for i in others if i != j]
+    if not others and not moved[j] and j % (h // 2) >= k:  # a proportional pair at frequency 0: its half partner
+      others = [(j + h // 2) % h]
     if len(others) != 1:
       raise Refused(f"channel {j} is mixed into {len(others)} others: not a rotation of channel pairs (permuted "
                     "or mixed output)")
@@ -685,8 +704,10 @@ def _analyse(maps):
   cos_aa, cos_bb = maps[:, a, a], maps[:, b, b]
   if not np.allclose(cos_aa, cos_bb, atol=1e-12) or not np.allclose(maps[:, a, b], -sin_ba, atol=1e-12):
     raise Refused("a pair's 2x2 block is not a rotation [[c, -s], [s, c]] (scaled)")
-  first = 1 if maps.shape[0] < 2 else 1  # position index 1 of the first row is position 1
-  direction = 1 if sin_ba[first] > 0 else -1
+  # the sign of the first sine that is not 0: position 1 of the probe's first row, or (M-RoPE: Ernie 4.5-VL's pair 0
+  # reads the row axis, positions // 2, still 0 there) the first position where the pair's axis has moved to 1
+  first = next((i for i in range(1, sin_ba.size) if abs(sin_ba.flat[i]) > 1e-9), 1)
+  direction = 1 if sin_ba.flat[first] > 0 else -1
   scale = np.hypot(cos_aa, sin_ba)
   return {"pairing": pairing, "direction": direction, "block": [start, stop], "rotary_dim": r, "head_dim": h,
           "attention_factor": [float(scale.min()), float(scale.max())], "frequencies": freqs}
@@ -754,21 +775,11 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
     if x_role.get("slice_of") and x_role["slice_of"][0] == 0 and x_role["slice_of"][1] in _head_dims(built[path]):
       x_shape[-1] = x_role["slice_of"][1]  # the first R of a head's D channels (Phi): probe all D
     h = x_shape[-1]
-    shape, t_axis = _probe_shape(x_shape, h)
-    probe = torch.zeros(shape, dtype=torch.float64)  # head j holds e_j at every position: the map, column j
-    idx = [slice(None)] * len(shape)
-    for j in range(h):
-      idx[1 if t_axis != 1 else 2] = j
-      idx[-1] = j
-      probe[tuple(idx)] = 1.0
-    mapped, pos = run_group(built[path], module, call, rotary_shapes, probe)
-    m = _bt(mapped, t_axis)  # [2, 7, heads=j, out i]
-    maps = m.reshape(-1, h, h).transpose(1, 2).numpy()  # [positions, out, in]
+    maps, pos, t_axis = _observed_maps(built[path], module, call, rotary_shapes, x_shape)
     facts = analyse(maps)
-    if pos.ndim == 2 and t_axis == 0:  # a vision tower: positions [tokens, axes] -> [axes, 1, tokens]
-      pos = pos.T[:, None, :]
     if pos.ndim == 3:  # M-RoPE
       facts["mrope"] = pair_axes_observed(maps, facts, pos.numpy())
+      facts["mrope"].update(_mrope_key_order(built[path], module, call, rotary_shapes, x_shape, facts))
     shape1, _ = _probe_shape(x_shape, 1)
     q = torch.tensor(rng.standard_normal(shape1).astype(np.float32).astype(np.float64))  # float32-exact input
     q_out, _ = run_group(built[path], module, call, rotary_shapes, q)
@@ -786,6 +797,64 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
                 "rotary_args": call["rotary"][1:], "t_axis": t_axis,
                 "positions": pos.numpy(), "q": _bt(q, t_axis).numpy(), "q_out": _bt(q_out, t_axis).numpy()})
   return out
+
+
+def _observed_maps(rotary, module, call, rotary_shapes, x_shape):
+  """The apply's linear map at each probe position, [positions, out, in], from basis vectors (head j holds e_j),
+  with the positions ([axes, B, T] for M-RoPE and vision towers) and the token axis of the apply's layout."""
+  h = x_shape[-1]
+  shape, t_axis = _probe_shape(x_shape, h)
+  probe = torch.zeros(shape, dtype=torch.float64)
+  idx = [slice(None)] * len(shape)
+  for j in range(h):
+    idx[1 if t_axis != 1 else 2] = j
+    idx[-1] = j
+    probe[tuple(idx)] = 1.0
+  mapped, pos = run_group(rotary, module, call, rotary_shapes, probe)
+  m = _bt(mapped, t_axis)  # [2, 7, heads=j, out i]
+  if pos.ndim == 2 and t_axis == 0:  # a vision tower: positions [tokens, axes] -> [axes, 1, tokens]
+    pos = pos.T[:, None, :]
+  return m.reshape(-1, h, h).transpose(1, 2).numpy(), pos, t_axis
+
+
+def _mrope_key_order(rotary, module, call, rotary_shapes, x_shape, facts):
+  """How a config.json's mrope_section maps onto the sections observed (axis order of the positions): rebuilt with
+  mrope_section set to each rotation of the observed sections (nudged by up to a pair each), the rotary module's sections are read again. Ernie
+  4.5-VL keeps (h, w, t) in its key and turns the positions' axes (t, h, w): order [2, 0, 1], observed[i] =
+  key[order[i]]. {"key_order": order} where that is not the identity, {"key_ignored": True} where the sections never
+  move with the key, else {} (the identity, or no rebuilt module runs)."""
+  sections = facts["mrope"]["sections"]
+  cfg = rotary.config
+  serialized = json.loads(cfg.to_json_string(use_diff=False))
+  params = serialized.get("rope_parameters")
+  if not isinstance(params, dict) or _nested_by_type(params) or len(set(sections)) < 2:
+    return {}
+  orders = set(itertools.permutations(range(len(sections))))
+  seen, moved = False, False
+  deltas = [d for d in itertools.product((-1, 0, 1), repeat=len(sections)) if sum(d) == 0]
+  tried = set()
+  for shift, delta in itertools.product(range(len(sections)), deltas):  # rotations of the sections, nudged by 1
+    given = [x + d for x, d in zip(sections[shift:] + sections[:shift], delta, strict=True)]
+    if tuple(given) in tried or min(given) < 1:
+      continue
+    tried.add(tuple(given))
+    try:
+      with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        changed = type(cfg).from_dict(_revived({**serialized, "rope_parameters": {**params, "mrope_section": given}}))
+      maps, pos, _ = _observed_maps(rebuild_from(type(rotary), changed, module), module, call, rotary_shapes, x_shape)
+      got = pair_axes_observed(maps, {"block": facts["block"], "pairing": facts["pairing"],
+                                      "frequencies": list(facts["frequencies"])}, pos.numpy())["sections"]
+    except Exception:  # noqa: BLE001  a split the class cannot take (Ernie's h and w must match)
+      continue
+    seen, moved = True, moved or got != sections
+    orders &= {o for o in orders if [given[i] for i in o] == got}
+  if seen and not moved:
+    return {"key_ignored": True}
+  if not seen or not orders:
+    return {}
+  order = min(orders)
+  return {} if list(order) == sorted(order) else {"key_order": list(order)}
 
 
 def _head_dims(rotary):
@@ -906,7 +975,7 @@ def config_facts(rotary, module, top_config, head_dim):
   # transcription, scripts/make_hf_rope_families_golden.py): the reader refuses the others for this model.
   max_pos = serialized.get("max_position_embeddings") or 4096
   follows["scalings"] = []
-  for rp in ({"rope_type": "linear", "factor": 4.0},
+  for rp in ({"rope_type": "linear", "factor": 4.0}, {"rope_type": "proportional", "partial_rotary_factor": 0.25},
              {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": max(max_pos // 4, 16)},
              {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
               "original_max_position_embeddings": max(max_pos // 4, 16)}):
@@ -1165,7 +1234,11 @@ def classify(rotations):
     partial = p.get("partial_rotary_factor", d["partial_rotary_factor"]) if follows_partial else None
     expected = int(h * partial) if partial is not None else h
     expected += expected % 2  # an odd dim rotates (dim + 1) / 2 pairs (see _check_default_frequencies)
-    if expected != r["rotary_dim"]:
+    n_axes = len(r["mrope"]["sections"]) if r.get("mrope") else 0
+    if expected != r["rotary_dim"] and n_axes and r.get("frequency_kind") and \
+        r["rotary_dim"] == n_axes * 2 * ((h // n_axes) // 2) and len(set(r["mrope"]["sections"])) == 1:
+      fam["rotary_per_axis_floor"] = True  # MiniMax-M3-VL's tower: 2 * ((80 // 3) // 2) = 26 channels per axis, 2 pass
+    elif expected != r["rotary_dim"]:
       raise Refused(f"rotates {r['rotary_dim']} of {h} channels where partial_rotary_factor gives {expected}")
     if partial is not None and not nested:
       fam["partial"] = partial
@@ -1221,6 +1294,10 @@ def classify(rotations):
   elif rotations[0].get("mrope"):
     fam.update(mrope=rotations[0]["mrope"]["section_layout"], mrope_forced=True,
                mrope_sections=rotations[0]["mrope"]["sections"])
+    if rotations[0]["mrope"].get("key_order"):  # Ernie 4.5-VL: its mrope_section is (h, w, t)
+      fam["mrope_key_order"] = rotations[0]["mrope"]["key_order"]
+    if rotations[0]["mrope"].get("key_ignored"):  # sections fixed in the class, whatever mrope_section says
+      fam["mrope_key_ignored"] = True
     if rotations[0].get("frequency_kind"):  # a tower's own rope type (Qwen2-VL vision's "axial")
       sections = rotations[0]["mrope"]["sections"]
       if len(set(sections)) != 1 or "mrope_section" in (params or {}):
@@ -1375,7 +1452,7 @@ def main():
     try:
       module = modeling_module(mt)
       try:
-        config = CONFIG_MAPPING[mt]()
+        config = CONFIG_MAPPING[mt](**OBSERVE_AT.get(mt, {}))
       except Exception as e:  # noqa: BLE001
         entry = {"status": "no_default_config", "reason": f"{type(e).__name__}: {str(e)[:160]}"}
         raise Refused(entry["reason"]) from None
@@ -1422,6 +1499,10 @@ def main():
               summary["part"] = r["part"]
           if goldens[mt].get("vision_ids") is not None:
             entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
+          if mt in OBSERVE_AT:  # the keys it was observed at, which a config must set
+            entry["observed_at"] = OBSERVE_AT[mt]
+            entry["family"]["required"] = sorted(next(iter(OBSERVE_AT[mt].values())) if "text_config" in
+                                                 OBSERVE_AT[mt] else OBSERVE_AT[mt])
           for r, summary in zip(rotations, entry["rotations"], strict=True):
             summary["layers"] = r["layers"]  # HRM: the layers the config counts, all rotating as its blocks do
           if any(f.get("q_temperature") for f in entry.get("parts", {"": entry.get("family")}).values()):

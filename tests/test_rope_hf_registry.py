@@ -130,7 +130,8 @@ def test_every_entry_is_exact_or_refused_by_name():
     elif status == "exact" or (mt in HAND and mt in CONFIGS):
       config = CONFIGS[mt]
       for i, r in enumerate(entry["rotations"]):
-        cases = [("default config", config, "q_out"), ("bare model_type", {"model_type": mt}, "q_out")]
+        bare = {"model_type": mt, **entry.get("observed_at", {})}  # GLM-4.1V: the key its default config lacks
+        cases = [("default config", config, "q_out"), ("bare model_type", bare, "q_out")]
         if f"{mt}/{i}/perturbed" in CONFIGS:  # rope_theta x 4 (and YaRN where the class follows it)
           cases.append(("changed config", CONFIGS[f"{mt}/{i}/perturbed"], "q_out_perturbed"))
         for name, cfg, golden in cases:
@@ -144,6 +145,8 @@ def test_every_entry_is_exact_or_refused_by_name():
         for layer in sorted(set(range(n)) - rotating)[:2]:
           if rope.from_hf_config(config, layer=layer, part=part) is not None:
             wrong[f"{mt} layer {layer}"] = "a spec for a layer that does not rotate"
+      if "observed_at" in entry and "the config sets no" not in str(_outcome({"model_type": mt})):
+        wrong[mt] = "reads a config without the keys its default config lacks"
       if "parts" in entry and "pass part= one of" not in str(_outcome(config)):
         wrong[mt] = "reads a model whose parts rotate differently without part="
     elif status == "delegates":
@@ -219,6 +222,20 @@ def test_legacy_layer_type_names_read_as_transformers_renames_them():
   layer = new["layer_types"].index("full_attention")
   assert old["layer_types"] != new["layer_types"]
   assert rope.from_hf_config(old, layer=layer) == rope.from_hf_config(new, layer=layer) is not None
+
+
+def test_proportional_rope_reads_its_factor_from_the_rope_parameters():
+  """transformers' proportional init (Gemma 4's full layers; any model's rotary class that takes ROPE_INIT_FUNCTIONS,
+  Llama's included, observed) reads partial_rotary_factor from the rope parameters, default 1, even in a model whose
+  default RoPE ignores the key: the reading follows it there and only there."""
+  assert "proportional" in TYPES["llama"]["family"]["scalings"]
+  spec = rope.from_hf_config({"model_type": "llama", "partial_rotary_factor": 0.5,
+                              "rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4,
+                                                  "partial_rotary_factor": 0.25}})
+  assert spec is not None and spec.scaling_dict["partial_rotary_factor"] == 0.25
+  spec = rope.from_hf_config({"model_type": "llama", "partial_rotary_factor": 0.5,
+                              "rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4}})
+  assert spec is not None and spec.scaling_dict["partial_rotary_factor"] == 1.0
 
 
 def test_keys_the_model_ignores_are_ignored():
@@ -430,7 +447,8 @@ def test_vision_towers_number_their_tokens_as_grid_positions_does():
   gave its rotary module these (h, w) ids, from its own code (get_vision_position_ids and kin). The spec's
   positions for that image are rope.grid_positions(4, 10, merge_size=m), m the config's spatial_merge_size
   where the tower orders its tokens in merge blocks (the registry's merge_size_key) and 1 where it keeps raster
-  order (merge_size 1: PaddleOCR-VL): the same ids in the same token order, for every tower the registry reads."""
+  order (merge_size 1: PaddleOCR-VL), with axes="thw" where the tower puts the frame index in front (MiniMax-M3-VL):
+  the same ids in the same token order, for every tower the registry reads."""
   towers = sorted(mt for mt in (k[:-len("/vision_ids")] for k in ARRAYS.files if k.endswith("/vision_ids"))
                   if TYPES[mt]["status"] == "exact")
   assert len(towers) >= 10, towers
@@ -439,7 +457,7 @@ def test_vision_towers_number_their_tokens_as_grid_positions_does():
     ids = np.asarray(ARRAYS[f"{mt}/vision_ids"])
     fam = TYPES[mt]["family"]  # merge blocks of the config's merge size (Qwen2-VL), or raster (PaddleOCR-VL)
     merge = int(CONFIGS[mt][fam["merge_size_key"]]) if "merge_size_key" in fam else fam["merge_size"]
-    want = rope.grid_positions(4, 10, merge_size=merge)
+    want = rope.grid_positions(4, 10, merge_size=merge, axes="thw" if fam.get("frame_axis") else "hw")
     if ids.shape != want.shape or not np.array_equal(ids, want):
       wrong[mt] = f"ids {ids[:6].tolist()}... vs grid_positions(4, 10, merge_size={merge}) {want[:6].tolist()}..."
     spec = rope.from_hf_config(CONFIGS[mt], layer=TYPES[mt]["rotations"][0]["layers"][0])

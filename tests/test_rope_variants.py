@@ -393,6 +393,12 @@ def test_grid_positions_orders():
   np.testing.assert_allclose(dino[:4, 1], [-0.75, -0.25, 0.25, 0.75])
   assert dino.dtype == np.float32
   assert rope.grid_positions(2, 2, frames=3).shape == (12, 2)
+  # (frame, row, col): each frame's merge-ordered grid behind its frame index (transformers' get_vision_position_ids
+  # with include_temporal, written out by hand)
+  video = rope.grid_positions(2, 4, frames=2, merge_size=2, axes="thw")
+  assert video.tolist() == [[f, *rc] for f in (0, 1) for rc in merged.tolist()]
+  with pytest.raises(ValueError, match="axes='thw'"):
+    rope.grid_positions(2, 4, axes="thw", cls="first")
 
 
 def test_a_zero_position_cls_token_is_not_rotated():

@@ -599,6 +599,11 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   p = _rope_parameters(cfg, fam, layer_type if isinstance(fam["theta"], dict) or nested else None)
   if not p and nested:
     return None  # a None entry of rope_parameters: "possibly a NoPE layer"
+  for key in fam.get("required", ()):  # observed only at a key its default config lacks (GLM-4.1V's partial factor)
+    if p.get(key) is None and cfg.get(key) is None:
+      raise ValueError(f"model_type {model_type!r}: the config sets no {key}; transformers builds no working model "
+                       f"of this type without it (its default config fails), and the registry observed it with "
+                       f"{key}={fam['default_rope_parameters'].get(key)!r} ({_made_from()}): set {key}.")
   q_temperature = None
   if p.get("llama_4_scaling_beta") is not None:
     if not fam.get("q_temperature"):
@@ -625,7 +630,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     layout = "half"
 
   partial = p.get("partial_rotary_factor", cfg.get("partial_rotary_factor"))
-  if fam.get("ignores_partial"):  # observed: the model's rotary class reads no partial_rotary_factor (Llama)
+  if rope_type == "proportional":  # transformers' proportional init reads the factor from the rope parameters alone,
+    partial = p.get("partial_rotary_factor", 1.0)  # whatever the model's default init does with it
+  elif fam.get("ignores_partial"):  # observed: the model's rotary class reads no partial_rotary_factor (Llama)
     partial = None
   if partial is None and fam.get("legacy_partial"):
     partial = cfg.get(fam["legacy_partial"])
@@ -636,6 +643,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     rotary_dim = int(cfg.get(fam["rotary_dim_key"]) or fam["rotary_dim_default"])
   elif partial is not None and rope_type != "proportional":
     rotary_dim = int(head_dim * float(partial))
+  if fam.get("rotary_per_axis_floor"):  # observed: each of n axes rotates 2 * ((head_dim // n) // 2) channels
+    axes = int(fam["sections_equal"])
+    rotary_dim = axes * 2 * ((head_dim // axes) // 2)
   frequencies: Any = fam.get("frequencies", "shared")  # observed: "per_axis" for Qwen2-VL's vision tower
   if rotary_dim is not None and rotary_dim % 2:
     # transformers' default RoPE for dim = int(head_dim * partial) odd: theta ** (-arange(0, dim, 2) / dim), i.e.
@@ -661,6 +671,13 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       scaling["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
 
   sections = p.get("mrope_section", (cfg.get("rope_scaling") or {}).get("mrope_section"))
+  if sections is not None and fam.get("mrope_key_ignored"):  # observed: the class fixes its sections
+    sections = None
+  elif sections is not None and fam.get("mrope_key_order"):  # observed: Ernie 4.5-VL keeps (h, w, t) in the key
+    if not isinstance(sections, (list, tuple)) or len(sections) != len(fam["mrope_key_order"]):
+      raise ValueError(f"model_type {model_type!r}: mrope_section={sections!r} must list "
+                       f"{len(fam['mrope_key_order'])} sections.")
+    sections = [sections[i] for i in fam["mrope_key_order"]]
   section_layout = "chunked"
   if fam.get("sections_equal"):  # observed: the rotated pairs split equally over the axes (Qwen2-VL vision, NeoMME)
     pairs = (rotary_dim or head_dim) // 2

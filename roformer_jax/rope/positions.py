@@ -233,7 +233,8 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
     frames: repeat the grid this many times (Qwen-VL vision encoders: one grid per temporal
       patch; the positions carry no time).
     axes: "hw" -> (row, col) per token (Qwen-VL, Pixtral, Gemma 4, DINOv3); "wh" -> (col, row)
-      (Llama 4 and RoPE-Axial/Mixed: x first).
+      (Llama 4 and RoPE-Axial/Mixed: x first); "thw" -> (frame, row, col), the frame index in
+      front (MiniMax-M3-VL's tower: transformers' get_vision_position_ids with include_temporal).
     start: 0, or 1 for Llama 4's 1-based grid (which leaves (0, 0) to the CLS token).
     merge_size: tokens in merge-block order (Qwen-VL): m x m windows in raster order, raster
       order inside each window; 1 = plain raster order (row-major, columns fastest).
@@ -246,12 +247,14 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
       frequencies; float32). With normalize, start must be 0.
 
   Returns:
-    int32[frames * height * width (+ cls_tokens), 2], or float32 with normalize.
+    int32[frames * height * width (+ cls_tokens), 2] (3 with axes="thw"), or float32 with normalize.
   """
   for name, v in (("height", height), ("width", width), ("frames", frames), ("merge_size", merge_size)):
     _check_count(name, v)
-  if axes not in ("hw", "wh"):
-    raise ValueError(f"axes={axes!r}: expected 'hw' (row, col) or 'wh' (col, row).")
+  if axes not in ("hw", "wh", "thw"):
+    raise ValueError(f"axes={axes!r}: expected 'hw' (row, col), 'wh' (col, row) or 'thw' (frame, row, col).")
+  if axes == "thw" and (cls is not None or normalize is not None):
+    raise ValueError("axes='thw' (a frame index in front) takes no cls tokens and no normalize.")
   if cls not in (None, "first", "last"):
     raise ValueError(f"cls={cls!r}: expected None, 'first' or 'last'.")
   _check_count("cls_tokens", cls_tokens)
@@ -277,8 +280,10 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
     r, c = np.linspace(-1, 1, height)[rows], np.linspace(-1, 1, width)[cols]
   else:
     r, c = rows + start, cols + start
-  pos = np.stack([r, c] if axes == "hw" else [c, r], axis=-1)
+  pos = np.stack([c, r] if axes == "wh" else [r, c], axis=-1)
   pos = np.tile(pos, (frames, 1))
+  if axes == "thw":  # frame f's tokens at (f, row, col)
+    pos = np.concatenate([np.repeat(np.arange(frames), height * width)[:, None], pos], axis=-1)
   dtype = np.float32 if normalize else np.int32
   pos = pos.astype(dtype)
   if cls is not None:
