@@ -600,7 +600,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   if not p and nested:
     return None  # a None entry of rope_parameters: "possibly a NoPE layer"
   for key in fam.get("required", ()):  # observed only at a key its default config lacks (GLM-4.1V's partial factor)
-    if p.get(key) is None and cfg.get(key) is None:
+    given = [cfg] + [v for v in (cfg.get("rope_parameters"), cfg.get("rope_scaling")) if isinstance(v, Mapping)]
+    if all(g.get(key) is None for g in given):  # the file's own keys, not the registry's defaults
       raise ValueError(f"model_type {model_type!r}: the config sets no {key}; transformers builds no working model "
                        f"of this type without it (its default config fails), and the registry observed it with "
                        f"{key}={fam['default_rope_parameters'].get(key)!r} ({_made_from()}): set {key}.")
