@@ -261,7 +261,8 @@ def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], th
   tables="float32": as diffusers' apply_rotary_emb computes whatever the model's dtype: cos and sin
   of the float64 angle rounded to float32 (FluxPosEmbed's `.float()` tables), x cast to float32
   (`x.float()`), the products and their sum in float32."""
-  freqs = np.concatenate([theta ** (-np.arange(0, d, 2, dtype=np.float64) / d) for d in axes])
+  per = theta if isinstance(theta, (list, tuple)) else [theta] * len(axes)  # Cosmos: a theta per axis (per_axis)
+  freqs = np.concatenate([t ** (-np.arange(0, d, 2, dtype=np.float64) / d) for d, t in zip(axes, per, strict=True)])
   if frequencies in ("shared", "split", "interleaved"):  # one spectrum over the whole head, its pairs dealt in
     freqs = theta ** (-np.arange(0, sum(axes), 2, dtype=np.float64) / sum(axes))  # sections (M-RoPE) or
     if frequencies == "split":  # round-robin, axis a taking pairs a, a + A, ... (Pixtral)
@@ -629,6 +630,17 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   if family and family["grid"].startswith("stretched_by_"):  # CogView 4: the key (found and set in the fit)
     key = family["grid"][len("stretched_by_"):]
     family.update(grid="stretched", stretch_key=key, stretch_default=list(defaults[key]))
+  if family and isinstance(family["theta"], list):  # Cosmos: a theta per axis, read from its recipe's NTK key
+    checked = _ntk_thetas(name, seed, family, defaults)
+    if checked:
+      return {"status": "refused", "reason": checked}, None
+  if family and "base_fps" in RECIPES.get(name, {}):  # Cosmos: a video's frame positions follow the fps it is given
+    again, _ = _observe_grid(name, seed, {"_fps": 30})
+    if again.get("family", {}).get("grid") != "fps_scaled":
+      return {"status": "refused", "reason": f"its rotation at fps=None fits its raster grid, but at fps=30 not the "
+                                             f"frames at t * {RECIPES[name]['base_fps']} / fps ({again.get('reason')})"
+              }, None
+    family["fps_base"] = RECIPES[name]["base_fps"]
   for key in RECIPES.get(name, {}).get("required", ()) if family else ():  # HiDream: its class default does not run
     family.setdefault("required", {})[key] = list(defaults[key])
   if family and family.get("crop_keys"):  # CogVideoX 1.0: the base grid's keys' defaults (the probe's crop)
@@ -698,6 +710,33 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
         return {"status": "refused", "reason": f"its split of the head over the grid axes {axes} does not follow "
                                                f"{key} and comes from no config key this probe can confirm"}, None
   return entry, goldens
+
+
+def ntk_axis_thetas(base: float, scales: list[float], axes: list[int]) -> list[float]:
+  """Cosmos's theta per axis: base * scale_a ** (d_a / (d_a - 2)) (CosmosRotaryPosEmbed's NTK factors)."""
+  return [base * s ** (d / (d - 2)) for s, d in zip(scales, axes, strict=True)]
+
+
+def _ntk_thetas(name: str, seed: int, family: dict, defaults: dict) -> str | None:
+  """A class whose axes each turn by a theta of their own (fit_grid's per_axis_thetas): they must be its recipe's
+  `ntk_base` * `ntk_key`[a] ** (d_a / (d_a - 2)) at the key's default and again at `ntk_check`, to 1e-5 (read off
+  float32 tables); the family then holds that base as theta and the key. Else the refusal's reason."""
+  recipe = RECIPES.get(name, {})
+  key = recipe.get("ntk_key")
+  if key is None:
+    return f"each of its axes turns by a theta of its own ({family['theta']}), which no config key was seen to set"
+  axes = family["axes_default"]
+  for scales, seen in ((list(defaults[key]), family["theta"]),
+                       (recipe["ntk_check"], _observe_grid(name, seed, {key: recipe["ntk_check"]})[0]
+                        .get("family", {}).get("theta"))):
+    want = ntk_axis_thetas(recipe["ntk_base"], scales, axes)
+    if not isinstance(seen, list) and seen is not None:
+      seen = [seen] * len(axes)  # every axis at one theta (scales that leave the factors equal)
+    if seen is None or not np.allclose(seen, want, rtol=1e-5):
+      return (f"its axes turn by thetas {seen} at {key}={scales}, not {recipe['ntk_base']} * {key}[a] ** "
+              f"(d_a / (d_a - 2)) = {want}")
+  family.update(theta=float(recipe["ntk_base"]), ntk_key=key, ntk_default=[float(v) for v in defaults[key]])
+  return None
 
 
 def raster_grid(dims: tuple[int, ...]) -> np.ndarray:
@@ -833,21 +872,25 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
           "split": _integer_theta(float(freqs[1] ** (-len(freqs) / na)))}
       if len(set(sections)) > 1:
         del thetas["split"]  # a round-robin deal gives every axis the same share
+      axis_thetas = [float(freqs[sum(sections[:a]) + 1] ** (-sections[a])) for a in range(na)]
+      if not interleaved and np.isfinite(axis_thetas).all() and not np.allclose(axis_thetas, axis_thetas[0]):
+        thetas["per_axis_thetas"] = axis_thetas  # Cosmos: each axis its own spectrum, of a theta of its own
       if interleaved:  # interleaved M-RoPE: one spectrum over the head, dealt as _interleaved_owners says
         second = [int(np.flatnonzero(np.array(owners) == a)[1]) for a in range(na)]  # each axis's second pair
         thetas = {"interleaved": thetas["shared"],  # or each axis its own spectrum over its pairs (Kimi-K2.5)
                   "interleaved_per_axis": _integer_theta(float(np.nanmedian(
                       [freqs[second[a]] ** (-sections[a]) for a in range(na)])))}
-      thetas = {k: v for k, v in thetas.items() if np.isfinite(v)}
+      thetas = {k: v for k, v in thetas.items() if np.isfinite(v).all()}
       for frequencies, theta in thetas.items():
         for tables in TOLERANCE:
           err = _rotation_error(applied, axes, theta, layout, tables, frequencies)
           if err <= _tolerance(tables, applied):
-            kind = {"interleaved": "shared", "interleaved_per_axis": "per_axis"}.get(frequencies, frequencies)
+            kind = {"interleaved": "shared", "interleaved_per_axis": "per_axis",
+                    "per_axis_thetas": "per_axis"}.get(frequencies, frequencies)
             return {"numbering": numbering, "joint": order, "grid": pos_of[tokens], "positions": grid,
                     "layout": layout, "axes": axes, "theta": theta, "tables": tables, "error": err,
                     "frequencies": kind, "rotary_dim": width,
-                    **({"section_layout": "interleaved"} if kind != frequencies else {}),
+                    **({"section_layout": "interleaved"} if frequencies.startswith("interleaved") else {}),
                     "unseen": sorted({int(a) for a, f in zip(owners, freqs, strict=True) if np.isnan(f)})}
       best = Refused(f"its rotation over the grid fits per-axis RoPE {axes} (theta {thetas['per_axis']}) or M-RoPE "
                      f"(theta {thetas['shared']}), {layout} pairs, only to {err:.1e}")
@@ -1023,6 +1066,27 @@ def _scales(recipe: dict, args: dict) -> list[float]:
   return [float(args[k]) for k in recipe["scale_keys"]]
 
 
+def _cosmos(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Cosmos: the padding mask its pipelines pass (zeros [1, 1, H, W], resized to the latent and concatenated as one
+  more input channel: off the rotary path), and, with `_fps` in `extra`, the fps its video pipelines pass (Cosmos
+  1.0's text2world: 30), which scales its frame positions by base_fps / fps. Its module resizes the mask with
+  torchvision's transforms, an optional import the reference venv lacks (torchvision breaks its transformers): a
+  stand-in nearest resize is put where the module looks for it (a resize of zeros is zeros, whatever the method)."""
+  from diffusers.models.transformers import transformer_cosmos as module
+  if not hasattr(module, "transforms"):
+    import types
+
+    def resize(x: torch.Tensor, size: list[int], interpolation: str = "nearest") -> torch.Tensor:
+      return torch.nn.functional.interpolate(x, size=size, mode="nearest")
+    module.transforms = types.SimpleNamespace(functional=types.SimpleNamespace(resize=resize),
+                                              InterpolationMode=types.SimpleNamespace(NEAREST="nearest"))
+  p = defaults["patch_size"]
+  inputs = {"padding_mask": torch.zeros(1, 1, grid[1] * p[1], grid[2] * p[2], dtype=torch.float64)}
+  if extra.get("_fps"):
+    inputs["fps"] = extra["_fps"]
+  return inputs
+
+
 def _kandinsky6_sr(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """Kandinsky 6 SR: tiles [B, T, H, W, 2 * in_visual_dim + 1] (the latent, its anchor and the anchor mask), its
   token grid a multiple of its 8 x 8 attention blocks."""
@@ -1190,6 +1254,11 @@ def _easyanimate(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], ext
 
 RECIPES: dict[str, dict] = {
     "GlmImageTransformer2DModel": {"inputs": _glm_image},
+    # Cosmos: each axis its own theta, 10000 * rope_scale[a] ** (d_a / (d_a - 2)) (an NTK factor per axis; confirmed
+    # with rope_scale changed); a video's frames at t * 24 / fps (24: its rotary module's base_fps, which the model
+    # does not pass; confirmed at the fps 30 its text2world pipeline passes)
+    "CosmosTransformer3DModel": {"inputs": _cosmos, "ntk_key": "rope_scale", "ntk_base": 10000.0, "base_fps": 24,
+                                 "ntk_check": [1.0, 3.0, 2.0]},
     # CogVideoX, ConsisID: [B, F, C, H, W] latents; their learned position table sized for the probe's caption
     # CogVideoX 1.0 and ConsisID rotate by the tables their pipeline makes, over a crop of (sample_height,
     # sample_width) / patch_size; probed on 3 x 2 patches, an aspect whose crop (12 of 45 columns left of it, 12.5
@@ -1359,8 +1428,9 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   try:
     calls = (_attention_applies(model, inputs, recipe["attention"]) if "attention" in recipe else
              _applies(model, inputs, ndims=recipe.get("ndims")))
-  except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half:
-    if "same dtype" not in str(e):  # run it in float32 (the fit then allows float32's rounding)
+  except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half;
+    # Cosmos's learnable position embedding takes a float32 norm no float64 input may narrow to: run it in float32
+    if "same dtype" not in str(e) and "without narrowing" not in str(e):  # (the fit then allows float32's rounding)
       raise
     calls = _applies(model.float(), {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
                                      for k, v in inputs.items()})
@@ -1380,6 +1450,9 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   candidates = None if given is None else [("given", None, {tokens: given})]
   if "sequence" in recipe:
     candidates = [("sequence", None, {tokens: np.arange(tokens)[:, None]})]
+  if (extra or {}).get("_fps"):  # Cosmos: a video at the fps its pipeline passes, its frames at t * base_fps / fps
+    candidates = [("fps_scaled", None, {tokens: raster_grid(dims) * np.array(
+        [recipe["base_fps"] / extra["_fps"], 1.0, 1.0])})]
   if "scale_keys" in recipe or "scale_key" in recipe:  # Allegro, Kandinsky 6 SR: the grid over per-axis scales
     raster = raster_grid(dims)
     candidates = [("scaled", None, {tokens: raster / np.array(_scales(recipe, {**defaults, **kw}))})]

@@ -96,9 +96,13 @@ def render() -> str:
     for c in exact:
       f = classes[c]["family"]
       theta = f"{f['theta']:g}" if "theta" in f else f"`{f['theta_key']}` ({f['theta_default']:g})"
+      if "ntk_key" in f:  # Cosmos: each axis its own theta
+        theta += f" x `{f['ntk_key']}`[a] ** (d_a / (d_a - 2)) per axis ({f['ntk_default']})"
       key = f"`{f['axes_key']}`" if "axes_key" in f else f"from `{f['head_dim_key']}`={f['head_dim_default']} only"
       where = ("(frame, row, column) of its latent grid" if f.get("grid") else
                "its img_ids / txt_ids, " + f["order"].replace("_", " "))
+      if "fps_base" in f:  # Cosmos: a video's frames at t * base_fps / fps
+        where += f" (a video's frames at t * {f['fps_base']} / fps)"
       lines.append(f"| `{c}` | {f['axes_default']} ({key}) | {theta} | {f['layout']} | {where} |")
     for reason, n in reasons.most_common():
       lines += ["", f"Refused ({n}): {reason}:", "", ", ".join(f"`{c}`" for c, e in sorted(classes.items())

@@ -307,7 +307,18 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       with pytest.raises(ValueError, match=f"must give {key}; the class default"):
         rope.from_hf_config({"_class_name": name})
     default = rope.from_hf_config({"_class_name": name, **required})  # ConfigMixin's defaults: the class's own
-    assert default.sections == tuple(d // 2 for d in axes) and default.frequencies == fam["frequencies"], name
+    assert default.sections == tuple(d // 2 for d in axes), name
+    if "ntk_key" in fam:  # Cosmos: each axis's spectrum of theta * rope_scale[a] ** (d_a / (d_a - 2)), explicit
+      want = np.concatenate([theta ** (-np.arange(0, d, 2) / d) for d, theta in zip(axes, (
+          fam["theta"] * s ** (d / (d - 2)) for d, s in zip(axes, fam["ntk_default"], strict=True)), strict=True)])
+      np.testing.assert_allclose(default.frequencies, want, rtol=1e-12, err_msg=name)
+      unscaled = rope.from_hf_config({"_class_name": name, fam["ntk_key"]: [1.0] * len(axes)})
+      np.testing.assert_allclose(unscaled.frequencies, rope.pair_frequencies(
+          sum(axes), fam["theta"], sections=default.sections, kind="per_axis"), rtol=1e-12, err_msg=name)
+      with pytest.raises(ValueError, match=f"{fam['ntk_key']}=.*must be {len(axes)} positive numbers"):
+        rope.from_hf_config({"_class_name": name, fam["ntk_key"]: [2.0, 1.0]})
+    else:
+      assert default.frequencies == fam["frequencies"], name
     assert default.theta == fam.get("theta", fam.get("theta_default")), name
     if "theta_key" in fam:  # observed to follow the key (x 4 in the generator)
       assert rope.from_hf_config({"_class_name": name, **required, fam["theta_key"]: 500.0}).theta == 500.0

@@ -241,10 +241,32 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   layout, blocks = fam["layout"], 1
   if layout.startswith("half") and layout != "half":  # Allegro: rotate_half inside each axis's block ("half3")
     layout, blocks = "half", int(layout[len("half"):])
+  frequencies: Any = fam["frequencies"]
+  if "ntk_key" in fam:  # Cosmos: axis a's own spectrum, of theta * scale_a ** (d_a / (d_a - 2))
+    frequencies = _ntk_frequencies(cfg, class_name, fam, axes, float(theta))
   return RotaryConfig(theta=float(theta), layout=layout, sections=tuple(d // 2 for d in axes),
-                      frequencies=fam["frequencies"], blocks=blocks,
+                      frequencies=frequencies, blocks=blocks,
                       section_layout=fam.get("section_layout", "chunked"),  # Ideogram 4: interleaved M-RoPE
                       rotary_dim=rotary_dim)  # Stable Audio, MiniMax Music 3: the first R channels of each head
+
+
+def _ntk_frequencies(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any], axes: Any,
+                     theta: float) -> tuple[float, ...]:
+  """Cosmos: each axis a (d_a channels) turns by its own spectrum theta_a ** (-2j / d_a), theta_a = theta *
+  scale_a ** (d_a / (d_a - 2)), scale_a from the observed key (rope_scale, (t, h, w)); frequencies per pair in the
+  chunked order of `axes`."""
+  key = fam["ntk_key"]
+  scales = cfg.get(key)
+  if scales is None:
+    scales = fam["ntk_default"]
+  if not isinstance(scales, (list, tuple)) or len(scales) != len(axes) or any(
+      isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in scales):
+    raise ValueError(f"{class_name}: {key}={scales!r} must be {len(axes)} positive numbers (one per position axis "
+                     f"(t, h, w), each axis's theta scaled by {key}[a] ** (d_a / (d_a - 2))).")
+  out: list[float] = []
+  for d, scale in zip(axes, scales, strict=True):
+    out.extend(default_inv_freq(d, theta * float(scale) ** (d / (d - 2))).tolist())
+  return tuple(out)
 
 
 def _from_ltx(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:
