@@ -178,6 +178,9 @@ def _attention_applies(model, inputs: dict, entry: str) -> list[dict]:
   for m in model.modules():
     norm, to_q = getattr(m, "norm_q", None), getattr(m, "to_q", None)
     heads = getattr(m, "heads", None) or getattr(m, "num_heads", None)
+    added = getattr(m, "norm_added_q", None)  # Cosmos3-Omni: its generation tokens' q (norm_q: its text prefix's)
+    if isinstance(added, torch.nn.Module) and isinstance(norm, torch.nn.Module):
+      hooks.append(added.register_forward_hook(lambda mod, args, out: before.append(out.detach().clone())))
     if isinstance(norm, torch.nn.Module):
       hooks.append(norm.register_forward_hook(lambda mod, args, out: before.append(out.detach().clone())))
     elif isinstance(to_q, torch.nn.Module) and isinstance(heads, int):
@@ -186,7 +189,13 @@ def _attention_applies(model, inputs: dict, entry: str) -> list[dict]:
 
   def record(query: torch.Tensor, heads_first: bool) -> None:
     q = (query.transpose(1, 2) if heads_first else query).detach().to(torch.float64)
-    x = before.pop() if before else None
+    # the latest q of this shape (an unbatched [T, H, D] one batched: Cosmos3-Omni); a q of another shape waits
+    # for its own attention call (Cosmos3-Omni's two pathways, whose norms both ran before either call)
+    at = next((i for i in reversed(range(len(before))) if before[i].shape == q.shape or
+               (before[i].ndim == q.ndim - 1 and before[i][None].shape == q.shape)), None)
+    x = None if at is None else before.pop(at)
+    if x is not None and x.ndim == q.ndim - 1:
+      x = x[None]
     if x is not None and x.shape == q.shape and not torch.equal(x.to(q.dtype), q):
       calls.append({"function": f"attention ({entry})", "x": x.to(torch.float64).numpy(), "out": q.numpy()})
 
@@ -682,15 +691,28 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
         break
   if family and family.get("section_layout") == "interleaved" and "ltx" not in family:  # Ideogram 4: which key splits the pairs over the
     pairs_ = [a // 2 for a in family["axes_default"]]  # axes (axis 0 taking the rest): confirmed by moving 2 pairs
-    key = next((k for k, v in defaults.items() if isinstance(v, (list, tuple)) and len(v) == len(pairs_) and
+    args = {**defaults, **RECIPES.get(name, {}).get("kw", {})}  # (Cosmos3-Omni's rope_axes_dim: its recipe's)
+    key = next((k for k, v in args.items() if isinstance(v, (list, tuple)) and len(v) == len(pairs_) and
                 all(isinstance(x, int) for x in v) and list(v[1:]) == pairs_[1:]), None)
-    moved = None if key is None else [defaults[key][0], defaults[key][1] + 2, *defaults[key][2:-1],
-                                      defaults[key][-1] - 2]
+    # (2 pairs from axis 1 to axis 0's rest: axis a's pairs lie below 3 x its entry, which may not pass the head's
+    # pairs, so no entry grows: Cosmos3-Omni's 20 of 64 is the most an axis can take)
+    moved = None if key is None else [args[key][0], args[key][1] - 2, *args[key][2:]]
     again = _observe_grid(name, seed, {key: moved})[0].get("family", {}) if key else {}
     if key is None or [a // 2 for a in again.get("axes_default", [])][1:] != moved[1:]:
       return {"status": "refused", "reason": f"its interleaved M-RoPE gives the axes {pairs_} pairs, a split no "
                                              "config key was seen to set"}, None
-    family.update(sections_key=key, sections_default=list(defaults[key]))
+    family.update(sections_key=key, sections_default=list(args[key]))
+    fallback = RECIPES.get(name, {}).get("sections_fallback")
+    if fallback:  # Cosmos3-Omni: with rope_axes_dim null, rope_scaling's mrope_section (its other keys not read)
+      outer, inner = fallback
+      again = _observe_grid(name, seed, {key: None, outer: {"rope_type": "yarn", "factor": 4.0, inner: moved}})[0]
+      fam2 = again.get("family", {})
+      theta = family.get("theta", family.get("theta_default"))  # (a theta of millions: to 1e-4, as above)
+      if [a // 2 for a in fam2.get("axes_default", [])][1:] != moved[1:] or \
+          not np.isclose(fam2.get("theta", 0.0), theta, rtol=1e-4):
+        return {"status": "refused", "reason": f"with {key} null, its sections were not seen to follow "
+                                               f"{outer}[{inner!r}] alone ({again.get('reason', fam2)})"}, None
+      family["sections_fallback"] = [outer, inner]
   if family and ("scale_keys" in family or "scale_key" in family):  # the keys doubled: the fit must follow them
     doubled = ({family["scale_key"]: [2 * v for v in family["scale_default"]]} if "scale_key" in family else
                {k: 2 * v for k, v in zip(family["scale_keys"], family["scale_default"], strict=True)})
@@ -917,6 +939,14 @@ def fit_caption(calls: list[dict], got: dict) -> tuple[str, np.ndarray]:
                                    got["frequencies"])
     if errors[name] <= _tolerance(got["tables"], applied):
       return name, positions
+  try:  # Kandinsky 6: its text blocks rotate the caption by a 1-D RoPE of their own, at 0, 1, ...
+    own = fit_grid(calls, (T_TXT,), [("sequence", None, {T_TXT: np.arange(T_TXT)[:, None]})])
+  except Refused:
+    own = None
+  if own is not None:
+    raise Refused(f"it rotates its caption apart from the image by a rotation of its own (1-D RoPE over "
+                  f"{own['axes'][0]} channels, theta {own['theta']:g}, {own['layout']} pairs, token i at i; its latent: "
+                  f"per-axis RoPE over {got['axes']}): two specs, which one RotaryConfig does not hold")
   raise Refused(f"it rotates its caption apart from the image, by positions this probe does not know (off by "
                 f"{errors} as {list(known)})")
 
@@ -957,6 +987,21 @@ def _wan_animate(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], ext
   return {"pose_hidden_states": torch.randn(1, defaults["latent_channels"], grid[0] - 1, 2 * grid[1], 2 * grid[2],
                                             dtype=torch.float64),  # a pose latent per frame but the first
           "face_pixel_values": torch.randn(1, 3, 1, size, size, dtype=torch.float64)}  # a one-frame face video
+
+
+def _cosmos3(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], extra: dict) -> dict:
+  """Cosmos3-Omni: one packed sequence, its T_TXT text tokens (the causal prefix, und_len) then one latent frame of
+  2 x 3 patches (6 vision tokens, every frame noisy), and the [3, tokens] M-RoPE ids its pipeline builds (random
+  here: the fit must find that the rotation follows them)."""
+  p = defaults["latent_patch_size"]
+  vision = GIVEN_TOKENS - T_TXT
+  return {"input_ids": torch.arange(T_TXT) % kw["vocab_size"], "text_indexes": torch.arange(T_TXT),
+          "position_ids": torch.from_numpy(ids).T.contiguous(), "und_len": T_TXT, "sequence_length": GIVEN_TOKENS,
+          "vision_tokens": [torch.randn(1, defaults["latent_channel"], 1, 2 * p, 3 * p, dtype=torch.float64)],
+          "vision_token_shapes": [(1, 2, 3)], "vision_sequence_indexes": torch.arange(T_TXT, GIVEN_TOKENS),
+          "vision_mse_loss_indexes": torch.arange(T_TXT, GIVEN_TOKENS),
+          "vision_timesteps": torch.full((vision,), 500.0, dtype=torch.float64),
+          "vision_noisy_frame_indexes": [torch.tensor([0])]}
 
 
 def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
@@ -1085,6 +1130,16 @@ def _cosmos(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: d
   if extra.get("_fps"):
     inputs["fps"] = extra["_fps"]
   return inputs
+
+
+def _kandinsky6(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Kandinsky 6: a video latent [B, T, H, W, 2 * in_visual_dim + 1] (the latent, its condition and the condition's
+  mask), a caption, its pooled embedding; no audio (its fused blocks then run the video alone)."""
+  size = [g * p for g, p in zip(grid, defaults["patch_size"], strict=True)]
+  return {"hidden_states": torch.randn(1, *size, 2 * defaults["in_visual_dim"] + 1, dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, T_TXT, kw["in_text_dim"], dtype=torch.float64),
+          "pooled_projections": torch.randn(1, kw["in_text_dim2"], dtype=torch.float64),
+          "timestep": torch.tensor([500.0], dtype=torch.float64)}
 
 
 def _kandinsky6_sr(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
@@ -1299,6 +1354,11 @@ RECIPES: dict[str, dict] = {
     "LongCatAudioDiTTransformer": {"kw": {"dit_text_dim": WIDTH}, "inputs": _longcat_audio, "sequence": 6},
     # Kandinsky 6 SR: one head of its axes' 64 channels; a 2 x 8 x 8 grid, one 8 x 8 attention block per frame (its
     # tokens then in raster order); positions over its scale_factor
+    # Kandinsky 6: one head of its axes' 128 channels, one text and one fused block, every other width narrowed
+    "Kandinsky6Transformer3DModel": {"kw": {"model_dim": 128, "ff_dim": WIDTH, "num_text_blocks": 1,
+                                            "num_visual_blocks": 1, "time_dim": WIDTH, "in_text_dim": WIDTH,
+                                            "in_text_dim2": WIDTH},
+                                     "inputs": _kandinsky6, "scale_key": "scale_factor"},
     "Kandinsky6SRTransformer3DModel": {"kw": {"model_dim": 64, "ff_dim": WIDTH, "num_visual_blocks": 1,
                                               "time_dim": WIDTH},
                                        "inputs": _kandinsky6_sr, "grid": (2, 8, 8), "scale_key": "scale_factor"},
@@ -1324,6 +1384,16 @@ RECIPES: dict[str, dict] = {
     # written in its attention, so it is observed there (q after norm_q, and as dispatch_attention_fn gets it)
     "Ideogram4Transformer2DModel": {"kw": {"llm_features_dim": WIDTH, "intermediate_size": WIDTH},
                                     "inputs": _ideogram4, "ids": True, "attention": "dispatch"},
+    # Cosmos3-Omni: one layer, a vocabulary of 16; its cos/sin apply is written in its attention processor, which
+    # rotates its text prefix (q after norm_q) and its generation tokens (q after norm_added_q) apart, by the two
+    # slices of one table over the packed sequence: observed at the attention, the two calls joined in sequence
+    # order (`join_streams`). rope_axes_dim given as register_to_config writes it into every config.json it saves
+    "Cosmos3OmniTransformer": {"kw": {"num_hidden_layers": 1, "intermediate_size": WIDTH, "vocab_size": 16,
+                                      "rope_axes_dim": [24, 20, 20]},
+                               "inputs": _cosmos3, "ids": True, "attention": "dispatch", "join_streams": True,
+                               # a config without rope_axes_dim: rope_scaling["mrope_section"] (confirmed with a yarn
+                               # rope_type and factor there, which it does not read), else [24, 20, 20]
+                               "sections_fallback": ("rope_scaling", "mrope_section")},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,
@@ -1434,6 +1504,9 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
       raise
     calls = _applies(model.float(), {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
                                      for k, v in inputs.items()})
+  if recipe.get("join_streams"):  # Cosmos3-Omni: its two pathways' calls, each layer's pair joined in sequence order
+    calls = [{"function": a["function"], "x": np.concatenate([a["x"], b["x"]], 1),
+              "out": np.concatenate([a["out"], b["out"]], 1)} for a, b in zip(calls[::2], calls[1::2], strict=True)]
   if not calls:  # as for a transformers type whose default config's forward calls none of its rotary code
     return {"status": "no_rope", "reason": "its forward on a latent calls no rotary function (observed; its module "
                                            "has names that match rot/rope)"}, None
@@ -1479,7 +1552,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   init_args = {**defaults, **recipe.get("kw", {}), **(extra or {})}  # the init arguments this probe ran with
   axes_key = next((k for k in init_args if isinstance(init_args[k], (list, tuple)) and list(init_args[k]) == axes),
                   None)
-  if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
+  if axes_key is None and not got.get("section_layout"):  # PRX: an axes key left None, which the class fills in
+    # (observe_grid confirms it is followed; an interleaved M-RoPE's split is its sections key's, found there)
     axes_key = next((k for k in defaults if defaults[k] is None and "axes" in k), None)
   if got["numbering"] == "ltx":  # LTX: the spec is for its whole attention width, read by its own rule
     family_ltx = {"base": list(recipe["ltx"]["base"]), "scale_default": list(recipe["ltx"]["scale"]),

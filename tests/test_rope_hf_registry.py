@@ -338,6 +338,13 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       moved = rope.from_hf_config({"_class_name": name, fam["sections_key"]: [s0, s1 + 2, s2 - 2]})
       assert moved.sections == (sum(axes) // 2 - s1 - s2, s1 + 2, s2 - 2), name
       assert moved.section_layout == default.section_layout == fam["section_layout"], name
+      if fam.get("sections_fallback"):  # Cosmos3-Omni: with rope_axes_dim absent, rope_scaling's mrope_section
+        outer, inner = fam["sections_fallback"]
+        assert rope.from_hf_config({"_class_name": name, outer: {inner: [s0, s1 + 2, s2 - 2]}}) == moved, name
+        assert rope.from_hf_config({"_class_name": name, fam["sections_key"]: [s0, s1, s2],
+                                    outer: {inner: [s0, s1 + 2, s2 - 2]}}) == default, name
+        with pytest.raises(ValueError, match=f"{outer}=.*must be a dict"):
+          rope.from_hf_config({"_class_name": name, outer: [1, 2]})
     for key in fam.get("positions_guarded", {}):  # CogVideoX 1.5: patch_size_t set, positions by another rule
       with pytest.raises(ValueError, match=f"sets {key}=2; its pipeline then builds the rotary positions"):
         rope.from_hf_config({"_class_name": name, key: 2})

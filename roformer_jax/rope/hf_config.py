@@ -218,7 +218,15 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
                        f"than {head_key}={head_dim} (the rotated channels at the start of each head).")
     axes = [rotary_dim]
   if "sections_key" in fam:  # Ideogram 4's mrope_section: axes 1.. take their pairs, axis 0 the rest of the head
-    given = cfg.get(fam["sections_key"]) or fam["sections_default"]
+    given = cfg.get(fam["sections_key"])
+    if given is None and fam.get("sections_fallback"):  # Cosmos3-Omni: with rope_axes_dim null, its class reads
+      outer, inner = fam["sections_fallback"]  # rope_scaling["mrope_section"] (observed; no other key of it is read)
+      sub = cfg.get(outer)
+      if sub is not None and not isinstance(sub, Mapping):
+        raise ValueError(f"{class_name}: {outer}={sub!r} must be a dict (its {inner!r} splits the pairs over the "
+                         "position axes) or null.")
+      given = None if sub is None else sub.get(inner)
+    given = given or fam["sections_default"]
     if not isinstance(given, (list, tuple)) or len(given) != len(fam["axes_default"]) or any(
         isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in given):
       raise ValueError(f"{class_name}: {fam['sections_key']}={given!r} must be {len(fam['axes_default'])} positive "
