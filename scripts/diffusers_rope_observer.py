@@ -1004,6 +1004,45 @@ def _cosmos3(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], e
           "vision_noisy_frame_indexes": [torch.tensor([0])]}
 
 
+# QwenImage 2.1's probe: its joint sequence in runs, text (an int) and image blocks ((height, width) latent tokens): two
+# text tokens, a 2 x 2 condition image (one slot of its vision-language sequence), a text token, the 2 x 4 target
+QWEN_IMAGE21_RUNS = (2, (2, 2), 1, (2, 4))
+
+
+def qwen_image21_hypothesis(runs: tuple) -> np.ndarray:
+  """The positions QwenImage 2.1 is expected to rotate by (the docstring of its QwenImage21Rope, written out here,
+  as rope.qwen_image21_positions also does; the fit checks its forward against it): a counter p from 0; text token i
+  of a run at p + i on every axis; an image block at frame p, its rows and columns centred (-(n - n // 2) .. n // 2 -
+  1), p then moved by max(height, width)."""
+  out, p = [], 0
+  for run in runs:
+    if isinstance(run, int):
+      out.append(np.repeat((np.arange(run) + p)[:, None], 3, 1))
+      p += run
+    else:
+      h, w = run
+      grid = raster_grid((h, w)) - np.array([h - h // 2, w - w // 2])
+      out.append(np.column_stack([np.full(h * w, p), grid]))
+      p += max(h, w)
+  return np.concatenate(out)
+
+
+def _qwen_image21(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """QwenImage 2.1: its packed latents (condition images first, the target last), the text states of its
+  vision-language sequence with one placeholder per condition slot, and img_mask over that sequence and the target's
+  slots it appends (each slot 2 x 2 latent tokens), as its pipeline lays them out (QWEN_IMAGE21_RUNS)."""
+  images = [r for r in QWEN_IMAGE21_RUNS if not isinstance(r, int)]
+  mask = []
+  for run in QWEN_IMAGE21_RUNS:
+    mask += [False] * run if isinstance(run, int) else [True] * (run[0] * run[1] // 4)
+  target = images[-1][0] * images[-1][1] // 4
+  tokens = sum(h * w for h, w in images)
+  return {"hidden_states": torch.randn(1, tokens, kw.get("in_channels", defaults["in_channels"]), dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, len(mask) - target, kw["context_in_dim"], dtype=torch.float64),
+          "img_shapes": [[(1, h, w) for h, w in images]], "img_mask": torch.tensor([mask]),
+          "timestep": torch.tensor([0.5], dtype=torch.float64)}
+
+
 def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   tokens = grid[1] * grid[2]
   return {"prior_token_id": torch.zeros(1, tokens, dtype=torch.long),  # a prior VQ token per latent patch, kept
@@ -1394,6 +1433,11 @@ RECIPES: dict[str, dict] = {
                                # a config without rope_axes_dim: rope_scaling["mrope_section"] (confirmed with a yarn
                                # rope_type and factor there, which it does not read), else [24, 20, 20]
                                "sections_fallback": ("rope_scaling", "mrope_section")},
+    # QwenImage 2.1: one joint sequence of text and image blocks (QWEN_IMAGE21_RUNS), fitted at the positions its
+    # rotary module's docstring describes (`hypothesis`; they reach 5, where frequency 1 wraps)
+    "QwenImage21Transformer2DModel": {"kw": {"context_in_dim": WIDTH}, "inputs": _qwen_image21,
+                                      "hypothesis": ("qwen_image21", lambda: qwen_image21_hypothesis(QWEN_IMAGE21_RUNS)),
+                                      "runs": QWEN_IMAGE21_RUNS},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,
@@ -1516,6 +1560,9 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     dims = (GIVEN_TOKENS,)
   if "sequence" in recipe:  # Stable Audio: one sequence of tokens at 0, 1, ... (its global token first)
     dims = (recipe["sequence"],)
+  if "hypothesis" in recipe:  # QwenImage 2.1: one joint sequence, at the positions its module is said to give
+    numbering, hypothesis = recipe["hypothesis"][0], recipe["hypothesis"][1]()
+    dims = (len(hypothesis),)
   tokens = int(np.prod(dims))
   rotated = [c for c in calls if _token_count(c["x"].shape, (tokens, tokens + T_TXT))]
   if not rotated:
@@ -1523,6 +1570,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   candidates = None if given is None else [("given", None, {tokens: given})]
   if "sequence" in recipe:
     candidates = [("sequence", None, {tokens: np.arange(tokens)[:, None]})]
+  if "hypothesis" in recipe:
+    candidates = [(numbering, None, {tokens: hypothesis})]
   if (extra or {}).get("_fps"):  # Cosmos: a video at the fps its pipeline passes, its frames at t * base_fps / fps
     candidates = [("fps_scaled", None, {tokens: raster_grid(dims) * np.array(
         [recipe["base_fps"] / extra["_fps"], 1.0, 1.0])})]
@@ -1607,6 +1656,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   goldens = {"config": kw, "grid": got["grid"], "positions": got["positions"], "dims": np.asarray(dims),
              "x": _to_bthd(rotated[0]["x"], m),
              "out": _to_bthd(rotated[0]["out"], m)}
+  if "runs" in recipe:  # QwenImage 2.1: its runs, a row each: (n, 0, 0) n text tokens, (0, h, w) an image block
+    goldens["runs"] = np.array([(r, 0, 0) if isinstance(r, int) else (0, *r) for r in recipe["runs"]])
   if caption:
     goldens.update(caption_positions=caption_positions, caption_x=_to_bthd(caption[0]["x"], T_TXT),
                    caption_out=_to_bthd(caption[0]["out"], T_TXT))

@@ -101,6 +101,10 @@ def render() -> str:
       key = f"`{f['axes_key']}`" if "axes_key" in f else f"from `{f['head_dim_key']}`={f['head_dim_default']} only"
       where = ("(frame, row, column) of its latent grid" if f.get("grid") else
                "its img_ids / txt_ids, " + f["order"].replace("_", " "))
+      if f.get("grid") == "given":  # Krea 2, Ideogram 4, Cosmos3-Omni
+        where = "the ids its pipeline gives"
+      elif f.get("grid") == "qwen_image21":
+        where = "its joint sequence of text and image blocks (`rope.qwen_image21_positions`)"
       if "fps_base" in f:  # Cosmos: a video's frames at t * base_fps / fps
         where += f" (a video's frames at t * {f['fps_base']} / fps)"
       lines.append(f"| `{c}` | {f['axes_default']} ({key}) | {theta} | {f['layout']} | {where} |")

@@ -219,6 +219,12 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     g = {k.split("/", 1)[1]: np.asarray(v) for k, v in DIFFUSERS_ARRAYS.items() if k.startswith(name + "/")}
     if fam.get("grid") == "given":  # Krea 2: its pipeline builds the positions; the probe gave random ones
       positions = g["positions"]
+    elif fam.get("grid") == "qwen_image21":  # QwenImage 2.1: its joint sequence's runs of text and image blocks
+      positions = g["positions"]
+      runs = [int(n) if n else (int(h), int(w)) for n, h, w in g["runs"]]
+      np.testing.assert_array_equal(positions, rope.qwen_image21_positions(runs))
+      with pytest.raises(ValueError, match="a text length .int. or an image's .height, width."):
+        rope.qwen_image21_positions([2, (1, 2, 3)])
     elif fam.get("grid") == "sequence":  # Stable Audio: its global token, then the latent, at 0, 1, ...
       positions = g["positions"]
       np.testing.assert_array_equal(positions[:, 0], np.arange(len(positions)))

@@ -452,3 +452,36 @@ def lumina_positions(height: int, width: int, text_length: int, *, image_first: 
   image = video_grid_positions(1, height, width)
   image[:, 0] = text_length + start
   return np.concatenate([image, text] if image_first else [text, image])
+
+
+def qwen_image21_positions(runs: Sequence[Any]) -> np.ndarray:
+  """The positions QwenImage 2.1 rotates its joint sequence by (its QwenImage21Rope), run by run
+  in sequence order: an int n is n text tokens, a (height, width) pair an image block of that many
+  latent tokens in raster order (its condition images where its vision-language encoder reserved
+  their slots, each slot 2 x 2 tokens, and the target image last). A counter p starts at 0; text
+  token i of a run sits at (p + i, p + i, p + i) and moves p past the run; an image block sits at
+  frame p, its rows and columns centred on 0 (-(n - n // 2), ..., n // 2 - 1), and moves p by
+  max(height, width).
+
+  Returns:
+    int32[tokens, 3]: (frame, row, column) per token.
+  """
+  if isinstance(runs, (str, bytes)) or not isinstance(runs, Sequence):
+    raise ValueError(f"runs must be a sequence of text lengths (ints) and image (height, width) pairs, got {runs!r}.")
+  out, p = [], 0
+  for run in runs:
+    if isinstance(run, (int, np.integer)) and not isinstance(run, bool):
+      _check_count("a text run's length", run, 0)
+      out.append(np.repeat((np.arange(run) + p)[:, None], 3, 1))
+      p += int(run)
+      continue
+    if not isinstance(run, Sequence) or len(run) != 2:
+      raise ValueError(f"a run must be a text length (int) or an image's (height, width), got {run!r}.")
+    h, w = run
+    _check_count("an image's height", h)
+    _check_count("an image's width", w)
+    rows = np.repeat(np.arange(h) - (h - h // 2), w)
+    cols = np.tile(np.arange(w) - (w - w // 2), h)
+    out.append(np.stack([np.full(h * w, p), rows, cols], -1))
+    p += max(int(h), int(w))
+  return (np.concatenate(out) if out else np.zeros((0, 3))).astype(np.int32)
