@@ -844,7 +844,7 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
   fitted axes and theta reproduce every call within TOLERANCE; Refused, with the nearest miss, if none.
   `candidates` (as `_grid_candidates` gives them): the ids a forward was given, instead of the grid's."""
   tokens = int(np.prod(dims))
-  counts = (tokens, tokens + T_TXT)
+  counts = tuple(candidates[0][2]) if candidates else (tokens, tokens + T_TXT)  # (Bria-Fibo 2: two call sizes)
   sized = [(c, _token_count(c["x"].shape, counts)) for c in rotated]
   if candidates is None:
     candidates = _grid_candidates(dims, joint=any(m == tokens + T_TXT for _, m in sized))
@@ -1040,6 +1040,37 @@ def _qwen_image21(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], ex
   return {"hidden_states": torch.randn(1, tokens, kw.get("in_channels", defaults["in_channels"]), dtype=torch.float64),
           "encoder_hidden_states": torch.randn(1, len(mask) - target, kw["context_in_dim"], dtype=torch.float64),
           "img_shapes": [[(1, h, w) for h, w in images]], "img_mask": torch.tensor([mask]),
+          "timestep": torch.tensor([0.5], dtype=torch.float64)}
+
+
+# Bria-Fibo 2's probe: 4 gist tokens (its min and step; at most 8), a 2 x 3 image, a 2 x 2 context image to edit
+BRIA_FIBO2 = {"gist": 4, "max_gist": 8, "image": (2, 3), "context": (2, 2)}
+
+
+def bria_fibo2_hypothesis() -> dict[int, np.ndarray]:
+  """The positions Bria-Fibo 2's forward is expected to rotate by (written out from its code's create_coordinate_grid
+  calls; rope.bria_fibo2_positions builds the same): its gist (Perceiver) tokens at (1 + i, 0, 0), the image at
+  (max_num_gist_tokens + 1, row, column), context image k at (max_num_gist_tokens + 2 + k, row, column); its noise
+  refiner rotates the image and context tokens alone, its layers the gist tokens first, then those."""
+  b = BRIA_FIBO2
+  plane = b["max_gist"] + 1
+  gist = np.zeros((b["gist"], 3), np.int64)
+  gist[:, 0] = np.arange(b["gist"]) + 1
+  image = np.column_stack([np.full(np.prod(b["image"]), plane), raster_grid(b["image"])])
+  context = np.column_stack([np.full(np.prod(b["context"]), plane + 1), raster_grid(b["context"])])
+  refined = np.concatenate([image, context])
+  return {len(refined) + b["gist"]: np.concatenate([gist, refined]), len(refined): refined}
+
+
+def _bria_fibo2(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Bria-Fibo 2: its latent [B, C, H, W], one context latent to edit, and its text features [B, 1 + injected layers,
+  T, cap_feat_dim] (the Perceiver's bundle first)."""
+  p, c = defaults["patch_size"], defaults["in_channels"]
+  (h, w), (ch, cw) = BRIA_FIBO2["image"], BRIA_FIBO2["context"]
+  return {"hidden_states": torch.randn(1, c, h * p, w * p, dtype=torch.float64),
+          "context_latents": [torch.randn(1, c, ch * p, cw * p, dtype=torch.float64)],
+          "encoder_hidden_states": torch.randn(1, 1 + len(kw["injection_layer_ids"]), T_TXT, kw["cap_feat_dim"],
+                                               dtype=torch.float64),
           "timestep": torch.tensor([0.5], dtype=torch.float64)}
 
 
@@ -1438,6 +1469,16 @@ RECIPES: dict[str, dict] = {
     "QwenImage21Transformer2DModel": {"kw": {"context_in_dim": WIDTH}, "inputs": _qwen_image21,
                                       "hypothesis": ("qwen_image21", lambda: qwen_image21_hypothesis(QWEN_IMAGE21_RUNS)),
                                       "runs": QWEN_IMAGE21_RUNS},
+    # Bria-Fibo 2: 4 gist tokens of at most 8 (its gist count from the text length, min 4, step 4), one Perceiver
+    # layer, its one layer injected; fitted at the positions its code is read to give (`hypothesis`)
+    "BriaFibo2Transformer2DModel": {"kw": {"min_num_gist_tokens": BRIA_FIBO2["gist"],
+                                           "max_num_gist_tokens": BRIA_FIBO2["max_gist"],
+                                           "gist_step": BRIA_FIBO2["gist"], "perceiver_num_layers": 1,
+                                           "injection_layer_ids": [0]},
+                                    "inputs": _bria_fibo2, "hypothesis": ("bria_fibo2", bria_fibo2_hypothesis),
+                                    # the golden's layout: gist tokens, their most, the image's and context's sizes
+                                    "layout": [BRIA_FIBO2["gist"], BRIA_FIBO2["max_gist"], *BRIA_FIBO2["image"],
+                                               *BRIA_FIBO2["context"]]},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,
@@ -1560,18 +1601,20 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     dims = (GIVEN_TOKENS,)
   if "sequence" in recipe:  # Stable Audio: one sequence of tokens at 0, 1, ... (its global token first)
     dims = (recipe["sequence"],)
-  if "hypothesis" in recipe:  # QwenImage 2.1: one joint sequence, at the positions its module is said to give
-    numbering, hypothesis = recipe["hypothesis"][0], recipe["hypothesis"][1]()
-    dims = (len(hypothesis),)
+  if "hypothesis" in recipe:  # QwenImage 2.1: one joint sequence, at the positions its module is said to give;
+    numbering, hypothesis = recipe["hypothesis"][0], recipe["hypothesis"][1]()  # Bria-Fibo 2: {tokens: positions}
+    hypothesis = hypothesis if isinstance(hypothesis, dict) else {len(hypothesis): hypothesis}  # per call size,
+    dims = (max(hypothesis),)  # the longest the golden's
   tokens = int(np.prod(dims))
-  rotated = [c for c in calls if _token_count(c["x"].shape, (tokens, tokens + T_TXT))]
+  sizes = tuple(hypothesis) if "hypothesis" in recipe else (tokens, tokens + T_TXT)
+  rotated = [c for c in calls if _token_count(c["x"].shape, sizes)]
   if not rotated:
     raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
   candidates = None if given is None else [("given", None, {tokens: given})]
   if "sequence" in recipe:
     candidates = [("sequence", None, {tokens: np.arange(tokens)[:, None]})]
   if "hypothesis" in recipe:
-    candidates = [(numbering, None, {tokens: hypothesis})]
+    candidates = [(numbering, None, hypothesis)]
   if (extra or {}).get("_fps"):  # Cosmos: a video at the fps its pipeline passes, its frames at t * base_fps / fps
     candidates = [("fps_scaled", None, {tokens: raster_grid(dims) * np.array(
         [recipe["base_fps"] / extra["_fps"], 1.0, 1.0])})]
@@ -1652,10 +1695,15 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     family["head_dim_from"] = [width[0], width[1], defaults[width[0]], defaults[width[1]]]
   entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
            "max_abs_error": got["error"]}
-  m = _token_count(rotated[0]["x"].shape, (tokens, tokens + T_TXT))
-  goldens = {"config": kw, "grid": got["grid"], "positions": got["positions"], "dims": np.asarray(dims),
-             "x": _to_bthd(rotated[0]["x"], m),
-             "out": _to_bthd(rotated[0]["out"], m)}
+  first, positions = rotated[0], got["positions"]
+  if "hypothesis" in recipe:  # the golden: a call over the whole sequence (Bria-Fibo 2's refiner's comes first)
+    first = next(c for c in rotated if _token_count(c["x"].shape, sizes) == tokens)
+    positions = hypothesis[tokens]
+  m = _token_count(first["x"].shape, sizes)
+  goldens = {"config": kw, "grid": got["grid"], "positions": positions, "dims": np.asarray(dims),
+             "x": _to_bthd(first["x"], m), "out": _to_bthd(first["out"], m)}
+  if "layout" in recipe:  # Bria-Fibo 2: the probe's sequence, for the test's position builder
+    goldens["layout"] = np.asarray(recipe["layout"])
   if "runs" in recipe:  # QwenImage 2.1: its runs, a row each: (n, 0, 0) n text tokens, (0, h, w) an image block
     goldens["runs"] = np.array([(r, 0, 0) if isinstance(r, int) else (0, *r) for r in recipe["runs"]])
   if caption:

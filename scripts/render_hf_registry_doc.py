@@ -103,6 +103,8 @@ def render() -> str:
                "its img_ids / txt_ids, " + f["order"].replace("_", " "))
       if f.get("grid") == "given":  # Krea 2, Ideogram 4, Cosmos3-Omni
         where = "the ids its pipeline gives"
+      elif f.get("grid") == "bria_fibo2":
+        where = "its gist tokens, then its image and context images (`rope.bria_fibo2_positions`)"
       elif f.get("grid") == "qwen_image21":
         where = "its joint sequence of text and image blocks (`rope.qwen_image21_positions`)"
       if "fps_base" in f:  # Cosmos: a video's frames at t * base_fps / fps

@@ -225,6 +225,11 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       np.testing.assert_array_equal(positions, rope.qwen_image21_positions(runs))
       with pytest.raises(ValueError, match="a text length .int. or an image's .height, width."):
         rope.qwen_image21_positions([2, (1, 2, 3)])
+    elif fam.get("grid") == "bria_fibo2":  # Bria-Fibo 2: gist tokens from 1, the image and its contexts after
+      positions = g["positions"]
+      gist, most, h, w, ch, cw = (int(n) for n in g["layout"])
+      np.testing.assert_array_equal(positions, rope.bria_fibo2_positions(h, w, gist, max_gist_tokens=most,
+                                                                         contexts=[(ch, cw)]))
     elif fam.get("grid") == "sequence":  # Stable Audio: its global token, then the latent, at 0, 1, ...
       positions = g["positions"]
       np.testing.assert_array_equal(positions[:, 0], np.arange(len(positions)))

@@ -485,3 +485,35 @@ def qwen_image21_positions(runs: Sequence[Any]) -> np.ndarray:
     out.append(np.stack([np.full(h * w, p), rows, cols], -1))
     p += max(int(h), int(w))
   return (np.concatenate(out) if out else np.zeros((0, 3))).astype(np.int32)
+
+
+def bria_fibo2_positions(height: int, width: int, gist_tokens: int, *, max_gist_tokens: int = 512,
+                         contexts: Sequence[tuple[int, int]] = (), gist_first: bool = True) -> np.ndarray:
+  """The positions Bria-Fibo 2's layers rotate by: its `gist_tokens` Perceiver tokens at (1 + i, 0, 0)
+  (its compute_gist_count of the prompt's length), the `height` x `width` image's patches at
+  (max_gist_tokens + 1, row, column) (its config's `max_num_gist_tokens`, 512 by default; the
+  plane does not move with the gist count), then context image k (each (height, width) in
+  `contexts`, the images to edit) at (max_gist_tokens + 2 + k, row, column). gist_first=False: the
+  gist tokens last, as its forward orders a batch whose prompts got different gist counts. Its
+  noise refiner rotates the image and context tokens alone: the rows after the gist tokens.
+
+  Returns:
+    int32[gist_tokens + height * width + sum of the contexts' tokens, 3].
+  """
+  _check_count("gist_tokens", gist_tokens, 0)
+  _check_count("max_gist_tokens", max_gist_tokens, 0)
+  if gist_tokens > max_gist_tokens:
+    raise ValueError(f"gist_tokens={gist_tokens} is more than max_gist_tokens={max_gist_tokens}.")
+  gist = np.zeros((gist_tokens, 3), np.int64)
+  gist[:, 0] = np.arange(gist_tokens) + 1
+  blocks = []
+  for k, size in enumerate([(height, width), *contexts]):
+    if not isinstance(size, Sequence) or len(size) != 2:
+      raise ValueError(f"a context image's size must be (height, width), got {size!r}.")
+    _check_count("an image's height", size[0])
+    _check_count("an image's width", size[1])
+    grid = video_grid_positions(1, int(size[0]), int(size[1]))
+    grid[:, 0] = max_gist_tokens + 1 + k
+    blocks.append(grid)
+  image = np.concatenate(blocks)
+  return np.concatenate([gist, image] if gist_first else [image, gist]).astype(np.int32)
