@@ -634,6 +634,8 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   (4 channels moved from the last axis to the first): the observed split must follow it."""
   import diffusers
   defaults = {k: p.default for k, p in inspect.signature(getattr(diffusers, name).__init__).parameters.items()}
+  if "observe" in RECIPES.get(name, {}):  # OmniGen: an observation of its own
+    return RECIPES[name]["observe"](name, seed)
   entry, goldens = _observe_grid(name, seed)
   family = entry.get("family")
   if family and family["grid"].startswith("stretched_by_"):  # CogView 4: the key (found and set in the fit)
@@ -1074,6 +1076,91 @@ def _bria_fibo2(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extr
           "timestep": torch.tensor([0.5], dtype=torch.float64)}
 
 
+def longrope_reference(x: np.ndarray, positions: np.ndarray, theta: float, factors: np.ndarray,
+                       attention: float) -> np.ndarray:
+  """OmniGen's rotation as its code is read (OmniGenSuScaledRotaryEmbedding, then apply_rotary_emb with
+  use_real_unbind_dim=-2): pair k = (k, k + D/2) turned by position * inv_freq_k, inv_freq_k = 1 / (factor_k *
+  theta ** (2k / D)), cos and sin both scaled by `attention`; float64 here, the model's float32 is within
+  TOLERANCE's float32 bound."""
+  d = x.shape[-1]
+  inv = 1.0 / (np.asarray(factors, np.float64) * theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+  ang = positions.astype(np.float64)[:, None] * inv
+  c, s_ = (np.cos(ang) * attention)[None, :, None], (np.sin(ang) * attention)[None, :, None]
+  a, b = x[..., :d // 2], x[..., d // 2:]
+  return np.concatenate([a * c - b * s_, a * s_ + b * c], -1)
+
+
+OMNIGEN_SETTINGS = ({}, {"rope_base": 40000, "original_max_position_embeddings": 8, "max_position_embeddings": 256})
+
+
+@_refusals("its observation with the ids its pipeline gives")
+def observe_longrope(name: str, seed: int) -> tuple[dict, dict | None]:
+  """OmniGen: 1-D positions its pipeline gives (position_ids), Phi-3's LongRoPE ("su") over the whole head: per-pair
+  factors from rope_scaling's short_factor, or its long_factor once max(position_ids) + 1 passes
+  original_max_position_embeddings, cos and sin scaled by sqrt(1 + ln s / ln original), s = max_position_embeddings /
+  original_max_position_embeddings. Its class default rope_scaling (None) does not run, so a probe gives it random
+  factors. Checked as a hypothesis (`longrope_reference`: the scale moves each pair's length, so no rotation is fitted)
+  in both branches, at two settings of theta and both lengths (OMNIGEN_SETTINGS: the keys it reads are followed);
+  else Refused with the largest difference."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  kw, defaults, _ = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  head = kw["hidden_size"] // kw["num_attention_heads"]
+  rng = np.random.default_rng(seed)
+  goldens: dict = {"config": None}
+  worst, functions = 0.0, set()
+  h, w = GRID[1:]
+  tokens = T_TXT + 1 + h * w  # the caption, its time token, the latent's patches
+  for i, setting in enumerate(OMNIGEN_SETTINGS):
+    args = {**kw, **setting, "rope_scaling": {"short_factor": (1 + rng.random(head // 2)).tolist(),
+                                              "long_factor": (2 + rng.random(head // 2)).tolist()}}
+    torch.manual_seed(seed)
+    model = cls(**args).double().eval()
+    original = args.get("original_max_position_embeddings", defaults["original_max_position_embeddings"])
+    largest = args.get("max_position_embeddings", defaults["max_position_embeddings"])
+    theta = float(args.get("rope_base", defaults["rope_base"]))
+    scale = largest / original
+    attention = 1.0 if scale <= 1 else float(np.sqrt(1 + np.log(scale) / np.log(original)))
+    for long in (False, True):
+      ids = rng.integers(0, original, tokens) if not long else rng.integers(0, 3 * original, tokens)
+      ids[0] = 3 * original if long else original - 1  # max + 1 past the original length, or at it
+      p = defaults["patch_size"]
+      inputs = {"hidden_states": torch.randn(1, defaults["in_channels"], h * p, w * p, dtype=torch.float64),
+                "timestep": torch.tensor([0.5], dtype=torch.float64),
+                "input_ids": torch.randint(0, 100, (1, T_TXT)), "input_img_latents": [], "input_image_sizes": {},
+                "attention_mask": torch.ones(1, tokens, tokens, dtype=torch.float64),
+                "position_ids": torch.from_numpy(ids)[None]}
+      calls = _applies(model, inputs)
+      if not calls:
+        raise Refused("its forward calls no rotary apply function")
+      factors = args["rope_scaling"]["long_factor" if long else "short_factor"]
+      applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), ids[:, None]) for c in calls]
+      err = max(float(np.abs(longrope_reference(x, ids, theta, factors, attention) - out).max())
+                for x, out, _ in applied)
+      if err > _tolerance("float32", applied):
+        raise Refused(f"its rotation is not Phi-3's LongRoPE as its code is read ({'long' if long else 'short'} "
+                      f"factors, theta {theta:g}, attention factor {attention:.4f}; off by {err:.1e})")
+      worst = max(worst, err)
+      functions |= {c["function"] for c in calls}
+      if i == 0:  # the goldens: the default setting's short and long runs
+        prefix = "long_" if long else ""
+        goldens.update({f"{prefix}x": applied[0][0], f"{prefix}out": applied[0][1], f"{prefix}positions": ids})
+        goldens["config"] = {**args}
+  family = {"grid": "given", "order": "given", "axes_default": [head], "layout": "half", "frequencies": "shared",
+            "tables": "float32", "theta_key": "rope_base", "theta_default": float(defaults["rope_base"]),
+            "head_dim_default": head, "head_dim_key": None, "patch": [1, 1, 1],
+            "head_dim_from": ["hidden_size", "num_attention_heads", defaults["hidden_size"],
+                              defaults["num_attention_heads"]],
+            "longrope": {"key": "rope_scaling", "original_key": "original_max_position_embeddings",
+                         "original_default": defaults["original_max_position_embeddings"],
+                         "max_key": "max_position_embeddings", "max_default": defaults["max_position_embeddings"]},
+            "required": {"rope_scaling": None}}
+  if defaults["hidden_size"] // defaults["num_attention_heads"] != head:
+    raise Refused(f"its probe's head ({head}) is not its default's")
+  return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
 def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   tokens = grid[1] * grid[2]
   return {"prior_token_id": torch.zeros(1, tokens, dtype=torch.long),  # a prior VQ token per latent patch, kept
@@ -1479,6 +1566,9 @@ RECIPES: dict[str, dict] = {
                                     # the golden's layout: gist tokens, their most, the image's and context's sizes
                                     "layout": [BRIA_FIBO2["gist"], BRIA_FIBO2["max_gist"], *BRIA_FIBO2["image"],
                                                *BRIA_FIBO2["context"]]},
+    # OmniGen: one head of its default 96 channels, one layer; observed by `observe_longrope`
+    "OmniGenTransformer2DModel": {"kw": {"intermediate_size": WIDTH, "vocab_size": 128, "pad_token_id": 0,
+                                         "pos_embed_max_size": 8}, "observe": observe_longrope},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,

@@ -297,6 +297,23 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     top = max(spec.frequencies) if isinstance(spec.frequencies, tuple) else 1.0
     np.testing.assert_allclose(got, g["out"], atol=2e-6 * max(1.0, float(np.abs(positions).max()) * top),
                                err_msg=name)
+    if "longrope" in fam:  # OmniGen: its long factors once max(position) + 1 passes the original length
+      lr, cfg = fam["longrope"], DIFFUSERS_CONFIGS[name]
+      long_positions = g["long_positions"].astype(np.int32)
+      assert int(long_positions.max()) + 1 > cfg.get(lr["original_key"], lr["original_default"]), name
+      got = np.asarray(spec.apply(g["long_x"].astype(np.float32), long_positions,
+                                  seq_len=int(long_positions.max()) + 1), np.float64)
+      np.testing.assert_allclose(got, g["long_out"], atol=2e-6 * float(long_positions.max()), err_msg=name)
+      with pytest.raises(ValueError, match=f"must give {lr['key']}; the class default"):
+        rope.from_hf_config({"_class_name": name})
+      scaling = {lr["key"]: cfg[lr["key"]]}
+      default = rope.from_hf_config({"_class_name": name, **scaling, "hidden_size": 3072, "num_attention_heads": 32})
+      assert default.theta == fam["theta_default"] and dict(default.scaling)["max_position_embeddings"] == 131072
+      with pytest.raises(ValueError, match="observed at 96 only"):
+        rope.from_hf_config({"_class_name": name, **scaling, "hidden_size": 3072, "num_attention_heads": 16})
+      with pytest.raises(ValueError, match="short_factor'. must be 48 positive numbers"):
+        rope.from_hf_config({"_class_name": name, lr["key"]: {"short_factor": [1.0], "long_factor": [1.0]}})
+      continue
     if "ltx" in fam:  # its defaults: 32 heads of 64, one rotation over 2048 channels; nothing else is read
       default = rope.from_hf_config({"_class_name": name})
       assert default.sections == tuple(d // 2 for d in fam["axes_default"]) and default.rotary_dim is None, name

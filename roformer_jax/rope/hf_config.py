@@ -191,6 +191,8 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
                        f"{default!r}; {_made_from()}).")
   if "ltx" in fam:
     return _from_ltx(cfg, class_name, fam)
+  if "longrope" in fam:
+    return _from_longrope(cfg, class_name, fam)
   head_key = fam.get("head_dim_key")
   head_dim = cfg.get(head_key) if head_key else None
   if fam.get("head_dim_from"):  # Stable Audio 3: its head is embed_dim / num_heads
@@ -275,6 +277,45 @@ def _ntk_frequencies(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, 
   for d, scale in zip(axes, scales, strict=True):
     out.extend(default_inv_freq(d, theta * float(scale) ** (d / (d - 2))).tolist())
   return tuple(out)
+
+
+def _from_longrope(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:
+  """OmniGen: Phi-3's LongRoPE over its whole head (hidden_size / num_attention_heads, observed at its default only),
+  rotate_half, its factors from rope_scaling's short_factor and long_factor (the only keys of it the class reads),
+  long once max(position) + 1 passes original_max_position_embeddings (pass that as `seq_len`), cos and sin scaled
+  by sqrt(1 + ln s / ln original) for s = max_position_embeddings / original_max_position_embeddings."""
+  lr = fam["longrope"]
+  width, heads, width_default, heads_default = fam["head_dim_from"]
+  w, n = cfg.get(width, width_default), cfg.get(heads, heads_default)
+  if not isinstance(w, int) or not isinstance(n, int) or n <= 0 or w % n or w // n != fam["head_dim_default"]:
+    raise ValueError(f"{class_name}: its head dim {width} / {heads} = {w!r} / {n!r} was observed at "
+                     f"{fam['head_dim_default']} only ({_made_from()}); another is not read.")
+  head_dim = w // n
+  scaling = cfg.get(lr["key"])
+  if not isinstance(scaling, Mapping):
+    raise ValueError(f"{class_name}: {lr['key']}={scaling!r} must be a dict with short_factor and long_factor (its "
+                     "LongRoPE factors; the class default None does not run).")
+  factors = {}
+  for key in ("short_factor", "long_factor"):
+    f = scaling.get(key)
+    if not isinstance(f, (list, tuple)) or len(f) != head_dim // 2 or any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in f):
+      raise ValueError(f"{class_name}: {lr['key']}[{key!r}] must be {head_dim // 2} positive numbers (one per pair "
+                       f"of its head of {head_dim}), got {f!r}.")
+    factors[key] = tuple(float(v) for v in f)
+  lengths = {}
+  for key, default in ((lr["original_key"], lr["original_default"]), (lr["max_key"], lr["max_default"])):
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+      raise ValueError(f"{class_name}: {key}={v!r} must be an int >= 2.")
+    lengths[key] = v
+  theta = cfg.get(fam["theta_key"], fam["theta_default"])
+  if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+    raise ValueError(f"{class_name}: {fam['theta_key']}={theta!r} must be a positive number.")
+  return RotaryConfig(theta=float(theta), layout="half", scaling={
+      "rope_type": "longrope", **factors,
+      "original_max_position_embeddings": lengths[lr["original_key"]],
+      "max_position_embeddings": lengths[lr["max_key"]]})
 
 
 def _from_ltx(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:
