@@ -98,7 +98,10 @@ def render() -> str:
       theta = f"{f['theta']:g}" if "theta" in f else f"`{f['theta_key']}` ({f['theta_default']:g})"
       if "ntk_key" in f:  # Cosmos: each axis its own theta
         theta += f" x `{f['ntk_key']}`[a] ** (d_a / (d_a - 2)) per axis ({f['ntk_default']})"
-      key = f"`{f['axes_key']}`" if "axes_key" in f else f"from `{f['head_dim_key']}`={f['head_dim_default']} only"
+      head_key = f["head_dim_key"] or ("{} / {}".format(*f["head_dim_from"][:2]) if f.get("head_dim_from") else None)
+      key = f"`{f['axes_key']}`" if "axes_key" in f else f"from `{head_key}`={f['head_dim_default']} only"
+      if "longrope" in f:  # OmniGen
+        theta += f"; LongRoPE factors from `{f['longrope']['key']}`"
       where = ("(frame, row, column) of its latent grid" if f.get("grid") else
                "its img_ids / txt_ids, " + f["order"].replace("_", " "))
       if f.get("grid") == "given":  # Krea 2, Ideogram 4, Cosmos3-Omni
