@@ -1161,6 +1161,56 @@ def observe_longrope(name: str, seed: int) -> tuple[dict, dict | None]:
   return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
 
 
+def _framepack(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """HunyuanVideo Framepack: the history its pipeline always passes besides the latent (frames at indices_latents
+  3, 4): clean latents (frames 0 and 2), a 2x history (frames 5, 6) and a 4x history (frames 7 .. 10), each with its
+  frame indices, at the latent's height and width."""
+  c = defaults["in_channels"]
+  p = defaults["patch_size"]
+  h, w = grid[1] * p, grid[2] * p
+
+  def latent(frames: int) -> torch.Tensor:
+    return torch.randn(1, c, frames, h, w, dtype=torch.float64)
+  return {"hidden_states": latent(grid[0]), "indices_latents": torch.arange(3, 3 + grid[0]),
+          "latents_clean": latent(2), "indices_latents_clean": torch.tensor([0, 2]),
+          "latents_history_2x": latent(2), "indices_latents_history_2x": torch.tensor([5, 6]),
+          "latents_history_4x": latent(4), "indices_latents_history_4x": torch.arange(7, 11)}
+
+
+@_refusals("its observation with the history its pipeline passes")
+def observe_framepack(name: str, seed: int) -> tuple[dict, dict | None]:
+  """HunyuanVideo Framepack: its forward requires the history its pipeline passes every step (`_framepack`), and
+  rotates one sequence of its 4x history tokens, its 2x history tokens, its clean latents and its latent. The clean
+  latents and the latent are fitted (`fit_grid`) at (frame index, row, column); the history tokens' tables are its
+  grid's cos/sin average-pooled over 2 x 2 x 2 and 4 x 4 x 4 blocks (_pad_rotary_emb), which turn no pair by an angle
+  (a pair's length changes): the class is refused, saying what each part does. Anything else: the fit's refusal."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  kw, defaults, patch = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  torch.manual_seed(seed)
+  model = cls(**kw).double().eval()
+  inputs = _grid_inputs(cls, kw, defaults, patch, GRID)
+  inputs.update(_framepack(kw, defaults, None, GRID, {}))
+  calls = _applies(model, inputs)
+  f, h, w = GRID
+  frames = np.concatenate([inputs["indices_latents_clean"].numpy(), inputs["indices_latents"].numpy()])
+  plain = np.column_stack([np.repeat(frames, h * w), np.tile(raster_grid((h, w)), (len(frames), 1))])
+  if not calls or calls[0]["x"].shape[1] < len(plain):
+    raise Refused(f"its rotary calls ({[c['x'].shape for c in calls]}) are not over its history and latent tokens")
+  history = calls[0]["x"].shape[1] - len(plain)  # the 4x and 2x history tokens come first
+  tail = [{**c, "x": c["x"][:, history:], "out": c["out"][:, history:]} for c in calls]
+  got = fit_grid(tail, (len(plain),), [("frame_indices", None, {len(plain): plain})])
+  x, out = _to_bthd(calls[0]["x"], calls[0]["x"].shape[1]), _to_bthd(calls[0]["out"], calls[0]["x"].shape[1])
+  layout = got["layout"]
+  if _pairs_keep_norms(x[:, :history], out[:, :history], layout):
+    raise Refused("its history tokens keep their pairs' lengths, which its pooled tables were not expected to")
+  raise Refused(f"it rotates its clean latents and latent as per-axis RoPE over {got['axes']} (theta "
+                f"{got['theta']:g}, {layout} pairs) at (frame index, row, column), but its {history} 2x and 4x history "
+                "tokens, which its pipeline always passes, by its grid's cos/sin tables average-pooled over 2 x 2 x 2 "
+                "and 4 x 4 x 4 blocks: no rotation (a pair's length changes), which no RotaryConfig expresses")
+
+
 def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   tokens = grid[1] * grid[2]
   return {"prior_token_id": torch.zeros(1, tokens, dtype=torch.long),  # a prior VQ token per latent patch, kept
@@ -1569,6 +1619,9 @@ RECIPES: dict[str, dict] = {
     # OmniGen: one head of its default 96 channels, one layer; observed by `observe_longrope`
     "OmniGenTransformer2DModel": {"kw": {"intermediate_size": WIDTH, "vocab_size": 128, "pad_token_id": 0,
                                          "pos_embed_max_size": 8}, "observe": observe_longrope},
+    # HunyuanVideo Framepack: its history inputs, as its pipeline passes them every step
+    "HunyuanVideoFramepackTransformer3DModel": {"kw": {"image_proj_dim": WIDTH, "has_image_proj": True},
+                                                "inputs": _framepack, "observe": observe_framepack},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,
