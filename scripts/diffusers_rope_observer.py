@@ -1211,6 +1211,84 @@ def observe_framepack(name: str, seed: int) -> tuple[dict, dict | None]:
                 "and 4 x 4 x 4 blocks: no rotation (a pair's length changes), which no RotaryConfig expresses")
 
 
+def wan_animate2_hypothesis(dims: tuple[int, int, int], offsets: tuple[int, int, int], stride: int) -> np.ndarray:
+  """Wan-Animate 2's positions for a stream (rope_params' offset, rope_apply's time stride, as its code is read):
+  token (f, h, w) at (offset_t + stride * f, offset_h + h, offset_w + w); its generation stream at offsets 0, stride
+  1, its reference stream at its refer_offset_* (-1: the reference grid's size on that axis) and refer_stride."""
+  return raster_grid(dims) * np.array([stride, 1, 1]) + np.array(offsets)
+
+
+WAN_ANIMATE2_SETTINGS = ({}, {"refer_offset_t": 3, "refer_offset_h": -1, "refer_offset_w": 2, "refer_stride": 2})
+
+
+@_refusals("its observation in its reference (extract) and generation (cached) passes")
+def observe_wan_animate2(name: str, seed: int) -> tuple[dict, dict | None]:
+  """Wan-Animate 2: a reference pass (kv_cache_mode "extract") rotates the reference tokens, then a generation pass
+  ("cached") the generation tokens and the cached reference keys, as its pipeline runs them. Every rotary call of both
+  passes must be Wan's per-axis RoPE (fitted on the generation stream at raster (t, h, w)) at the positions
+  `wan_animate2_hypothesis` gives its stream, at the refer_* keys' defaults and again at WAN_ANIMATE2_SETTINGS' other
+  values (so the keys are followed); else Refused."""
+  import diffusers
+  from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+  cls = getattr(diffusers, name)
+  kw, defaults, patch = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  dims = GRID
+  tokens = int(np.prod(dims))
+  size = [g * q for g, q in zip(dims, patch, strict=True)]
+  goldens: dict = {}
+  worst, functions, got = 0.0, set(), None
+  for i, setting in enumerate(WAN_ANIMATE2_SETTINGS):
+    args = {**kw, **setting}
+    torch.manual_seed(seed)
+    model = cls(**args).double().eval()
+    cache = WanAnimate2KVCache(args["num_layers"])
+    grid = torch.tensor([list(dims)])
+
+    def inputs(mode: str) -> dict:
+      return {"hidden_states": [torch.randn(16, *size, dtype=torch.float64)],
+              "condition_latents": [torch.randn(defaults["in_dim"] - 16, *size, dtype=torch.float64)],
+              "encoder_hidden_states": [torch.randn(T_TXT, args["text_dim"], dtype=torch.float64)],
+              "encoder_hidden_states_image": torch.randn(1, T_TXT, 1280, dtype=torch.float64),
+              "timestep": torch.tensor([500.0], dtype=torch.float64), "kv_cache": cache, "kv_cache_mode": mode,
+              "seq_len": tokens, "offset_grid_sizes": grid, "reference_grid_sizes": grid,
+              # the full video whose block mask the generation pass builds: dims' frames and patches
+              "origin_len": 4 * (dims[0] - 1), "origin_area": [16 * dims[1] * patch[1], 16 * dims[2] * patch[2]]}
+    calls = {mode: _applies(model, inputs(mode)) for mode in ("extract", "cached")}
+    cfg = {**defaults, **args}
+    offsets = tuple(o if o >= 0 else dims[a] for a, o in
+                    enumerate((cfg["refer_offset_t"], cfg["refer_offset_h"], cfg["refer_offset_w"])))
+    reference = wan_animate2_hypothesis(dims, offsets, cfg["refer_stride"])
+    generation = wan_animate2_hypothesis(dims, (0, 0, 0), 1)
+    if [len(calls["extract"]), len(calls["cached"])] != [2 * args["num_layers"], 3 * args["num_layers"]]:
+      raise Refused(f"its passes made {len(calls['extract'])} and {len(calls['cached'])} rotary calls, not its "
+                    "reference's q and k, then its generation's q and k and the reference's k")
+    if got is None:  # the rotation: fitted on the generation pass's q at raster (t, h, w)
+      got = fit_grid(calls["cached"][:1], dims, [("raster", None, {tokens: generation})])
+    at = [(c, reference) for c in calls["extract"]] + [
+        (c, reference if j % 3 == 2 else generation) for j, c in enumerate(calls["cached"])]
+    applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), pos) for c, pos in at]
+    err = _rotation_error(applied, got["axes"], got["theta"], got["layout"], got["tables"], got["frequencies"])
+    if err > _tolerance(got["tables"], applied):
+      raise Refused(f"its reference tokens are not rotated at (refer_offset_t + refer_stride * t, refer_offset_h + h, "
+                    f"refer_offset_w + w) with {setting or 'its defaults'} (off by {err:.1e})")
+    worst = max(worst, err)
+    functions |= {c["function"] for c in calls["extract"] + calls["cached"]}
+    if i == 0:
+      goldens = {"config": dict(args), "grid": generation, "positions": reference, "dims": np.asarray(dims),
+                 "x": applied[0][0], "out": applied[0][1], "generation_x": applied[-2][0],
+                 "generation_out": applied[-2][1]}
+  family = {"grid": "wan_animate2", "axes_default": got["axes"], "layout": got["layout"], "order": "grid_thw",
+            "frequencies": got["frequencies"], "tables": got["tables"], "theta": got["theta"],
+            "head_dim_default": int(defaults["dim"] // defaults["num_heads"]), "patch": list(patch),
+            "head_dim_key": None, "head_dim_from": ["dim", "num_heads", defaults["dim"], defaults["num_heads"]],
+            "reference": {k: defaults[k] for k in ("refer_offset_t", "refer_offset_h", "refer_offset_w",
+                                                   "refer_stride")}}
+  if got["axes"] != [44, 42, 42] or family["head_dim_default"] != 128:
+    raise Refused(f"its probe's split {got['axes']} is not its default head's")
+  return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
 def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   tokens = grid[1] * grid[2]
   return {"prior_token_id": torch.zeros(1, tokens, dtype=torch.long),  # a prior VQ token per latent patch, kept
@@ -1622,6 +1700,8 @@ RECIPES: dict[str, dict] = {
     # HunyuanVideo Framepack: its history inputs, as its pipeline passes them every step
     "HunyuanVideoFramepackTransformer3DModel": {"kw": {"image_proj_dim": WIDTH, "has_image_proj": True},
                                                 "inputs": _framepack, "observe": observe_framepack},
+    # Wan-Animate 2: one head of its default 128 channels, a caption of T_TXT tokens; `observe_wan_animate2`
+    "WanAnimate2Transformer3DModel": {"kw": {"text_len": T_TXT}, "observe": observe_wan_animate2},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,

@@ -108,6 +108,8 @@ def render() -> str:
         where = "the ids its pipeline gives"
       elif f.get("grid") == "bria_fibo2":
         where = "its gist tokens, then its image and context images (`rope.bria_fibo2_positions`)"
+      elif f.get("grid") == "wan_animate2":
+        where = "(frame, row, column) of its latent grid; its reference at `refer_offset_*`, `refer_stride`"
       elif f.get("grid") == "qwen_image21":
         where = "its joint sequence of text and image blocks (`rope.qwen_image21_positions`)"
       if "fps_base" in f:  # Cosmos: a video's frames at t * base_fps / fps

@@ -230,6 +230,19 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       gist, most, h, w, ch, cw = (int(n) for n in g["layout"])
       np.testing.assert_array_equal(positions, rope.bria_fibo2_positions(h, w, gist, max_gist_tokens=most,
                                                                          contexts=[(ch, cw)]))
+    elif fam.get("grid") == "wan_animate2":  # Wan-Animate 2: its reference stream at refer_offset_*, refer_stride
+      positions = g["positions"]
+      f, h, w = (int(n) for n in g["dims"])
+      ref = fam["reference"]
+      o_t, o_h, o_w = (o if o >= 0 else n for o, n in zip(
+          (ref["refer_offset_t"], ref["refer_offset_h"], ref["refer_offset_w"]), (f, h, w), strict=True))
+      built = rope.video_grid_positions(f, h, w, frame_ids=[o_t + ref["refer_stride"] * i for i in range(f)])
+      np.testing.assert_array_equal(positions, built + np.array([0, o_h, o_w], np.int32))
+      generation = rope.video_grid_positions(f, h, w)  # its generation stream: raster (t, h, w)
+      np.testing.assert_array_equal(g["grid"], generation)
+      spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
+      np.testing.assert_allclose(np.asarray(spec.apply(g["generation_x"].astype(np.float32), generation)),
+                                 g["generation_out"], atol=2e-6 * f * h * w, err_msg=name)
     elif fam.get("grid") == "sequence":  # Stable Audio: its global token, then the latent, at 0, 1, ...
       positions = g["positions"]
       np.testing.assert_array_equal(positions[:, 0], np.arange(len(positions)))
