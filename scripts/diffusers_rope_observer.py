@@ -1245,7 +1245,7 @@ def observe_wan_animate2(name: str, seed: int) -> tuple[dict, dict | None]:
     cache = WanAnimate2KVCache(args["num_layers"])
     grid = torch.tensor([list(dims)])
 
-    def inputs(mode: str) -> dict:
+    def inputs(mode: str, args: dict = args, cache: WanAnimate2KVCache = cache, grid: torch.Tensor = grid) -> dict:
       return {"hidden_states": [torch.randn(16, *size, dtype=torch.float64)],
               "condition_latents": [torch.randn(defaults["in_dim"] - 16, *size, dtype=torch.float64)],
               "encoder_hidden_states": [torch.randn(T_TXT, args["text_dim"], dtype=torch.float64)],
