@@ -1289,6 +1289,68 @@ def observe_wan_animate2(name: str, seed: int) -> tuple[dict, dict | None]:
   return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
 
 
+def mochi_hypothesis(dims: tuple[int, int, int], base: tuple[int, int] = (192, 192)) -> np.ndarray:
+  """Mochi's positions as its MochiRoPE is read (float64 here): (t, row, column), rows and columns the centres of equal
+  cells spanning [-n s / 2, n s / 2], s = sqrt(base area / (rows x columns))."""
+  f, h, w = dims
+  s = (base[0] * base[1] / (h * w)) ** 0.5
+  grid = raster_grid(dims).astype(np.float64)
+  grid[:, 1] = (grid[:, 1] + 0.5) * s - h * s / 2
+  grid[:, 2] = (grid[:, 2] + 0.5) * s - w * s / 2
+  return grid
+
+
+MOCHI_GRIDS = ((2, 2, 3), (1, 3, 2))  # two aspects and areas: the cells' scale moves with both
+
+
+@_refusals("its observation with its learned frequencies set")
+def observe_mochi(name: str, seed: int) -> tuple[dict, dict | None]:
+  """Mochi: dense learned RoPE. Its pos_frequencies [3, heads, head_dim / 2] are a parameter its class builds as zeros
+  (its checkpoint sets them), so the probe sets them at random; pair k of head n must then turn by sum_a pos_a F[a, n,
+  k] at `mochi_hypothesis`' positions, interleaved pairs, on two heads and two grids (MOCHI_GRIDS); else Refused."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  kw, defaults, patch = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  goldens: dict = {}
+  worst, functions = 0.0, set()
+  for i, dims in enumerate(MOCHI_GRIDS):
+    torch.manual_seed(seed)
+    model = cls(**kw).double().eval()
+    with torch.no_grad():
+      model.pos_frequencies.uniform_(-0.05, 0.05)  # angles up to ~5 rad at its positions (|pos| <= ~100)
+    freqs = model.pos_frequencies.detach().numpy().astype(np.float64)
+    inputs = _grid_inputs(cls, kw, defaults, patch, dims)
+    calls = _applies(model, inputs)
+    tokens = int(np.prod(dims))
+    rotated = [c for c in calls if _token_count(c["x"].shape, (tokens,))]
+    if not rotated or len(rotated) != len(calls):
+      raise Refused(f"its rotary calls ({[c['x'].shape for c in calls]}) are not over its {tokens} latent tokens")
+    positions = mochi_hypothesis(dims)
+    ang = np.einsum("ta,ank->tnk", positions, freqs)  # [T, N, K]
+    c_, s_ = np.cos(ang)[None], np.sin(ang)[None]
+    applied = []
+    for call in rotated:
+      x, out = _to_bthd(call["x"], tokens), _to_bthd(call["out"], tokens)
+      a, b = x[..., 0::2], x[..., 1::2]
+      want = np.empty_like(x)
+      want[..., 0::2], want[..., 1::2] = a * c_ - b * s_, a * s_ + b * c_
+      applied.append((x, out, positions))
+      worst = max(worst, float(np.abs(want - out).max()))
+    if worst > _tolerance("float32", applied):
+      raise Refused(f"its rotation is not sum_a pos_a F[a, n, k] at Mochi's centred, rescaled positions on a {dims} "
+                    f"grid (off by {worst:.1e})")
+    functions |= {c["function"] for c in rotated}
+    if i == 0:
+      goldens = {"config": dict(kw), "grid": raster_grid(dims), "positions": positions, "dims": np.asarray(dims),
+                 "frequencies": freqs, "x": applied[0][0], "out": applied[0][1]}
+  family = {"grid": "mochi", "axes_default": [defaults["attention_head_dim"]], "layout": "interleaved",
+            "order": "grid_thw", "frequencies": "mixed", "tables": "float32", "theta": 10000.0,
+            "head_dim_default": defaults["attention_head_dim"], "head_dim_key": "attention_head_dim",
+            "patch": list(patch), "learned": {"parameter": "pos_frequencies", "axes": 3, "base": [192, 192]}}
+  return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
 def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   tokens = grid[1] * grid[2]
   return {"prior_token_id": torch.zeros(1, tokens, dtype=torch.long),  # a prior VQ token per latent patch, kept
@@ -1702,6 +1764,8 @@ RECIPES: dict[str, dict] = {
                                                 "inputs": _framepack, "observe": observe_framepack},
     # Wan-Animate 2: one head of its default 128 channels, a caption of T_TXT tokens; `observe_wan_animate2`
     "WanAnimate2Transformer3DModel": {"kw": {"text_len": T_TXT}, "observe": observe_wan_animate2},
+    # Mochi: two heads (its frequencies are per head) of its default 128 channels; `observe_mochi`
+    "MochiTransformer3DModel": {"kw": {"num_attention_heads": 2}, "observe": observe_mochi},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,

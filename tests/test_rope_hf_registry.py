@@ -24,6 +24,7 @@ import json
 import pathlib
 import re
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -243,6 +244,22 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
       np.testing.assert_allclose(np.asarray(spec.apply(g["generation_x"].astype(np.float32), generation)),
                                  g["generation_out"], atol=2e-6 * f * h * w, err_msg=name)
+    elif fam.get("grid") == "mochi":  # Mochi: dense learned frequencies (its checkpoint's pos_frequencies)
+      f, h, w = (int(n) for n in g["dims"])
+      positions = g["positions"]
+      np.testing.assert_allclose(rope.mochi_positions(f, h, w), positions, rtol=0, atol=1e-4)
+      spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
+      assert spec.frequencies == "mixed" and len(spec.sections) == fam["learned"]["axes"], name
+      freqs = jnp.asarray(g["frequencies"], jnp.float32)
+      got = np.asarray(spec.apply(g["x"].astype(np.float32), rope.mochi_positions(f, h, w)[None], frequencies=freqs))
+      np.testing.assert_allclose(got, g["out"], atol=2e-6 * float(np.abs(positions).max()), err_msg=name)
+      init = spec.initial_frequencies(jnp.zeros(2, jnp.uint32), 2, fam["head_dim_default"])  # as its class: zeros
+      assert init.shape == (3, 2, fam["head_dim_default"] // 2) and not np.asarray(init).any(), name
+      with pytest.raises(ValueError, match="pass frequencies=F"):
+        spec.apply(g["x"].astype(np.float32), rope.mochi_positions(f, h, w))
+      with pytest.raises(ValueError, match="attention_head_dim=7 must be an even int"):
+        rope.from_hf_config({"_class_name": name, "attention_head_dim": 7})
+      continue
     elif fam.get("grid") == "sequence":  # Stable Audio: its global token, then the latent, at 0, 1, ...
       positions = g["positions"]
       np.testing.assert_array_equal(positions[:, 0], np.arange(len(positions)))

@@ -193,6 +193,15 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
     return _from_ltx(cfg, class_name, fam)
   if "longrope" in fam:
     return _from_longrope(cfg, class_name, fam)
+  if "learned" in fam:  # Mochi: dense learned frequencies, from its checkpoint's pos_frequencies
+    head_dim = cfg.get(fam["head_dim_key"], fam["head_dim_default"])
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 6 or head_dim % 2:
+      raise ValueError(f"{class_name}: {fam['head_dim_key']}={head_dim!r} must be an even int >= 6.")
+    k, axes = head_dim // 2, fam["learned"]["axes"]
+    # sections: one entry per position axis, adding up to the pairs (only their number is read: every pair turns by
+    # every axis, pair k of head n by sum_a pos_a F[a, n, k], F = its checkpoint's pos_frequencies)
+    return RotaryConfig(theta=float(fam["theta"]), layout=fam["layout"], frequencies="mixed",
+                        sections=(k - (axes - 1) * (k // axes), *([k // axes] * (axes - 1))))
   head_key = fam.get("head_dim_key")
   head_dim = cfg.get(head_key) if head_key else None
   if fam.get("head_dim_from"):  # Stable Audio 3: its head is embed_dim / num_heads

@@ -517,3 +517,25 @@ def bria_fibo2_positions(height: int, width: int, gist_tokens: int, *, max_gist_
     blocks.append(grid)
   image = np.concatenate(blocks)
   return np.concatenate([gist, image] if gist_first else [image, gist]).astype(np.int32)
+
+
+def mochi_positions(frames: int, height: int, width: int, *, base: tuple[int, int] = (192, 192)) -> np.ndarray:
+  """The positions Mochi rotates its latent patches by (its MochiRoPE): (t, row, column) in
+  raster order, t = 0, 1, ...; rows at the centres of `height` equal cells spanning
+  [-height s / 2, height s / 2] (columns likewise), s = sqrt(base_h base_w / (height width)) (its
+  base 192 x 192 patches: a grid of another area is rescaled to that one's). Its rotation is
+  dense and learned: pair k of head n turns by sum_a pos_a F[a, n, k], F its checkpoint's
+  pos_frequencies [3, heads, head_dim / 2] (`spec.apply(x, positions, frequencies=F)`).
+
+  Returns:
+    float32[frames * height * width, 3], computed in float32 as Mochi computes them.
+  """
+  for name, value in (("frames", frames), ("height", height), ("width", width)):
+    _check_count(name, value)
+  s = np.float32((base[0] * base[1] / (height * width)) ** 0.5)
+
+  def centres(n: int) -> np.ndarray:
+    edges = np.linspace(np.float32(-n * s / 2), np.float32(n * s / 2), n + 1, dtype=np.float32)
+    return ((edges[:-1] + edges[1:]) / np.float32(2)).astype(np.float32)
+  t, h, w = np.meshgrid(np.arange(frames, dtype=np.float32), centres(height), centres(width), indexing="ij")
+  return np.stack([t, h, w], -1).reshape(-1, 3)
