@@ -646,12 +646,13 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
     if checked:
       return {"status": "refused", "reason": checked}, None
   if family and "base_fps" in RECIPES.get(name, {}):  # Cosmos: a video's frame positions follow the fps it is given
-    again, _ = _observe_grid(name, seed, {"_fps": 30})
-    if again.get("family", {}).get("grid") != "fps_scaled":
+    again, video = _observe_grid(name, seed, {"_fps": 30})
+    if again.get("family", {}).get("grid") != "fps_scaled" or video is None:
       return {"status": "refused", "reason": f"its rotation at fps=None fits its raster grid, but at fps=30 not the "
                                              f"frames at t * {RECIPES[name]['base_fps']} / fps ({again.get('reason')})"
               }, None
     family["fps_base"] = RECIPES[name]["base_fps"]
+    goldens.update(fps=np.asarray(30), fps_x=video["x"], fps_out=video["out"], fps_positions=video["positions"])
   for key in RECIPES.get(name, {}).get("required", ()) if family else ():  # HiDream: its class default does not run
     family.setdefault("required", {})[key] = list(defaults[key])
   if family and family.get("crop_keys"):  # CogVideoX 1.0: the base grid's keys' defaults (the probe's crop)

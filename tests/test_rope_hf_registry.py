@@ -366,6 +366,12 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
         rope.from_hf_config({"_class_name": name})
     default = rope.from_hf_config({"_class_name": name, **required})  # ConfigMixin's defaults: the class's own
     assert default.sections == tuple(d // 2 for d in axes), name
+    if "fps_base" in fam:  # Cosmos: a video at the fps its pipeline passes, its frames at t * 24 / fps
+      f, h, w = (int(n) for n in g["dims"])
+      built = rope.video_grid_positions(f, h, w, scale=(float(g["fps"]) / fam["fps_base"], 1.0, 1.0))
+      np.testing.assert_allclose(built, g["fps_positions"], rtol=1e-6)
+      got = np.asarray(spec.apply(g["fps_x"].astype(np.float32), built), np.float64)
+      np.testing.assert_allclose(got, g["fps_out"], atol=2e-6 * max(1.0, float(built.max())), err_msg=name)
     if "ntk_key" in fam:  # Cosmos: each axis's spectrum of theta * rope_scale[a] ** (d_a / (d_a - 2)), explicit
       want = np.concatenate([theta ** (-np.arange(0, d, 2) / d) for d, theta in zip(axes, (
           fam["theta"] * s ** (d / (d - 2)) for d, s in zip(axes, fam["ntk_default"], strict=True)), strict=True)])
