@@ -636,6 +636,8 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   defaults = {k: p.default for k, p in inspect.signature(getattr(diffusers, name).__init__).parameters.items()}
   if "observe" in RECIPES.get(name, {}):  # OmniGen: an observation of its own
     return RECIPES[name]["observe"](name, seed)
+  if "refuse" in RECIPES.get(name, {}):  # SANA-WM: what its code does besides RoPE, which no probe here runs
+    return {"status": "refused", "reason": RECIPES[name]["refuse"]}, None
   entry, goldens = _observe_grid(name, seed)
   family = entry.get("family")
   if family and family["grid"].startswith("stretched_by_"):  # CogView 4: the key (found and set in the fit)
@@ -1767,6 +1769,15 @@ RECIPES: dict[str, dict] = {
     "WanAnimate2Transformer3DModel": {"kw": {"text_len": T_TXT}, "observe": observe_wan_animate2},
     # Mochi: two heads (its frequencies are per head) of its default 128 channels; `observe_mochi`
     "MochiTransformer3DModel": {"kw": {"num_attention_heads": 2}, "observe": observe_mochi},
+    # SANA-WM: refused as its code reads, so that a probe that one day runs its forward cannot fit the RoPE calls
+    # alone and call it exact: its pipeline always passes camera_conditions (pipeline_sana_wm.py's
+    # _build_camera_kwargs), and then its attentions transform q by P^T, k and v by P^-1 and the output by P, per-token
+    # 4 x 4 ray matrices built from the camera (_prepare_ucpe_ray_transforms, _apply_ucpe_transform)
+    "SanaWMTransformer3DModel": {"refuse": "its pipeline always passes camera_conditions, and its attentions then "
+                                           "transform q, k, v and the output by per-token 4 x 4 camera ray matrices "
+                                           "(UCPE: _prepare_ucpe_ray_transforms, _apply_ucpe_transform) besides its "
+                                           "RoPE: a camera-dependent transform no RotaryConfig expresses (read from "
+                                           "its code; not probed)"},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,
