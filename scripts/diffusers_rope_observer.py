@@ -178,6 +178,9 @@ def _attention_applies(model, inputs: dict, entry: str) -> list[dict]:
   for m in model.modules():
     norm, to_q = getattr(m, "norm_q", None), getattr(m, "to_q", None)
     heads = getattr(m, "heads", None) or getattr(m, "num_heads", None)
+    added = getattr(m, "norm_added_q", None)  # Cosmos3-Omni: its generation tokens' q (norm_q: its text prefix's)
+    if isinstance(added, torch.nn.Module) and isinstance(norm, torch.nn.Module):
+      hooks.append(added.register_forward_hook(lambda mod, args, out: before.append(out.detach().clone())))
     if isinstance(norm, torch.nn.Module):
       hooks.append(norm.register_forward_hook(lambda mod, args, out: before.append(out.detach().clone())))
     elif isinstance(to_q, torch.nn.Module) and isinstance(heads, int):
@@ -186,7 +189,13 @@ def _attention_applies(model, inputs: dict, entry: str) -> list[dict]:
 
   def record(query: torch.Tensor, heads_first: bool) -> None:
     q = (query.transpose(1, 2) if heads_first else query).detach().to(torch.float64)
-    x = before.pop() if before else None
+    # the latest q of this shape (an unbatched [T, H, D] one batched: Cosmos3-Omni); a q of another shape waits
+    # for its own attention call (Cosmos3-Omni's two pathways, whose norms both ran before either call)
+    at = next((i for i in reversed(range(len(before))) if before[i].shape == q.shape or
+               (before[i].ndim == q.ndim - 1 and before[i][None].shape == q.shape)), None)
+    x = None if at is None else before.pop(at)
+    if x is not None and x.ndim == q.ndim - 1:
+      x = x[None]
     if x is not None and x.shape == q.shape and not torch.equal(x.to(q.dtype), q):
       calls.append({"function": f"attention ({entry})", "x": x.to(torch.float64).numpy(), "out": q.numpy()})
 
@@ -261,7 +270,8 @@ def reference_rotation(x: np.ndarray, positions: np.ndarray, axes: list[int], th
   tables="float32": as diffusers' apply_rotary_emb computes whatever the model's dtype: cos and sin
   of the float64 angle rounded to float32 (FluxPosEmbed's `.float()` tables), x cast to float32
   (`x.float()`), the products and their sum in float32."""
-  freqs = np.concatenate([theta ** (-np.arange(0, d, 2, dtype=np.float64) / d) for d in axes])
+  per = theta if isinstance(theta, (list, tuple)) else [theta] * len(axes)  # Cosmos: a theta per axis (per_axis)
+  freqs = np.concatenate([t ** (-np.arange(0, d, 2, dtype=np.float64) / d) for d, t in zip(axes, per, strict=True)])
   if frequencies in ("shared", "split", "interleaved"):  # one spectrum over the whole head, its pairs dealt in
     freqs = theta ** (-np.arange(0, sum(axes), 2, dtype=np.float64) / sum(axes))  # sections (M-RoPE) or
     if frequencies == "split":  # round-robin, axis a taking pairs a, a + A, ... (Pixtral)
@@ -624,11 +634,27 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
   (4 channels moved from the last axis to the first): the observed split must follow it."""
   import diffusers
   defaults = {k: p.default for k, p in inspect.signature(getattr(diffusers, name).__init__).parameters.items()}
+  if "observe" in RECIPES.get(name, {}):  # OmniGen: an observation of its own
+    return RECIPES[name]["observe"](name, seed)
+  if "refuse" in RECIPES.get(name, {}):  # SANA-WM: what its code does besides RoPE, which no probe here runs
+    return {"status": "refused", "reason": RECIPES[name]["refuse"]}, None
   entry, goldens = _observe_grid(name, seed)
   family = entry.get("family")
   if family and family["grid"].startswith("stretched_by_"):  # CogView 4: the key (found and set in the fit)
     key = family["grid"][len("stretched_by_"):]
     family.update(grid="stretched", stretch_key=key, stretch_default=list(defaults[key]))
+  if family and isinstance(family["theta"], list):  # Cosmos: a theta per axis, read from its recipe's NTK key
+    checked = _ntk_thetas(name, seed, family, defaults)
+    if checked:
+      return {"status": "refused", "reason": checked}, None
+  if family and "base_fps" in RECIPES.get(name, {}):  # Cosmos: a video's frame positions follow the fps it is given
+    again, video = _observe_grid(name, seed, {"_fps": 30})
+    if again.get("family", {}).get("grid") != "fps_scaled" or video is None:
+      return {"status": "refused", "reason": f"its rotation at fps=None fits its raster grid, but at fps=30 not the "
+                                             f"frames at t * {RECIPES[name]['base_fps']} / fps ({again.get('reason')})"
+              }, None
+    family["fps_base"] = RECIPES[name]["base_fps"]
+    goldens.update(fps=np.asarray(30), fps_x=video["x"], fps_out=video["out"], fps_positions=video["positions"])
   for key in RECIPES.get(name, {}).get("required", ()) if family else ():  # HiDream: its class default does not run
     family.setdefault("required", {})[key] = list(defaults[key])
   if family and family.get("crop_keys"):  # CogVideoX 1.0: the base grid's keys' defaults (the probe's crop)
@@ -670,15 +696,28 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
         break
   if family and family.get("section_layout") == "interleaved" and "ltx" not in family:  # Ideogram 4: which key splits the pairs over the
     pairs_ = [a // 2 for a in family["axes_default"]]  # axes (axis 0 taking the rest): confirmed by moving 2 pairs
-    key = next((k for k, v in defaults.items() if isinstance(v, (list, tuple)) and len(v) == len(pairs_) and
+    args = {**defaults, **RECIPES.get(name, {}).get("kw", {})}  # (Cosmos3-Omni's rope_axes_dim: its recipe's)
+    key = next((k for k, v in args.items() if isinstance(v, (list, tuple)) and len(v) == len(pairs_) and
                 all(isinstance(x, int) for x in v) and list(v[1:]) == pairs_[1:]), None)
-    moved = None if key is None else [defaults[key][0], defaults[key][1] + 2, *defaults[key][2:-1],
-                                      defaults[key][-1] - 2]
+    # (2 pairs from axis 1 to axis 0's rest: axis a's pairs lie below 3 x its entry, which may not pass the head's
+    # pairs, so no entry grows: Cosmos3-Omni's 20 of 64 is the most an axis can take)
+    moved = None if key is None else [args[key][0], args[key][1] - 2, *args[key][2:]]
     again = _observe_grid(name, seed, {key: moved})[0].get("family", {}) if key else {}
     if key is None or [a // 2 for a in again.get("axes_default", [])][1:] != moved[1:]:
       return {"status": "refused", "reason": f"its interleaved M-RoPE gives the axes {pairs_} pairs, a split no "
                                              "config key was seen to set"}, None
-    family.update(sections_key=key, sections_default=list(defaults[key]))
+    family.update(sections_key=key, sections_default=list(args[key]))
+    fallback = RECIPES.get(name, {}).get("sections_fallback")
+    if fallback:  # Cosmos3-Omni: with rope_axes_dim null, rope_scaling's mrope_section (its other keys not read)
+      outer, inner = fallback
+      again = _observe_grid(name, seed, {key: None, outer: {"rope_type": "yarn", "factor": 4.0, inner: moved}})[0]
+      fam2 = again.get("family", {})
+      theta = family.get("theta", family.get("theta_default"))  # (a theta of millions: to 1e-4, as above)
+      if [a // 2 for a in fam2.get("axes_default", [])][1:] != moved[1:] or \
+          not np.isclose(fam2.get("theta", 0.0), theta, rtol=1e-4):
+        return {"status": "refused", "reason": f"with {key} null, its sections were not seen to follow "
+                                               f"{outer}[{inner!r}] alone ({again.get('reason', fam2)})"}, None
+      family["sections_fallback"] = [outer, inner]
   if family and ("scale_keys" in family or "scale_key" in family):  # the keys doubled: the fit must follow them
     doubled = ({family["scale_key"]: [2 * v for v in family["scale_default"]]} if "scale_key" in family else
                {k: 2 * v for k, v in zip(family["scale_keys"], family["scale_default"], strict=True)})
@@ -698,6 +737,33 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
         return {"status": "refused", "reason": f"its split of the head over the grid axes {axes} does not follow "
                                                f"{key} and comes from no config key this probe can confirm"}, None
   return entry, goldens
+
+
+def ntk_axis_thetas(base: float, scales: list[float], axes: list[int]) -> list[float]:
+  """Cosmos's theta per axis: base * scale_a ** (d_a / (d_a - 2)) (CosmosRotaryPosEmbed's NTK factors)."""
+  return [base * s ** (d / (d - 2)) for s, d in zip(scales, axes, strict=True)]
+
+
+def _ntk_thetas(name: str, seed: int, family: dict, defaults: dict) -> str | None:
+  """A class whose axes each turn by a theta of their own (fit_grid's per_axis_thetas): they must be its recipe's
+  `ntk_base` * `ntk_key`[a] ** (d_a / (d_a - 2)) at the key's default and again at `ntk_check`, to 1e-5 (read off
+  float32 tables); the family then holds that base as theta and the key. Else the refusal's reason."""
+  recipe = RECIPES.get(name, {})
+  key = recipe.get("ntk_key")
+  if key is None:
+    return f"each of its axes turns by a theta of its own ({family['theta']}), which no config key was seen to set"
+  axes = family["axes_default"]
+  for scales, seen in ((list(defaults[key]), family["theta"]),
+                       (recipe["ntk_check"], _observe_grid(name, seed, {key: recipe["ntk_check"]})[0]
+                        .get("family", {}).get("theta"))):
+    want = ntk_axis_thetas(recipe["ntk_base"], scales, axes)
+    if not isinstance(seen, list) and seen is not None:
+      seen = [seen] * len(axes)  # every axis at one theta (scales that leave the factors equal)
+    if seen is None or not np.allclose(seen, want, rtol=1e-5):
+      return (f"its axes turn by thetas {seen} at {key}={scales}, not {recipe['ntk_base']} * {key}[a] ** "
+              f"(d_a / (d_a - 2)) = {want}")
+  family.update(theta=float(recipe["ntk_base"]), ntk_key=key, ntk_default=[float(v) for v in defaults[key]])
+  return None
 
 
 def raster_grid(dims: tuple[int, ...]) -> np.ndarray:
@@ -783,7 +849,7 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
   fitted axes and theta reproduce every call within TOLERANCE; Refused, with the nearest miss, if none.
   `candidates` (as `_grid_candidates` gives them): the ids a forward was given, instead of the grid's."""
   tokens = int(np.prod(dims))
-  counts = (tokens, tokens + T_TXT)
+  counts = tuple(candidates[0][2]) if candidates else (tokens, tokens + T_TXT)  # (Bria-Fibo 2: two call sizes)
   sized = [(c, _token_count(c["x"].shape, counts)) for c in rotated]
   if candidates is None:
     candidates = _grid_candidates(dims, joint=any(m == tokens + T_TXT for _, m in sized))
@@ -833,21 +899,25 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
           "split": _integer_theta(float(freqs[1] ** (-len(freqs) / na)))}
       if len(set(sections)) > 1:
         del thetas["split"]  # a round-robin deal gives every axis the same share
+      axis_thetas = [float(freqs[sum(sections[:a]) + 1] ** (-sections[a])) for a in range(na)]
+      if not interleaved and np.isfinite(axis_thetas).all() and not np.allclose(axis_thetas, axis_thetas[0]):
+        thetas["per_axis_thetas"] = axis_thetas  # Cosmos: each axis its own spectrum, of a theta of its own
       if interleaved:  # interleaved M-RoPE: one spectrum over the head, dealt as _interleaved_owners says
         second = [int(np.flatnonzero(np.array(owners) == a)[1]) for a in range(na)]  # each axis's second pair
         thetas = {"interleaved": thetas["shared"],  # or each axis its own spectrum over its pairs (Kimi-K2.5)
                   "interleaved_per_axis": _integer_theta(float(np.nanmedian(
                       [freqs[second[a]] ** (-sections[a]) for a in range(na)])))}
-      thetas = {k: v for k, v in thetas.items() if np.isfinite(v)}
+      thetas = {k: v for k, v in thetas.items() if np.isfinite(v).all()}
       for frequencies, theta in thetas.items():
         for tables in TOLERANCE:
           err = _rotation_error(applied, axes, theta, layout, tables, frequencies)
           if err <= _tolerance(tables, applied):
-            kind = {"interleaved": "shared", "interleaved_per_axis": "per_axis"}.get(frequencies, frequencies)
+            kind = {"interleaved": "shared", "interleaved_per_axis": "per_axis",
+                    "per_axis_thetas": "per_axis"}.get(frequencies, frequencies)
             return {"numbering": numbering, "joint": order, "grid": pos_of[tokens], "positions": grid,
                     "layout": layout, "axes": axes, "theta": theta, "tables": tables, "error": err,
                     "frequencies": kind, "rotary_dim": width,
-                    **({"section_layout": "interleaved"} if kind != frequencies else {}),
+                    **({"section_layout": "interleaved"} if frequencies.startswith("interleaved") else {}),
                     "unseen": sorted({int(a) for a, f in zip(owners, freqs, strict=True) if np.isnan(f)})}
       best = Refused(f"its rotation over the grid fits per-axis RoPE {axes} (theta {thetas['per_axis']}) or M-RoPE "
                      f"(theta {thetas['shared']}), {layout} pairs, only to {err:.1e}")
@@ -874,6 +944,14 @@ def fit_caption(calls: list[dict], got: dict) -> tuple[str, np.ndarray]:
                                    got["frequencies"])
     if errors[name] <= _tolerance(got["tables"], applied):
       return name, positions
+  try:  # Kandinsky 6: its text blocks rotate the caption by a 1-D RoPE of their own, at 0, 1, ...
+    own = fit_grid(calls, (T_TXT,), [("sequence", None, {T_TXT: np.arange(T_TXT)[:, None]})])
+  except Refused:
+    own = None
+  if own is not None:
+    raise Refused(f"it rotates its caption apart from the image by a rotation of its own (1-D RoPE over "
+                  f"{own['axes'][0]} channels, theta {own['theta']:g}, {own['layout']} pairs, token i at i; its latent: "
+                  f"per-axis RoPE over {got['axes']}): two specs, which one RotaryConfig does not hold")
   raise Refused(f"it rotates its caption apart from the image, by positions this probe does not know (off by "
                 f"{errors} as {list(known)})")
 
@@ -914,6 +992,366 @@ def _wan_animate(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], ext
   return {"pose_hidden_states": torch.randn(1, defaults["latent_channels"], grid[0] - 1, 2 * grid[1], 2 * grid[2],
                                             dtype=torch.float64),  # a pose latent per frame but the first
           "face_pixel_values": torch.randn(1, 3, 1, size, size, dtype=torch.float64)}  # a one-frame face video
+
+
+def _cosmos3(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], extra: dict) -> dict:
+  """Cosmos3-Omni: one packed sequence, its T_TXT text tokens (the causal prefix, und_len) then one latent frame of
+  2 x 3 patches (6 vision tokens, every frame noisy), and the [3, tokens] M-RoPE ids its pipeline builds (random
+  here: the fit must find that the rotation follows them)."""
+  p = defaults["latent_patch_size"]
+  vision = GIVEN_TOKENS - T_TXT
+  return {"input_ids": torch.arange(T_TXT) % kw["vocab_size"], "text_indexes": torch.arange(T_TXT),
+          "position_ids": torch.from_numpy(ids).T.contiguous(), "und_len": T_TXT, "sequence_length": GIVEN_TOKENS,
+          "vision_tokens": [torch.randn(1, defaults["latent_channel"], 1, 2 * p, 3 * p, dtype=torch.float64)],
+          "vision_token_shapes": [(1, 2, 3)], "vision_sequence_indexes": torch.arange(T_TXT, GIVEN_TOKENS),
+          "vision_mse_loss_indexes": torch.arange(T_TXT, GIVEN_TOKENS),
+          "vision_timesteps": torch.full((vision,), 500.0, dtype=torch.float64),
+          "vision_noisy_frame_indexes": [torch.tensor([0])]}
+
+
+# QwenImage 2.1's probe: its joint sequence in runs, text (an int) and image blocks ((height, width) latent tokens): two
+# text tokens, a 2 x 2 condition image (one slot of its vision-language sequence), a text token, the 2 x 4 target
+QWEN_IMAGE21_RUNS = (2, (2, 2), 1, (2, 4))
+
+
+def qwen_image21_hypothesis(runs: tuple) -> np.ndarray:
+  """The positions QwenImage 2.1 is expected to rotate by (the docstring of its QwenImage21Rope, written out here,
+  as rope.qwen_image21_positions also does; the fit checks its forward against it): a counter p from 0; text token i
+  of a run at p + i on every axis; an image block at frame p, its rows and columns centred (-(n - n // 2) .. n // 2 -
+  1), p then moved by max(height, width)."""
+  out, p = [], 0
+  for run in runs:
+    if isinstance(run, int):
+      out.append(np.repeat((np.arange(run) + p)[:, None], 3, 1))
+      p += run
+    else:
+      h, w = run
+      grid = raster_grid((h, w)) - np.array([h - h // 2, w - w // 2])
+      out.append(np.column_stack([np.full(h * w, p), grid]))
+      p += max(h, w)
+  return np.concatenate(out)
+
+
+def _qwen_image21(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """QwenImage 2.1: its packed latents (condition images first, the target last), the text states of its
+  vision-language sequence with one placeholder per condition slot, and img_mask over that sequence and the target's
+  slots it appends (each slot 2 x 2 latent tokens), as its pipeline lays them out (QWEN_IMAGE21_RUNS)."""
+  images = [r for r in QWEN_IMAGE21_RUNS if not isinstance(r, int)]
+  mask = []
+  for run in QWEN_IMAGE21_RUNS:
+    mask += [False] * run if isinstance(run, int) else [True] * (run[0] * run[1] // 4)
+  target = images[-1][0] * images[-1][1] // 4
+  tokens = sum(h * w for h, w in images)
+  return {"hidden_states": torch.randn(1, tokens, kw.get("in_channels", defaults["in_channels"]), dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, len(mask) - target, kw["context_in_dim"], dtype=torch.float64),
+          "img_shapes": [[(1, h, w) for h, w in images]], "img_mask": torch.tensor([mask]),
+          "timestep": torch.tensor([0.5], dtype=torch.float64)}
+
+
+# Bria-Fibo 2's probe: 4 gist tokens (its min and step; at most 8), a 2 x 3 image, a 2 x 2 context image to edit
+BRIA_FIBO2 = {"gist": 4, "max_gist": 8, "image": (2, 3), "context": (2, 2)}
+
+
+def bria_fibo2_hypothesis() -> dict[int, np.ndarray]:
+  """The positions Bria-Fibo 2's forward is expected to rotate by (written out from its code's create_coordinate_grid
+  calls; rope.bria_fibo2_positions builds the same): its gist (Perceiver) tokens at (1 + i, 0, 0), the image at
+  (max_num_gist_tokens + 1, row, column), context image k at (max_num_gist_tokens + 2 + k, row, column); its noise
+  refiner rotates the image and context tokens alone, its layers the gist tokens first, then those."""
+  b = BRIA_FIBO2
+  plane = b["max_gist"] + 1
+  gist = np.zeros((b["gist"], 3), np.int64)
+  gist[:, 0] = np.arange(b["gist"]) + 1
+  image = np.column_stack([np.full(np.prod(b["image"]), plane), raster_grid(b["image"])])
+  context = np.column_stack([np.full(np.prod(b["context"]), plane + 1), raster_grid(b["context"])])
+  refined = np.concatenate([image, context])
+  return {len(refined) + b["gist"]: np.concatenate([gist, refined]), len(refined): refined}
+
+
+def _bria_fibo2(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Bria-Fibo 2: its latent [B, C, H, W], one context latent to edit, and its text features [B, 1 + injected layers,
+  T, cap_feat_dim] (the Perceiver's bundle first)."""
+  p, c = defaults["patch_size"], defaults["in_channels"]
+  (h, w), (ch, cw) = BRIA_FIBO2["image"], BRIA_FIBO2["context"]
+  return {"hidden_states": torch.randn(1, c, h * p, w * p, dtype=torch.float64),
+          "context_latents": [torch.randn(1, c, ch * p, cw * p, dtype=torch.float64)],
+          "encoder_hidden_states": torch.randn(1, 1 + len(kw["injection_layer_ids"]), T_TXT, kw["cap_feat_dim"],
+                                               dtype=torch.float64),
+          "timestep": torch.tensor([0.5], dtype=torch.float64)}
+
+
+def longrope_reference(x: np.ndarray, positions: np.ndarray, theta: float, factors: np.ndarray,
+                       attention: float) -> np.ndarray:
+  """OmniGen's rotation as its code is read (OmniGenSuScaledRotaryEmbedding, then apply_rotary_emb with
+  use_real_unbind_dim=-2): pair k = (k, k + D/2) turned by position * inv_freq_k, inv_freq_k = 1 / (factor_k *
+  theta ** (2k / D)), cos and sin both scaled by `attention`; float64 here, the model's float32 is within
+  TOLERANCE's float32 bound."""
+  d = x.shape[-1]
+  inv = 1.0 / (np.asarray(factors, np.float64) * theta ** (np.arange(0, d, 2, dtype=np.float64) / d))
+  ang = positions.astype(np.float64)[:, None] * inv
+  c, s_ = (np.cos(ang) * attention)[None, :, None], (np.sin(ang) * attention)[None, :, None]
+  a, b = x[..., :d // 2], x[..., d // 2:]
+  return np.concatenate([a * c - b * s_, a * s_ + b * c], -1)
+
+
+OMNIGEN_SETTINGS = ({}, {"rope_base": 40000, "original_max_position_embeddings": 8, "max_position_embeddings": 256})
+
+
+@_refusals("its observation with the ids its pipeline gives")
+def observe_longrope(name: str, seed: int) -> tuple[dict, dict | None]:
+  """OmniGen: 1-D positions its pipeline gives (position_ids), Phi-3's LongRoPE ("su") over the whole head: per-pair
+  factors from rope_scaling's short_factor, or its long_factor once max(position_ids) + 1 passes
+  original_max_position_embeddings, cos and sin scaled by sqrt(1 + ln s / ln original), s = max_position_embeddings /
+  original_max_position_embeddings. Its class default rope_scaling (None) does not run, so a probe gives it random
+  factors. Checked as a hypothesis (`longrope_reference`: the scale moves each pair's length, so no rotation is fitted)
+  in both branches, at two settings of theta and both lengths (OMNIGEN_SETTINGS: the keys it reads are followed);
+  else Refused with the largest difference."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  kw, defaults, _ = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  head = kw["hidden_size"] // kw["num_attention_heads"]
+  rng = np.random.default_rng(seed)
+  goldens: dict = {"config": None}
+  worst, functions = 0.0, set()
+  h, w = GRID[1:]
+  tokens = T_TXT + 1 + h * w  # the caption, its time token, the latent's patches
+  for i, setting in enumerate(OMNIGEN_SETTINGS):
+    args = {**kw, **setting, "rope_scaling": {"short_factor": (1 + rng.random(head // 2)).tolist(),
+                                              "long_factor": (2 + rng.random(head // 2)).tolist()}}
+    torch.manual_seed(seed)
+    model = cls(**args).double().eval()
+    original = args.get("original_max_position_embeddings", defaults["original_max_position_embeddings"])
+    largest = args.get("max_position_embeddings", defaults["max_position_embeddings"])
+    theta = float(args.get("rope_base", defaults["rope_base"]))
+    scale = largest / original
+    attention = 1.0 if scale <= 1 else float(np.sqrt(1 + np.log(scale) / np.log(original)))
+    for long in (False, True):
+      ids = rng.integers(0, original, tokens) if not long else rng.integers(0, 3 * original, tokens)
+      ids[0] = 3 * original if long else original - 1  # max + 1 past the original length, or at it
+      p = defaults["patch_size"]
+      inputs = {"hidden_states": torch.randn(1, defaults["in_channels"], h * p, w * p, dtype=torch.float64),
+                "timestep": torch.tensor([0.5], dtype=torch.float64),
+                "input_ids": torch.randint(0, 100, (1, T_TXT)), "input_img_latents": [], "input_image_sizes": {},
+                "attention_mask": torch.ones(1, tokens, tokens, dtype=torch.float64),
+                "position_ids": torch.from_numpy(ids)[None]}
+      calls = _applies(model, inputs)
+      if not calls:
+        raise Refused("its forward calls no rotary apply function")
+      factors = args["rope_scaling"]["long_factor" if long else "short_factor"]
+      applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), ids[:, None]) for c in calls]
+      err = max(float(np.abs(longrope_reference(x, ids, theta, factors, attention) - out).max())
+                for x, out, _ in applied)
+      if err > _tolerance("float32", applied):
+        raise Refused(f"its rotation is not Phi-3's LongRoPE as its code is read ({'long' if long else 'short'} "
+                      f"factors, theta {theta:g}, attention factor {attention:.4f}; off by {err:.1e})")
+      worst = max(worst, err)
+      functions |= {c["function"] for c in calls}
+      if i == 0:  # the goldens: the default setting's short and long runs
+        prefix = "long_" if long else ""
+        goldens.update({f"{prefix}x": applied[0][0], f"{prefix}out": applied[0][1], f"{prefix}positions": ids})
+        goldens["config"] = {**args}
+  family = {"grid": "given", "order": "given", "axes_default": [head], "layout": "half", "frequencies": "shared",
+            "tables": "float32", "theta_key": "rope_base", "theta_default": float(defaults["rope_base"]),
+            "head_dim_default": head, "head_dim_key": None, "patch": [1, 1, 1],
+            "head_dim_from": ["hidden_size", "num_attention_heads", defaults["hidden_size"],
+                              defaults["num_attention_heads"]],
+            "longrope": {"key": "rope_scaling", "original_key": "original_max_position_embeddings",
+                         "original_default": defaults["original_max_position_embeddings"],
+                         "max_key": "max_position_embeddings", "max_default": defaults["max_position_embeddings"]},
+            "required": {"rope_scaling": None}}
+  if defaults["hidden_size"] // defaults["num_attention_heads"] != head:
+    raise Refused(f"its probe's head ({head}) is not its default's")
+  return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
+def _framepack(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """HunyuanVideo Framepack: the history its pipeline always passes besides the latent (frames at indices_latents
+  3, 4): clean latents (frames 0 and 2), a 2x history (frames 5, 6) and a 4x history (frames 7 .. 10), each with its
+  frame indices, at the latent's height and width."""
+  c = defaults["in_channels"]
+  p = defaults["patch_size"]
+  h, w = grid[1] * p, grid[2] * p
+
+  def latent(frames: int) -> torch.Tensor:
+    return torch.randn(1, c, frames, h, w, dtype=torch.float64)
+  return {"hidden_states": latent(grid[0]), "indices_latents": torch.arange(3, 3 + grid[0]),
+          "latents_clean": latent(2), "indices_latents_clean": torch.tensor([0, 2]),
+          "latents_history_2x": latent(2), "indices_latents_history_2x": torch.tensor([5, 6]),
+          "latents_history_4x": latent(4), "indices_latents_history_4x": torch.arange(7, 11)}
+
+
+@_refusals("its observation with the history its pipeline passes")
+def observe_framepack(name: str, seed: int) -> tuple[dict, dict | None]:
+  """HunyuanVideo Framepack: its forward requires the history its pipeline passes every step (`_framepack`), and
+  rotates one sequence of its 4x history tokens, its 2x history tokens, its clean latents and its latent. The clean
+  latents and the latent are fitted (`fit_grid`) at (frame index, row, column); the history tokens' tables are its
+  grid's cos/sin average-pooled over 2 x 2 x 2 and 4 x 4 x 4 blocks (_pad_rotary_emb), which turn no pair by an angle
+  (a pair's length changes): the class is refused, saying what each part does. Anything else: the fit's refusal."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  kw, defaults, patch = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  torch.manual_seed(seed)
+  model = cls(**kw).double().eval()
+  inputs = _grid_inputs(cls, kw, defaults, patch, GRID)
+  inputs.update(_framepack(kw, defaults, None, GRID, {}))
+  calls = _applies(model, inputs)
+  f, h, w = GRID
+  frames = np.concatenate([inputs["indices_latents_clean"].numpy(), inputs["indices_latents"].numpy()])
+  plain = np.column_stack([np.repeat(frames, h * w), np.tile(raster_grid((h, w)), (len(frames), 1))])
+  if not calls or calls[0]["x"].shape[1] < len(plain):
+    raise Refused(f"its rotary calls ({[c['x'].shape for c in calls]}) are not over its history and latent tokens")
+  history = calls[0]["x"].shape[1] - len(plain)  # the 4x and 2x history tokens come first
+  tail = [{**c, "x": c["x"][:, history:], "out": c["out"][:, history:]} for c in calls]
+  got = fit_grid(tail, (len(plain),), [("frame_indices", None, {len(plain): plain})])
+  x, out = _to_bthd(calls[0]["x"], calls[0]["x"].shape[1]), _to_bthd(calls[0]["out"], calls[0]["x"].shape[1])
+  layout = got["layout"]
+  if _pairs_keep_norms(x[:, :history], out[:, :history], layout):
+    raise Refused("its history tokens keep their pairs' lengths, which its pooled tables were not expected to")
+  raise Refused(f"it rotates its clean latents and latent as per-axis RoPE over {got['axes']} (theta "
+                f"{got['theta']:g}, {layout} pairs) at (frame index, row, column), but its {history} 2x and 4x history "
+                "tokens, which its pipeline always passes, by its grid's cos/sin tables average-pooled over 2 x 2 x 2 "
+                "and 4 x 4 x 4 blocks: no rotation (a pair's length changes), which no RotaryConfig expresses")
+
+
+def wan_animate2_hypothesis(dims: tuple[int, int, int], offsets: tuple[int, int, int], stride: int) -> np.ndarray:
+  """Wan-Animate 2's positions for a stream (rope_params' offset, rope_apply's time stride, as its code is read):
+  token (f, h, w) at (offset_t + stride * f, offset_h + h, offset_w + w); its generation stream at offsets 0, stride
+  1, its reference stream at its refer_offset_* (-1: the reference grid's size on that axis) and refer_stride."""
+  return raster_grid(dims) * np.array([stride, 1, 1]) + np.array(offsets)
+
+
+WAN_ANIMATE2_SETTINGS = ({}, {"refer_offset_t": 3, "refer_offset_h": -1, "refer_offset_w": 2, "refer_stride": 2})
+
+
+@_refusals("its observation in its reference (extract) and generation (cached) passes")
+def observe_wan_animate2(name: str, seed: int) -> tuple[dict, dict | None]:
+  """Wan-Animate 2: a reference pass (kv_cache_mode "extract") rotates the reference tokens, then a generation pass
+  ("cached") the generation tokens and the cached reference keys, as its pipeline runs them. Every rotary call of both
+  passes must be Wan's per-axis RoPE (fitted on the generation stream at raster (t, h, w)) at the positions
+  `wan_animate2_hypothesis` gives its stream, at the refer_* keys' defaults and again at WAN_ANIMATE2_SETTINGS' other
+  values (so the keys are followed); else Refused."""
+  import diffusers
+  from diffusers.models.transformers.transformer_wan_animate_2 import WanAnimate2KVCache
+  cls = getattr(diffusers, name)
+  kw, defaults, patch = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  dims = GRID
+  tokens = int(np.prod(dims))
+  size = [g * q for g, q in zip(dims, patch, strict=True)]
+  goldens: dict = {}
+  worst, functions, got = 0.0, set(), None
+  for i, setting in enumerate(WAN_ANIMATE2_SETTINGS):
+    args = {**kw, **setting}
+    torch.manual_seed(seed)
+    model = cls(**args).double().eval()
+    cache = WanAnimate2KVCache(args["num_layers"])
+    grid = torch.tensor([list(dims)])
+
+    def inputs(mode: str, args: dict = args, cache: WanAnimate2KVCache = cache, grid: torch.Tensor = grid) -> dict:
+      return {"hidden_states": [torch.randn(16, *size, dtype=torch.float64)],
+              "condition_latents": [torch.randn(defaults["in_dim"] - 16, *size, dtype=torch.float64)],
+              "encoder_hidden_states": [torch.randn(T_TXT, args["text_dim"], dtype=torch.float64)],
+              "encoder_hidden_states_image": torch.randn(1, T_TXT, 1280, dtype=torch.float64),
+              "timestep": torch.tensor([500.0], dtype=torch.float64), "kv_cache": cache, "kv_cache_mode": mode,
+              "seq_len": tokens, "offset_grid_sizes": grid, "reference_grid_sizes": grid,
+              # the full video whose block mask the generation pass builds: dims' frames and patches
+              "origin_len": 4 * (dims[0] - 1), "origin_area": [16 * dims[1] * patch[1], 16 * dims[2] * patch[2]]}
+    calls = {mode: _applies(model, inputs(mode)) for mode in ("extract", "cached")}
+    cfg = {**defaults, **args}
+    offsets = tuple(o if o >= 0 else dims[a] for a, o in
+                    enumerate((cfg["refer_offset_t"], cfg["refer_offset_h"], cfg["refer_offset_w"])))
+    reference = wan_animate2_hypothesis(dims, offsets, cfg["refer_stride"])
+    generation = wan_animate2_hypothesis(dims, (0, 0, 0), 1)
+    if [len(calls["extract"]), len(calls["cached"])] != [2 * args["num_layers"], 3 * args["num_layers"]]:
+      raise Refused(f"its passes made {len(calls['extract'])} and {len(calls['cached'])} rotary calls, not its "
+                    "reference's q and k, then its generation's q and k and the reference's k")
+    if got is None:  # the rotation: fitted on the generation pass's q at raster (t, h, w)
+      got = fit_grid(calls["cached"][:1], dims, [("raster", None, {tokens: generation})])
+    at = [(c, reference) for c in calls["extract"]] + [
+        (c, reference if j % 3 == 2 else generation) for j, c in enumerate(calls["cached"])]
+    applied = [(_to_bthd(c["x"], tokens), _to_bthd(c["out"], tokens), pos) for c, pos in at]
+    err = _rotation_error(applied, got["axes"], got["theta"], got["layout"], got["tables"], got["frequencies"])
+    if err > _tolerance(got["tables"], applied):
+      raise Refused(f"its reference tokens are not rotated at (refer_offset_t + refer_stride * t, refer_offset_h + h, "
+                    f"refer_offset_w + w) with {setting or 'its defaults'} (off by {err:.1e})")
+    worst = max(worst, err)
+    functions |= {c["function"] for c in calls["extract"] + calls["cached"]}
+    if i == 0:
+      goldens = {"config": dict(args), "grid": generation, "positions": reference, "dims": np.asarray(dims),
+                 "x": applied[0][0], "out": applied[0][1], "generation_x": applied[-2][0],
+                 "generation_out": applied[-2][1]}
+  family = {"grid": "wan_animate2", "axes_default": got["axes"], "layout": got["layout"], "order": "grid_thw",
+            "frequencies": got["frequencies"], "tables": got["tables"], "theta": got["theta"],
+            "head_dim_default": int(defaults["dim"] // defaults["num_heads"]), "patch": list(patch),
+            "head_dim_key": None, "head_dim_from": ["dim", "num_heads", defaults["dim"], defaults["num_heads"]],
+            "reference": {k: defaults[k] for k in ("refer_offset_t", "refer_offset_h", "refer_offset_w",
+                                                   "refer_stride")}}
+  if got["axes"] != [44, 42, 42] or family["head_dim_default"] != 128:
+    raise Refused(f"its probe's split {got['axes']} is not its default head's")
+  return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
+def mochi_hypothesis(dims: tuple[int, int, int], base: tuple[int, int] = (192, 192)) -> np.ndarray:
+  """Mochi's positions as its MochiRoPE is read (float64 here): (t, row, column), rows and columns the centres of equal
+  cells spanning [-n s / 2, n s / 2], s = sqrt(base area / (rows x columns))."""
+  f, h, w = dims
+  s = (base[0] * base[1] / (h * w)) ** 0.5
+  grid = raster_grid(dims).astype(np.float64)
+  grid[:, 1] = (grid[:, 1] + 0.5) * s - h * s / 2
+  grid[:, 2] = (grid[:, 2] + 0.5) * s - w * s / 2
+  return grid
+
+
+MOCHI_GRIDS = ((2, 2, 3), (1, 3, 2))  # two aspects and areas: the cells' scale moves with both
+
+
+@_refusals("its observation with its learned frequencies set")
+def observe_mochi(name: str, seed: int) -> tuple[dict, dict | None]:
+  """Mochi: dense learned RoPE. Its pos_frequencies [3, heads, head_dim / 2] are a parameter its class builds as zeros
+  (its checkpoint sets them), so the probe sets them at random; pair k of head n must then turn by sum_a pos_a F[a, n,
+  k] at `mochi_hypothesis`' positions, interleaved pairs, on two heads and two grids (MOCHI_GRIDS); else Refused."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  kw, defaults, patch = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  goldens: dict = {}
+  worst, functions = 0.0, set()
+  for i, dims in enumerate(MOCHI_GRIDS):
+    torch.manual_seed(seed)
+    model = cls(**kw).double().eval()
+    with torch.no_grad():
+      model.pos_frequencies.uniform_(-0.05, 0.05)  # angles up to ~5 rad at its positions (|pos| <= ~100)
+    freqs = model.pos_frequencies.detach().numpy().astype(np.float64)
+    inputs = _grid_inputs(cls, kw, defaults, patch, dims)
+    calls = _applies(model, inputs)
+    tokens = int(np.prod(dims))
+    rotated = [c for c in calls if _token_count(c["x"].shape, (tokens,))]
+    if not rotated or len(rotated) != len(calls):
+      raise Refused(f"its rotary calls ({[c['x'].shape for c in calls]}) are not over its {tokens} latent tokens")
+    positions = mochi_hypothesis(dims)
+    ang = np.einsum("ta,ank->tnk", positions, freqs)  # [T, N, K]
+    c_, s_ = np.cos(ang)[None], np.sin(ang)[None]
+    applied = []
+    for call in rotated:
+      x, out = _to_bthd(call["x"], tokens), _to_bthd(call["out"], tokens)
+      a, b = x[..., 0::2], x[..., 1::2]
+      want = np.empty_like(x)
+      want[..., 0::2], want[..., 1::2] = a * c_ - b * s_, a * s_ + b * c_
+      applied.append((x, out, positions))
+      worst = max(worst, float(np.abs(want - out).max()))
+    if worst > _tolerance("float32", applied):
+      raise Refused(f"its rotation is not sum_a pos_a F[a, n, k] at Mochi's centred, rescaled positions on a {dims} "
+                    f"grid (off by {worst:.1e})")
+    functions |= {c["function"] for c in rotated}
+    if i == 0:
+      goldens = {"config": dict(kw), "grid": raster_grid(dims), "positions": positions, "dims": np.asarray(dims),
+                 "frequencies": freqs, "x": applied[0][0], "out": applied[0][1]}
+  family = {"grid": "mochi", "axes_default": [defaults["attention_head_dim"]], "layout": "interleaved",
+            "order": "grid_thw", "frequencies": "mixed", "tables": "float32", "theta": 10000.0,
+            "head_dim_default": defaults["attention_head_dim"], "head_dim_key": "attention_head_dim",
+            "patch": list(patch), "learned": {"parameter": "pos_frequencies", "axes": 3, "base": [192, 192]}}
+  return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
 
 
 def _glm_image(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
@@ -1021,6 +1459,37 @@ def _scales(recipe: dict, args: dict) -> list[float]:
   if "scale_key" in recipe:
     return [float(v) for v in args[recipe["scale_key"]]]
   return [float(args[k]) for k in recipe["scale_keys"]]
+
+
+def _cosmos(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Cosmos: the padding mask its pipelines pass (zeros [1, 1, H, W], resized to the latent and concatenated as one
+  more input channel: off the rotary path), and, with `_fps` in `extra`, the fps its video pipelines pass (Cosmos
+  1.0's text2world: 30), which scales its frame positions by base_fps / fps. Its module resizes the mask with
+  torchvision's transforms, an optional import the reference venv lacks (torchvision breaks its transformers): a
+  stand-in nearest resize is put where the module looks for it (a resize of zeros is zeros, whatever the method)."""
+  from diffusers.models.transformers import transformer_cosmos as module
+  if not hasattr(module, "transforms"):
+    import types
+
+    def resize(x: torch.Tensor, size: list[int], interpolation: str = "nearest") -> torch.Tensor:
+      return torch.nn.functional.interpolate(x, size=size, mode="nearest")
+    module.transforms = types.SimpleNamespace(functional=types.SimpleNamespace(resize=resize),
+                                              InterpolationMode=types.SimpleNamespace(NEAREST="nearest"))
+  p = defaults["patch_size"]
+  inputs = {"padding_mask": torch.zeros(1, 1, grid[1] * p[1], grid[2] * p[2], dtype=torch.float64)}
+  if extra.get("_fps"):
+    inputs["fps"] = extra["_fps"]
+  return inputs
+
+
+def _kandinsky6(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
+  """Kandinsky 6: a video latent [B, T, H, W, 2 * in_visual_dim + 1] (the latent, its condition and the condition's
+  mask), a caption, its pooled embedding; no audio (its fused blocks then run the video alone)."""
+  size = [g * p for g, p in zip(grid, defaults["patch_size"], strict=True)]
+  return {"hidden_states": torch.randn(1, *size, 2 * defaults["in_visual_dim"] + 1, dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, T_TXT, kw["in_text_dim"], dtype=torch.float64),
+          "pooled_projections": torch.randn(1, kw["in_text_dim2"], dtype=torch.float64),
+          "timestep": torch.tensor([500.0], dtype=torch.float64)}
 
 
 def _kandinsky6_sr(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
@@ -1190,6 +1659,11 @@ def _easyanimate(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], ext
 
 RECIPES: dict[str, dict] = {
     "GlmImageTransformer2DModel": {"inputs": _glm_image},
+    # Cosmos: each axis its own theta, 10000 * rope_scale[a] ** (d_a / (d_a - 2)) (an NTK factor per axis; confirmed
+    # with rope_scale changed); a video's frames at t * 24 / fps (24: its rotary module's base_fps, which the model
+    # does not pass; confirmed at the fps 30 its text2world pipeline passes)
+    "CosmosTransformer3DModel": {"inputs": _cosmos, "ntk_key": "rope_scale", "ntk_base": 10000.0, "base_fps": 24,
+                                 "ntk_check": [1.0, 3.0, 2.0]},
     # CogVideoX, ConsisID: [B, F, C, H, W] latents; their learned position table sized for the probe's caption
     # CogVideoX 1.0 and ConsisID rotate by the tables their pipeline makes, over a crop of (sample_height,
     # sample_width) / patch_size; probed on 3 x 2 patches, an aspect whose crop (12 of 45 columns left of it, 12.5
@@ -1230,6 +1704,11 @@ RECIPES: dict[str, dict] = {
     "LongCatAudioDiTTransformer": {"kw": {"dit_text_dim": WIDTH}, "inputs": _longcat_audio, "sequence": 6},
     # Kandinsky 6 SR: one head of its axes' 64 channels; a 2 x 8 x 8 grid, one 8 x 8 attention block per frame (its
     # tokens then in raster order); positions over its scale_factor
+    # Kandinsky 6: one head of its axes' 128 channels, one text and one fused block, every other width narrowed
+    "Kandinsky6Transformer3DModel": {"kw": {"model_dim": 128, "ff_dim": WIDTH, "num_text_blocks": 1,
+                                            "num_visual_blocks": 1, "time_dim": WIDTH, "in_text_dim": WIDTH,
+                                            "in_text_dim2": WIDTH},
+                                     "inputs": _kandinsky6, "scale_key": "scale_factor"},
     "Kandinsky6SRTransformer3DModel": {"kw": {"model_dim": 64, "ff_dim": WIDTH, "num_visual_blocks": 1,
                                               "time_dim": WIDTH},
                                        "inputs": _kandinsky6_sr, "grid": (2, 8, 8), "scale_key": "scale_factor"},
@@ -1255,6 +1734,50 @@ RECIPES: dict[str, dict] = {
     # written in its attention, so it is observed there (q after norm_q, and as dispatch_attention_fn gets it)
     "Ideogram4Transformer2DModel": {"kw": {"llm_features_dim": WIDTH, "intermediate_size": WIDTH},
                                     "inputs": _ideogram4, "ids": True, "attention": "dispatch"},
+    # Cosmos3-Omni: one layer, a vocabulary of 16; its cos/sin apply is written in its attention processor, which
+    # rotates its text prefix (q after norm_q) and its generation tokens (q after norm_added_q) apart, by the two
+    # slices of one table over the packed sequence: observed at the attention, the two calls joined in sequence
+    # order (`join_streams`). rope_axes_dim given as register_to_config writes it into every config.json it saves
+    "Cosmos3OmniTransformer": {"kw": {"num_hidden_layers": 1, "intermediate_size": WIDTH, "vocab_size": 16,
+                                      "rope_axes_dim": [24, 20, 20]},
+                               "inputs": _cosmos3, "ids": True, "attention": "dispatch", "join_streams": True,
+                               # a config without rope_axes_dim: rope_scaling["mrope_section"] (confirmed with a yarn
+                               # rope_type and factor there, which it does not read), else [24, 20, 20]
+                               "sections_fallback": ("rope_scaling", "mrope_section")},
+    # QwenImage 2.1: one joint sequence of text and image blocks (QWEN_IMAGE21_RUNS), fitted at the positions its
+    # rotary module's docstring describes (`hypothesis`; they reach 5, where frequency 1 wraps)
+    "QwenImage21Transformer2DModel": {"kw": {"context_in_dim": WIDTH}, "inputs": _qwen_image21,
+                                      "hypothesis": ("qwen_image21", lambda: qwen_image21_hypothesis(QWEN_IMAGE21_RUNS)),
+                                      "runs": QWEN_IMAGE21_RUNS},
+    # Bria-Fibo 2: 4 gist tokens of at most 8 (its gist count from the text length, min 4, step 4), one Perceiver
+    # layer, its one layer injected; fitted at the positions its code is read to give (`hypothesis`)
+    "BriaFibo2Transformer2DModel": {"kw": {"min_num_gist_tokens": BRIA_FIBO2["gist"],
+                                           "max_num_gist_tokens": BRIA_FIBO2["max_gist"],
+                                           "gist_step": BRIA_FIBO2["gist"], "perceiver_num_layers": 1,
+                                           "injection_layer_ids": [0]},
+                                    "inputs": _bria_fibo2, "hypothesis": ("bria_fibo2", bria_fibo2_hypothesis),
+                                    # the golden's layout: gist tokens, their most, the image's and context's sizes
+                                    "layout": [BRIA_FIBO2["gist"], BRIA_FIBO2["max_gist"], *BRIA_FIBO2["image"],
+                                               *BRIA_FIBO2["context"]]},
+    # OmniGen: one head of its default 96 channels, one layer; observed by `observe_longrope`
+    "OmniGenTransformer2DModel": {"kw": {"intermediate_size": WIDTH, "vocab_size": 128, "pad_token_id": 0,
+                                         "pos_embed_max_size": 8}, "observe": observe_longrope},
+    # HunyuanVideo Framepack: its history inputs, as its pipeline passes them every step
+    "HunyuanVideoFramepackTransformer3DModel": {"kw": {"image_proj_dim": WIDTH, "has_image_proj": True},
+                                                "inputs": _framepack, "observe": observe_framepack},
+    # Wan-Animate 2: one head of its default 128 channels, a caption of T_TXT tokens; `observe_wan_animate2`
+    "WanAnimate2Transformer3DModel": {"kw": {"text_len": T_TXT}, "observe": observe_wan_animate2},
+    # Mochi: two heads (its frequencies are per head) of its default 128 channels; `observe_mochi`
+    "MochiTransformer3DModel": {"kw": {"num_attention_heads": 2}, "observe": observe_mochi},
+    # SANA-WM: refused as its code reads, so that a probe that one day runs its forward cannot fit the RoPE calls
+    # alone and call it exact: its pipeline always passes camera_conditions (pipeline_sana_wm.py's
+    # _build_camera_kwargs), and then its attentions transform q by P^T, k and v by P^-1 and the output by P, per-token
+    # 4 x 4 ray matrices built from the camera (_prepare_ucpe_ray_transforms, _apply_ucpe_transform)
+    "SanaWMTransformer3DModel": {"refuse": "its pipeline always passes camera_conditions, and its attentions then "
+                                           "transform q, k, v and the output by per-token 4 x 4 camera ray matrices "
+                                           "(UCPE: _prepare_ucpe_ray_transforms, _apply_ucpe_transform) besides its "
+                                           "RoPE: a camera-dependent transform no RotaryConfig expresses (read from "
+                                           "its code; not probed)"},
     # Krea 2: its text-fusion tower, narrowed to one head of the DiT's head dim
     "Krea2Transformer2DModel": {"kw": {"text_hidden_dim": 128, "text_num_attention_heads": 1,
                                        "text_num_key_value_heads": 1, "text_intermediate_size": WIDTH,
@@ -1359,11 +1882,15 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   try:
     calls = (_attention_applies(model, inputs, recipe["attention"]) if "attention" in recipe else
              _applies(model, inputs, ndims=recipe.get("ndims")))
-  except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half:
-    if "same dtype" not in str(e):  # run it in float32 (the fit then allows float32's rounding)
+  except RuntimeError as e:  # Motif Video casts its timestep embedding to float32 unless the weights are half;
+    # Cosmos's learnable position embedding takes a float32 norm no float64 input may narrow to: run it in float32
+    if "same dtype" not in str(e) and "without narrowing" not in str(e):  # (the fit then allows float32's rounding)
       raise
     calls = _applies(model.float(), {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
                                      for k, v in inputs.items()})
+  if recipe.get("join_streams"):  # Cosmos3-Omni: its two pathways' calls, each layer's pair joined in sequence order
+    calls = [{"function": a["function"], "x": np.concatenate([a["x"], b["x"]], 1),
+              "out": np.concatenate([a["out"], b["out"]], 1)} for a, b in zip(calls[::2], calls[1::2], strict=True)]
   if not calls:  # as for a transformers type whose default config's forward calls none of its rotary code
     return {"status": "no_rope", "reason": "its forward on a latent calls no rotary function (observed; its module "
                                            "has names that match rot/rope)"}, None
@@ -1373,13 +1900,23 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     dims = (GIVEN_TOKENS,)
   if "sequence" in recipe:  # Stable Audio: one sequence of tokens at 0, 1, ... (its global token first)
     dims = (recipe["sequence"],)
+  if "hypothesis" in recipe:  # QwenImage 2.1: one joint sequence, at the positions its module is said to give;
+    numbering, hypothesis = recipe["hypothesis"][0], recipe["hypothesis"][1]()  # Bria-Fibo 2: {tokens: positions}
+    hypothesis = hypothesis if isinstance(hypothesis, dict) else {len(hypothesis): hypothesis}  # per call size,
+    dims = (max(hypothesis),)  # the longest the golden's
   tokens = int(np.prod(dims))
-  rotated = [c for c in calls if _token_count(c["x"].shape, (tokens, tokens + T_TXT))]
+  sizes = tuple(hypothesis) if "hypothesis" in recipe else (tokens, tokens + T_TXT)
+  rotated = [c for c in calls if _token_count(c["x"].shape, sizes)]
   if not rotated:
     raise Refused(f"no apply call over its {tokens} latent tokens (shapes {sorted({c['x'].shape for c in calls})})")
   candidates = None if given is None else [("given", None, {tokens: given})]
   if "sequence" in recipe:
     candidates = [("sequence", None, {tokens: np.arange(tokens)[:, None]})]
+  if "hypothesis" in recipe:
+    candidates = [(numbering, None, hypothesis)]
+  if (extra or {}).get("_fps"):  # Cosmos: a video at the fps its pipeline passes, its frames at t * base_fps / fps
+    candidates = [("fps_scaled", None, {tokens: raster_grid(dims) * np.array(
+        [recipe["base_fps"] / extra["_fps"], 1.0, 1.0])})]
   if "scale_keys" in recipe or "scale_key" in recipe:  # Allegro, Kandinsky 6 SR: the grid over per-axis scales
     raster = raster_grid(dims)
     candidates = [("scaled", None, {tokens: raster / np.array(_scales(recipe, {**defaults, **kw}))})]
@@ -1406,7 +1943,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
   init_args = {**defaults, **recipe.get("kw", {}), **(extra or {})}  # the init arguments this probe ran with
   axes_key = next((k for k in init_args if isinstance(init_args[k], (list, tuple)) and list(init_args[k]) == axes),
                   None)
-  if axes_key is None:  # PRX: an axes key left None, which the class fills in (observe_grid confirms it is followed)
+  if axes_key is None and not got.get("section_layout"):  # PRX: an axes key left None, which the class fills in
+    # (observe_grid confirms it is followed; an interleaved M-RoPE's split is its sections key's, found there)
     axes_key = next((k for k in defaults if defaults[k] is None and "axes" in k), None)
   if got["numbering"] == "ltx":  # LTX: the spec is for its whole attention width, read by its own rule
     family_ltx = {"base": list(recipe["ltx"]["base"]), "scale_default": list(recipe["ltx"]["scale"]),
@@ -1456,10 +1994,17 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     family["head_dim_from"] = [width[0], width[1], defaults[width[0]], defaults[width[1]]]
   entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
            "max_abs_error": got["error"]}
-  m = _token_count(rotated[0]["x"].shape, (tokens, tokens + T_TXT))
-  goldens = {"config": kw, "grid": got["grid"], "positions": got["positions"], "dims": np.asarray(dims),
-             "x": _to_bthd(rotated[0]["x"], m),
-             "out": _to_bthd(rotated[0]["out"], m)}
+  first, positions = rotated[0], got["positions"]
+  if "hypothesis" in recipe:  # the golden: a call over the whole sequence (Bria-Fibo 2's refiner's comes first)
+    first = next(c for c in rotated if _token_count(c["x"].shape, sizes) == tokens)
+    positions = hypothesis[tokens]
+  m = _token_count(first["x"].shape, sizes)
+  goldens = {"config": kw, "grid": got["grid"], "positions": positions, "dims": np.asarray(dims),
+             "x": _to_bthd(first["x"], m), "out": _to_bthd(first["out"], m)}
+  if "layout" in recipe:  # Bria-Fibo 2: the probe's sequence, for the test's position builder
+    goldens["layout"] = np.asarray(recipe["layout"])
+  if "runs" in recipe:  # QwenImage 2.1: its runs, a row each: (n, 0, 0) n text tokens, (0, h, w) an image block
+    goldens["runs"] = np.array([(r, 0, 0) if isinstance(r, int) else (0, *r) for r in recipe["runs"]])
   if caption:
     goldens.update(caption_positions=caption_positions, caption_x=_to_bthd(caption[0]["x"], T_TXT),
                    caption_out=_to_bthd(caption[0]["out"], T_TXT))

@@ -96,9 +96,29 @@ def render() -> str:
     for c in exact:
       f = classes[c]["family"]
       theta = f"{f['theta']:g}" if "theta" in f else f"`{f['theta_key']}` ({f['theta_default']:g})"
-      key = f"`{f['axes_key']}`" if "axes_key" in f else f"from `{f['head_dim_key']}`={f['head_dim_default']} only"
+      if "ntk_key" in f:  # Cosmos: each axis its own theta
+        theta += f" x `{f['ntk_key']}`[a] ** (d_a / (d_a - 2)) per axis ({f['ntk_default']})"
+      head_key = f["head_dim_key"] or ("{} / {}".format(*f["head_dim_from"][:2]) if f.get("head_dim_from") else None)
+      key = f"`{f['axes_key']}`" if "axes_key" in f else f"from `{head_key}`={f['head_dim_default']} only"
+      if "learned" in f:  # Mochi: every pair turns by every axis, over the head its key gives
+        key = f"all of `{f['head_dim_key']}`"
+        theta = f"learned: its checkpoint's `{f['learned']['parameter']}` [{f['learned']['axes']}, heads, head_dim / 2]"
+      if "longrope" in f:  # OmniGen
+        theta += f"; LongRoPE factors from `{f['longrope']['key']}`"
       where = ("(frame, row, column) of its latent grid" if f.get("grid") else
                "its img_ids / txt_ids, " + f["order"].replace("_", " "))
+      if f.get("grid") == "given":  # Krea 2, Ideogram 4, Cosmos3-Omni
+        where = "the ids its pipeline gives"
+      elif f.get("grid") == "bria_fibo2":
+        where = "its gist tokens, then its image and context images (`rope.bria_fibo2_positions`)"
+      elif f.get("grid") == "wan_animate2":
+        where = "(frame, row, column) of its latent grid; its reference at `refer_offset_*`, `refer_stride`"
+      elif f.get("grid") == "mochi":
+        where = "(t, row, column), centred and rescaled (`rope.mochi_positions`)"
+      elif f.get("grid") == "qwen_image21":
+        where = "its joint sequence of text and image blocks (`rope.qwen_image21_positions`)"
+      if "fps_base" in f:  # Cosmos: a video's frames at t * base_fps / fps
+        where += f" (a video's frames at t * {f['fps_base']} / fps)"
       lines.append(f"| `{c}` | {f['axes_default']} ({key}) | {theta} | {f['layout']} | {where} |")
     for reason, n in reasons.most_common():
       lines += ["", f"Refused ({n}): {reason}:", "", ", ".join(f"`{c}`" for c, e in sorted(classes.items())

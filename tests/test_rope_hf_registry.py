@@ -24,6 +24,7 @@ import json
 import pathlib
 import re
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -285,6 +286,46 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     g = {k.split("/", 1)[1]: np.asarray(v) for k, v in DIFFUSERS_ARRAYS.items() if k.startswith(name + "/")}
     if fam.get("grid") == "given":  # Krea 2: its pipeline builds the positions; the probe gave random ones
       positions = g["positions"]
+    elif fam.get("grid") == "qwen_image21":  # QwenImage 2.1: its joint sequence's runs of text and image blocks
+      positions = g["positions"]
+      runs = [int(n) if n else (int(h), int(w)) for n, h, w in g["runs"]]
+      np.testing.assert_array_equal(positions, rope.qwen_image21_positions(runs))
+      with pytest.raises(ValueError, match="a text length .int. or an image's .height, width."):
+        rope.qwen_image21_positions([2, (1, 2, 3)])
+    elif fam.get("grid") == "bria_fibo2":  # Bria-Fibo 2: gist tokens from 1, the image and its contexts after
+      positions = g["positions"]
+      gist, most, h, w, ch, cw = (int(n) for n in g["layout"])
+      np.testing.assert_array_equal(positions, rope.bria_fibo2_positions(h, w, gist, max_gist_tokens=most,
+                                                                         contexts=[(ch, cw)]))
+    elif fam.get("grid") == "wan_animate2":  # Wan-Animate 2: its reference stream at refer_offset_*, refer_stride
+      positions = g["positions"]
+      f, h, w = (int(n) for n in g["dims"])
+      ref = fam["reference"]
+      o_t, o_h, o_w = (o if o >= 0 else n for o, n in zip(
+          (ref["refer_offset_t"], ref["refer_offset_h"], ref["refer_offset_w"]), (f, h, w), strict=True))
+      built = rope.video_grid_positions(f, h, w, frame_ids=[o_t + ref["refer_stride"] * i for i in range(f)])
+      np.testing.assert_array_equal(positions, built + np.array([0, o_h, o_w], np.int32))
+      generation = rope.video_grid_positions(f, h, w)  # its generation stream: raster (t, h, w)
+      np.testing.assert_array_equal(g["grid"], generation)
+      spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
+      np.testing.assert_allclose(np.asarray(spec.apply(g["generation_x"].astype(np.float32), generation)),
+                                 g["generation_out"], atol=2e-6 * f * h * w, err_msg=name)
+    elif fam.get("grid") == "mochi":  # Mochi: dense learned frequencies (its checkpoint's pos_frequencies)
+      f, h, w = (int(n) for n in g["dims"])
+      positions = g["positions"]
+      np.testing.assert_allclose(rope.mochi_positions(f, h, w), positions, rtol=0, atol=1e-4)
+      spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
+      assert spec.frequencies == "mixed" and len(spec.sections) == fam["learned"]["axes"], name
+      freqs = jnp.asarray(g["frequencies"], jnp.float32)
+      got = np.asarray(spec.apply(g["x"].astype(np.float32), rope.mochi_positions(f, h, w)[None], frequencies=freqs))
+      np.testing.assert_allclose(got, g["out"], atol=2e-6 * float(np.abs(positions).max()), err_msg=name)
+      init = spec.initial_frequencies(jnp.zeros(2, jnp.uint32), 2, fam["head_dim_default"])  # as its class: zeros
+      assert init.shape == (3, 2, fam["head_dim_default"] // 2) and not np.asarray(init).any(), name
+      with pytest.raises(ValueError, match="pass frequencies=F"):
+        spec.apply(g["x"].astype(np.float32), rope.mochi_positions(f, h, w))
+      with pytest.raises(ValueError, match="attention_head_dim=7 must be an even int"):
+        rope.from_hf_config({"_class_name": name, "attention_head_dim": 7})
+      continue
     elif fam.get("grid") == "sequence":  # Stable Audio: its global token, then the latent, at 0, 1, ...
       positions = g["positions"]
       np.testing.assert_array_equal(positions[:, 0], np.arange(len(positions)))
@@ -352,6 +393,23 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
     top = max(spec.frequencies) if isinstance(spec.frequencies, tuple) else 1.0
     np.testing.assert_allclose(got, g["out"], atol=2e-6 * max(1.0, float(np.abs(positions).max()) * top),
                                err_msg=name)
+    if "longrope" in fam:  # OmniGen: its long factors once max(position) + 1 passes the original length
+      lr, cfg = fam["longrope"], DIFFUSERS_CONFIGS[name]
+      long_positions = g["long_positions"].astype(np.int32)
+      assert int(long_positions.max()) + 1 > cfg.get(lr["original_key"], lr["original_default"]), name
+      got = np.asarray(spec.apply(g["long_x"].astype(np.float32), long_positions,
+                                  seq_len=int(long_positions.max()) + 1), np.float64)
+      np.testing.assert_allclose(got, g["long_out"], atol=2e-6 * float(long_positions.max()), err_msg=name)
+      with pytest.raises(ValueError, match=f"must give {lr['key']}; the class default"):
+        rope.from_hf_config({"_class_name": name})
+      scaling = {lr["key"]: cfg[lr["key"]]}
+      default = rope.from_hf_config({"_class_name": name, **scaling, "hidden_size": 3072, "num_attention_heads": 32})
+      assert default.theta == fam["theta_default"] and dict(default.scaling)["max_position_embeddings"] == 131072
+      with pytest.raises(ValueError, match="observed at 96 only"):
+        rope.from_hf_config({"_class_name": name, **scaling, "hidden_size": 3072, "num_attention_heads": 16})
+      with pytest.raises(ValueError, match="short_factor'. must be 48 positive numbers"):
+        rope.from_hf_config({"_class_name": name, lr["key"]: {"short_factor": [1.0], "long_factor": [1.0]}})
+      continue
     if "ltx" in fam:  # its defaults: 32 heads of 64, one rotation over 2048 channels; nothing else is read
       default = rope.from_hf_config({"_class_name": name})
       assert default.sections == tuple(d // 2 for d in fam["axes_default"]) and default.rotary_dim is None, name
@@ -373,7 +431,24 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       with pytest.raises(ValueError, match=f"must give {key}; the class default"):
         rope.from_hf_config({"_class_name": name})
     default = rope.from_hf_config({"_class_name": name, **required})  # ConfigMixin's defaults: the class's own
-    assert default.sections == tuple(d // 2 for d in axes) and default.frequencies == fam["frequencies"], name
+    assert default.sections == tuple(d // 2 for d in axes), name
+    if "fps_base" in fam:  # Cosmos: a video at the fps its pipeline passes, its frames at t * 24 / fps
+      f, h, w = (int(n) for n in g["dims"])
+      built = rope.video_grid_positions(f, h, w, scale=(float(g["fps"]) / fam["fps_base"], 1.0, 1.0))
+      np.testing.assert_allclose(built, g["fps_positions"], rtol=1e-6)
+      got = np.asarray(spec.apply(g["fps_x"].astype(np.float32), built), np.float64)
+      np.testing.assert_allclose(got, g["fps_out"], atol=2e-6 * max(1.0, float(built.max())), err_msg=name)
+    if "ntk_key" in fam:  # Cosmos: each axis's spectrum of theta * rope_scale[a] ** (d_a / (d_a - 2)), explicit
+      want = np.concatenate([theta ** (-np.arange(0, d, 2) / d) for d, theta in zip(axes, (
+          fam["theta"] * s ** (d / (d - 2)) for d, s in zip(axes, fam["ntk_default"], strict=True)), strict=True)])
+      np.testing.assert_allclose(default.frequencies, want, rtol=1e-12, err_msg=name)
+      unscaled = rope.from_hf_config({"_class_name": name, fam["ntk_key"]: [1.0] * len(axes)})
+      np.testing.assert_allclose(unscaled.frequencies, rope.pair_frequencies(
+          sum(axes), fam["theta"], sections=default.sections, kind="per_axis"), rtol=1e-12, err_msg=name)
+      with pytest.raises(ValueError, match=f"{fam['ntk_key']}=.*must be {len(axes)} positive numbers"):
+        rope.from_hf_config({"_class_name": name, fam["ntk_key"]: [2.0, 1.0]})
+    else:
+      assert default.frequencies == fam["frequencies"], name
     assert default.theta == fam.get("theta", fam.get("theta_default")), name
     if "theta_key" in fam:  # observed to follow the key (x 4 in the generator)
       assert rope.from_hf_config({"_class_name": name, **required, fam["theta_key"]: 500.0}).theta == 500.0
@@ -393,6 +468,13 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       moved = rope.from_hf_config({"_class_name": name, fam["sections_key"]: [s0, s1 + 2, s2 - 2]})
       assert moved.sections == (sum(axes) // 2 - s1 - s2, s1 + 2, s2 - 2), name
       assert moved.section_layout == default.section_layout == fam["section_layout"], name
+      if fam.get("sections_fallback"):  # Cosmos3-Omni: with rope_axes_dim absent, rope_scaling's mrope_section
+        outer, inner = fam["sections_fallback"]
+        assert rope.from_hf_config({"_class_name": name, outer: {inner: [s0, s1 + 2, s2 - 2]}}) == moved, name
+        assert rope.from_hf_config({"_class_name": name, fam["sections_key"]: [s0, s1, s2],
+                                    outer: {inner: [s0, s1 + 2, s2 - 2]}}) == default, name
+        with pytest.raises(ValueError, match=f"{outer}=.*must be a dict"):
+          rope.from_hf_config({"_class_name": name, outer: [1, 2]})
     for key in fam.get("positions_guarded", {}):  # CogVideoX 1.5: patch_size_t set, positions by another rule
       with pytest.raises(ValueError, match=f"sets {key}=2; its pipeline then builds the rotary positions"):
         rope.from_hf_config({"_class_name": name, key: 2})

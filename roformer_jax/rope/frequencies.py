@@ -508,9 +508,11 @@ SECTION_LAYOUTS = ("chunked", "interleaved", "videorope")
 #               2-D RoPE: Qwen-VL vision, Llama 4 vision, RoPE-Axial, Gemma 4 vision, RET axial).
 #   "split":    the full spectrum theta ** (-2p / R) dealt round-robin to the A axes: axis a
 #               takes entries a, a + A, ... (Pixtral: H even, W odd).
-#   "mixed":    learned: each attention layer owns dense 2-D frequencies per head [2, N, R / 2],
-#               initialised by `mixed_frequencies` (RoPE-Mixed, Heo et al. 2024); the spec
-#               says so and the layer holds the parameter (`cos_sin(..., frequencies=F)`).
+#   "mixed":    learned: each attention layer owns dense frequencies per head [A, N, R / 2] (every
+#               pair turns by every axis), A = len(sections): 2-D initialised by `mixed_frequencies`
+#               (RoPE-Mixed, Heo et al. 2024), more axes by zeros (Mochi's 3-D, from its
+#               checkpoint); the spec says so and the layer holds the parameter
+#               (`cos_sin(..., frequencies=F)`).
 #   a tuple of R / 2 numbers: those frequencies (radians per position), verbatim.
 FREQUENCY_KINDS = ("shared", "per_axis", "split", "mixed")
 

@@ -195,6 +195,17 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
                        f"{default!r}; {_made_from()}).")
   if "ltx" in fam:
     return _from_ltx(cfg, class_name, fam)
+  if "longrope" in fam:
+    return _from_longrope(cfg, class_name, fam)
+  if "learned" in fam:  # Mochi: dense learned frequencies, from its checkpoint's pos_frequencies
+    head_dim = cfg.get(fam["head_dim_key"], fam["head_dim_default"])
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 6 or head_dim % 2:
+      raise ValueError(f"{class_name}: {fam['head_dim_key']}={head_dim!r} must be an even int >= 6.")
+    k, axes = head_dim // 2, fam["learned"]["axes"]
+    # sections: one entry per position axis, adding up to the pairs (only their number is read: every pair turns by
+    # every axis, pair k of head n by sum_a pos_a F[a, n, k], F = its checkpoint's pos_frequencies)
+    return RotaryConfig(theta=float(fam["theta"]), layout=fam["layout"], frequencies="mixed",
+                        sections=(k - (axes - 1) * (k // axes), *([k // axes] * (axes - 1))))
   head_key = fam.get("head_dim_key")
   head_dim = cfg.get(head_key) if head_key else None
   if fam.get("head_dim_from"):  # Stable Audio 3: its head is embed_dim / num_heads
@@ -222,7 +233,15 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
                        f"than {head_key}={head_dim} (the rotated channels at the start of each head).")
     axes = [rotary_dim]
   if "sections_key" in fam:  # Ideogram 4's mrope_section: axes 1.. take their pairs, axis 0 the rest of the head
-    given = cfg.get(fam["sections_key"]) or fam["sections_default"]
+    given = cfg.get(fam["sections_key"])
+    if given is None and fam.get("sections_fallback"):  # Cosmos3-Omni: with rope_axes_dim null, its class reads
+      outer, inner = fam["sections_fallback"]  # rope_scaling["mrope_section"] (observed; no other key of it is read)
+      sub = cfg.get(outer)
+      if sub is not None and not isinstance(sub, Mapping):
+        raise ValueError(f"{class_name}: {outer}={sub!r} must be a dict (its {inner!r} splits the pairs over the "
+                         "position axes) or null.")
+      given = None if sub is None else sub.get(inner)
+    given = given or fam["sections_default"]
     if not isinstance(given, (list, tuple)) or len(given) != len(fam["axes_default"]) or any(
         isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in given):
       raise ValueError(f"{class_name}: {fam['sections_key']}={given!r} must be {len(fam['axes_default'])} positive "
@@ -245,10 +264,71 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
   layout, blocks = fam["layout"], 1
   if layout.startswith("half") and layout != "half":  # Allegro: rotate_half inside each axis's block ("half3")
     layout, blocks = "half", int(layout[len("half"):])
+  frequencies: Any = fam["frequencies"]
+  if "ntk_key" in fam:  # Cosmos: axis a's own spectrum, of theta * scale_a ** (d_a / (d_a - 2))
+    frequencies = _ntk_frequencies(cfg, class_name, fam, axes, float(theta))
   return RotaryConfig(theta=float(theta), layout=layout, sections=tuple(d // 2 for d in axes),
-                      frequencies=fam["frequencies"], blocks=blocks,
+                      frequencies=frequencies, blocks=blocks,
                       section_layout=fam.get("section_layout", "chunked"),  # Ideogram 4: interleaved M-RoPE
                       rotary_dim=rotary_dim)  # Stable Audio, MiniMax Music 3: the first R channels of each head
+
+
+def _ntk_frequencies(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any], axes: Any,
+                     theta: float) -> tuple[float, ...]:
+  """Cosmos: each axis a (d_a channels) turns by its own spectrum theta_a ** (-2j / d_a), theta_a = theta *
+  scale_a ** (d_a / (d_a - 2)), scale_a from the observed key (rope_scale, (t, h, w)); frequencies per pair in the
+  chunked order of `axes`."""
+  key = fam["ntk_key"]
+  scales = cfg.get(key)
+  if scales is None:
+    scales = fam["ntk_default"]
+  if not isinstance(scales, (list, tuple)) or len(scales) != len(axes) or any(
+      isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in scales):
+    raise ValueError(f"{class_name}: {key}={scales!r} must be {len(axes)} positive numbers (one per position axis "
+                     f"(t, h, w), each axis's theta scaled by {key}[a] ** (d_a / (d_a - 2))).")
+  out: list[float] = []
+  for d, scale in zip(axes, scales, strict=True):
+    out.extend(default_inv_freq(d, theta * float(scale) ** (d / (d - 2))).tolist())
+  return tuple(out)
+
+
+def _from_longrope(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:
+  """OmniGen: Phi-3's LongRoPE over its whole head (hidden_size / num_attention_heads, observed at its default only),
+  rotate_half, its factors from rope_scaling's short_factor and long_factor (the only keys of it the class reads),
+  long once max(position) + 1 passes original_max_position_embeddings (pass that as `seq_len`), cos and sin scaled
+  by sqrt(1 + ln s / ln original) for s = max_position_embeddings / original_max_position_embeddings."""
+  lr = fam["longrope"]
+  width, heads, width_default, heads_default = fam["head_dim_from"]
+  w, n = cfg.get(width, width_default), cfg.get(heads, heads_default)
+  if not isinstance(w, int) or not isinstance(n, int) or n <= 0 or w % n or w // n != fam["head_dim_default"]:
+    raise ValueError(f"{class_name}: its head dim {width} / {heads} = {w!r} / {n!r} was observed at "
+                     f"{fam['head_dim_default']} only ({_made_from()}); another is not read.")
+  head_dim = w // n
+  scaling = cfg.get(lr["key"])
+  if not isinstance(scaling, Mapping):
+    raise ValueError(f"{class_name}: {lr['key']}={scaling!r} must be a dict with short_factor and long_factor (its "
+                     "LongRoPE factors; the class default None does not run).")
+  factors = {}
+  for key in ("short_factor", "long_factor"):
+    f = scaling.get(key)
+    if not isinstance(f, (list, tuple)) or len(f) != head_dim // 2 or any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 for v in f):
+      raise ValueError(f"{class_name}: {lr['key']}[{key!r}] must be {head_dim // 2} positive numbers (one per pair "
+                       f"of its head of {head_dim}), got {f!r}.")
+    factors[key] = tuple(float(v) for v in f)
+  lengths = {}
+  for key, default in ((lr["original_key"], lr["original_default"]), (lr["max_key"], lr["max_default"])):
+    v = cfg.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 2:
+      raise ValueError(f"{class_name}: {key}={v!r} must be an int >= 2.")
+    lengths[key] = v
+  theta = cfg.get(fam["theta_key"], fam["theta_default"])
+  if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
+    raise ValueError(f"{class_name}: {fam['theta_key']}={theta!r} must be a positive number.")
+  return RotaryConfig(theta=float(theta), layout="half", scaling={
+      "rope_type": "longrope", **factors,
+      "original_max_position_embeddings": lengths[lr["original_key"]],
+      "max_position_embeddings": lengths[lr["max_key"]]})
 
 
 def _from_ltx(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:

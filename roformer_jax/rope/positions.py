@@ -457,3 +457,90 @@ def lumina_positions(height: int, width: int, text_length: int, *, image_first: 
   image = video_grid_positions(1, height, width)
   image[:, 0] = text_length + start
   return np.concatenate([image, text] if image_first else [text, image])
+
+
+def qwen_image21_positions(runs: Sequence[Any]) -> np.ndarray:
+  """The positions QwenImage 2.1 rotates its joint sequence by (its QwenImage21Rope), run by run
+  in sequence order: an int n is n text tokens, a (height, width) pair an image block of that many
+  latent tokens in raster order (its condition images where its vision-language encoder reserved
+  their slots, each slot 2 x 2 tokens, and the target image last). A counter p starts at 0; text
+  token i of a run sits at (p + i, p + i, p + i) and moves p past the run; an image block sits at
+  frame p, its rows and columns centred on 0 (-(n - n // 2), ..., n // 2 - 1), and moves p by
+  max(height, width).
+
+  Returns:
+    int32[tokens, 3]: (frame, row, column) per token.
+  """
+  if isinstance(runs, (str, bytes)) or not isinstance(runs, Sequence):
+    raise ValueError(f"runs must be a sequence of text lengths (ints) and image (height, width) pairs, got {runs!r}.")
+  out, p = [], 0
+  for run in runs:
+    if isinstance(run, (int, np.integer)) and not isinstance(run, bool):
+      _check_count("a text run's length", run, 0)
+      out.append(np.repeat((np.arange(run) + p)[:, None], 3, 1))
+      p += int(run)
+      continue
+    if not isinstance(run, Sequence) or len(run) != 2:
+      raise ValueError(f"a run must be a text length (int) or an image's (height, width), got {run!r}.")
+    h, w = run
+    _check_count("an image's height", h)
+    _check_count("an image's width", w)
+    rows = np.repeat(np.arange(h) - (h - h // 2), w)
+    cols = np.tile(np.arange(w) - (w - w // 2), h)
+    out.append(np.stack([np.full(h * w, p), rows, cols], -1))
+    p += max(int(h), int(w))
+  return (np.concatenate(out) if out else np.zeros((0, 3))).astype(np.int32)
+
+
+def bria_fibo2_positions(height: int, width: int, gist_tokens: int, *, max_gist_tokens: int = 512,
+                         contexts: Sequence[tuple[int, int]] = (), gist_first: bool = True) -> np.ndarray:
+  """The positions Bria-Fibo 2's layers rotate by: its `gist_tokens` Perceiver tokens at (1 + i, 0, 0)
+  (its compute_gist_count of the prompt's length), the `height` x `width` image's patches at
+  (max_gist_tokens + 1, row, column) (its config's `max_num_gist_tokens`, 512 by default; the
+  plane does not move with the gist count), then context image k (each (height, width) in
+  `contexts`, the images to edit) at (max_gist_tokens + 2 + k, row, column). gist_first=False: the
+  gist tokens last, as its forward orders a batch whose prompts got different gist counts. Its
+  noise refiner rotates the image and context tokens alone: the rows after the gist tokens.
+
+  Returns:
+    int32[gist_tokens + height * width + sum of the contexts' tokens, 3].
+  """
+  _check_count("gist_tokens", gist_tokens, 0)
+  _check_count("max_gist_tokens", max_gist_tokens, 0)
+  if gist_tokens > max_gist_tokens:
+    raise ValueError(f"gist_tokens={gist_tokens} is more than max_gist_tokens={max_gist_tokens}.")
+  gist = np.zeros((gist_tokens, 3), np.int64)
+  gist[:, 0] = np.arange(gist_tokens) + 1
+  blocks = []
+  for k, size in enumerate([(height, width), *contexts]):
+    if not isinstance(size, Sequence) or len(size) != 2:
+      raise ValueError(f"a context image's size must be (height, width), got {size!r}.")
+    _check_count("an image's height", size[0])
+    _check_count("an image's width", size[1])
+    grid = video_grid_positions(1, int(size[0]), int(size[1]))
+    grid[:, 0] = max_gist_tokens + 1 + k
+    blocks.append(grid)
+  image = np.concatenate(blocks)
+  return np.concatenate([gist, image] if gist_first else [image, gist]).astype(np.int32)
+
+
+def mochi_positions(frames: int, height: int, width: int, *, base: tuple[int, int] = (192, 192)) -> np.ndarray:
+  """The positions Mochi rotates its latent patches by (its MochiRoPE): (t, row, column) in
+  raster order, t = 0, 1, ...; rows at the centres of `height` equal cells spanning
+  [-height s / 2, height s / 2] (columns likewise), s = sqrt(base_h base_w / (height width)) (its
+  base 192 x 192 patches: a grid of another area is rescaled to that one's). Its rotation is
+  dense and learned: pair k of head n turns by sum_a pos_a F[a, n, k], F its checkpoint's
+  pos_frequencies [3, heads, head_dim / 2] (`spec.apply(x, positions, frequencies=F)`).
+
+  Returns:
+    float32[frames * height * width, 3], computed in float32 as Mochi computes them.
+  """
+  for name, value in (("frames", frames), ("height", height), ("width", width)):
+    _check_count(name, value)
+  s = np.float32((base[0] * base[1] / (height * width)) ** 0.5)
+
+  def centres(n: int) -> np.ndarray:
+    edges = np.linspace(np.float32(-n * s / 2), np.float32(n * s / 2), n + 1, dtype=np.float32)
+    return ((edges[:-1] + edges[1:]) / np.float32(2)).astype(np.float32)
+  t, h, w = np.meshgrid(np.arange(frames, dtype=np.float32), centres(height), centres(width), indexing="ij")
+  return np.stack([t, h, w], -1).reshape(-1, 3)

@@ -117,9 +117,10 @@ class RotaryConfig:
       raise ValueError(f"rope layout={self.layout!r}; expected one of {LAYOUTS}.")
     if self.section_layout not in SECTION_LAYOUTS:
       raise ValueError(f"rope section_layout={self.section_layout!r}; expected one of {SECTION_LAYOUTS}.")
-    if self.frequencies == "mixed" and (self.sections is None or len(self.sections) != 2):
-      raise ValueError("rope frequencies='mixed' (learned 2-D, RoPE-Mixed) rotate by two position axes (x, y): set "
-                       "sections=(R/4, R/4), e.g. (8, 8) for a head dim of 32.")
+    if self.frequencies == "mixed" and (self.sections is None or len(self.sections) < 2):
+      raise ValueError("rope frequencies='mixed' (learned dense frequencies: RoPE-Mixed's 2-D, Mochi's 3-D) rotate by "
+                       "two or more position axes: set sections to one entry per axis adding up to R / 2 (only their "
+                       "number is read: every pair turns by every axis), e.g. (8, 8) for a 2-D grid of head dim 32.")
     if self.frequencies in ("per_axis", "split") and self.sections is None:
       raise ValueError(f"rope frequencies={self.frequencies!r} gives each position axis its own spectrum and "
                        "needs sections (pairs per axis), e.g. sections=(8, 8) for a 2-D grid of head dim 32.")
@@ -246,9 +247,13 @@ class RotaryConfig:
     return self.frequencies == "mixed"
 
   def initial_frequencies(self, key: jax.Array, num_heads: int, head_dim: int) -> jax.Array:
-    """For a learned spec: the layer's initial frequencies float32[2, N, R/2], RoPE-Mixed's
-    (`rope.mixed_frequencies` with theta, one uniform angle per head)."""
+    """For a learned spec: the layer's initial frequencies float32[A, N, R/2]: with two axes
+    RoPE-Mixed's (`rope.mixed_frequencies` with theta, one uniform angle per head); with more,
+    zeros, as Mochi's class builds its pos_frequencies (its checkpoint sets them)."""
     rd = head_dim if self.rotary_dim is None else self.rotary_dim
+    axes = len(self.sections or ())
+    if axes != 2:
+      return jnp.zeros((axes, num_heads, rd // 2), jnp.float32)
     angles: jax.Array | np.ndarray = jax.random.uniform(key, (num_heads,), maxval=2 * np.pi)
     if not isinstance(angles, jax.core.Tracer):  # eager: the float64 formula, then rounded
       angles = np.asarray(angles, np.float64)
@@ -271,7 +276,7 @@ class RotaryConfig:
     if self.learned:
       if frequencies is None:
         raise ValueError("a spec with frequencies='mixed' rotates with the layer's learned frequencies: pass "
-                         "frequencies=F [2, N, R/2].")
+                         "frequencies=F [A, N, R/2].")
       cos, sin = rotary_cos_sin(positions, rd, self.theta, exact=False, frequencies=frequencies)
     else:
       cos, sin = rotary_cos_sin(positions, rd, self.theta, scaling=self.scaling_dict, seq_len=seq_len,
@@ -317,7 +322,7 @@ class RotaryConfig:
             frequencies: jax.Array | None = None) -> jax.Array:
     """Rotates x [..., T, N, H] at positions [..., T] (or [..., T, A] with sections) with these
     settings; key=True for keys under xPos (their inverse amplitudes); frequencies: a learned
-    spec's [2, N, R/2]."""
+    spec's [A, N, R/2]."""
     if self.learned or self.direction < 0 or self.q_temperature is not None:
       return self.rotate(x, self.cos_sin(positions, x.shape[-1], seq_len=seq_len, key=key, frequencies=frequencies))
     xpos = None if self.xpos_scale_base is None else {"scale_base": self.xpos_scale_base,
