@@ -168,16 +168,29 @@ def _observed(model_type: Any) -> dict[str, Any]:
   return out
 
 
-def _from_diffusers(cfg: Mapping[str, Any], class_name: Any) -> RotaryConfig:
+def _from_diffusers(cfg: Mapping[str, Any], class_name: Any, part: str | None = None) -> RotaryConfig:
   """The spec of an observed diffusers class (Flux and the models built on it), or its refusal.
 
   A diffusers config.json holds its class's init arguments; a key it lacks takes the class's
   default, as diffusers' ConfigMixin does when it builds the model (the registry recorded it).
+  A class whose streams rotate differently (its video and its caption, or its audio) records one
+  family per part: `part` names which, and is required there and refused elsewhere.
   """
   entry = registry().get("diffusers", {}).get(class_name) if isinstance(class_name, str) else None
   if entry is None or entry.get("status") != "exact":
     raise _refuse_diffusers(class_name, entry)
-  fam = entry["family"]
+  if "parts" in entry:
+    if part not in entry["parts"]:
+      given = "no part" if part is None else f"part={part!r}"
+      raise ValueError(f"diffusers class {class_name!r}: its streams rotate differently, so the part to read must "
+                       f"be named, and {given} is not one of them: pass part= one of {sorted(entry['parts'])} "
+                       f"({_made_from()}).")
+    fam = entry["parts"][part]
+  elif part is not None:
+    raise ValueError(f"part={part!r}: diffusers class {class_name!r} rotates alike wherever it rotates; leave part "
+                     "out.")
+  else:
+    fam = entry["family"]
   for key, default in fam.get("guarded", {}).items():  # a theta-like key the rotation was not seen to follow
     if cfg.get(key, default) != default:
       raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}, but the registry observed its rotation not to "
@@ -594,10 +607,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     if layer is not None:
       raise ValueError(f"layer={layer}: a diffusers transformer ({cfg['_class_name']}) rotates every layer alike; "
                        "leave layer out.")
-    if part is not None:
-      raise ValueError(f"part={part!r}: diffusers class {cfg['_class_name']!r} rotates alike wherever it rotates; "
-                       "leave part out.")
-    return _from_diffusers(cfg, cfg["_class_name"])
+    return _from_diffusers(cfg, cfg["_class_name"], part)
   if model_type in _TEXT_OF:
     text = cfg.get("text_config")
     cfg = dict(text) if isinstance(text, Mapping) else cfg
