@@ -239,6 +239,14 @@ def test_proportional_rope_reads_its_factor_from_the_rope_parameters():
   assert spec is not None and spec.scaling_dict["partial_rotary_factor"] == 1.0
 
 
+def test_a_config_that_rotates_v_is_refused():
+  """RoFormer's rotary_value turns v too (by the key positions): a spec carries q and k's rotation only, so such a
+  config is refused, saying how to rotate v; without the key it reads."""
+  assert rope.from_hf_config({"model_type": "roformer", "rotary_value": False}).layout == "interleaved"
+  with pytest.raises(ValueError, match="rotary_value=True rotates v as well"):
+    rope.from_hf_config({"model_type": "roformer", "rotary_value": True})
+
+
 def test_keys_the_model_ignores_are_ignored():
   """transformers' Llama rotates every channel whatever partial_rotary_factor says (observed in the
   registry: its rotary class does not follow the key); GPT-NeoX follows it."""

@@ -58,6 +58,7 @@ from roformer_jax.rope.spec import RotaryConfig
 #   per_layer_keys: the keys of transformers' per_layer_config ({layer: overrides}) the model's rotation follows
 #     (Gemma 4: head_dim); another override that could change the rotation is refused
 #   per_layer_config_required: the head dims come from per_layer_config only (refused without it)
+#   rotates_value_key: a key that makes the model rotate v too (RoFormer's rotary_value): refused when set
 #   last_layer_full: the class makes the last layer full attention (Gemma 4)
 _COMMON = dict(theta=10000.0, head_dim=None, layout="half", partial=None)
 _FAMILIES: dict[str, dict[str, Any]] = {
@@ -112,7 +113,8 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                 layout="interleaved"),
     "glm4": dict(head_dim=128, hidden_size=4096, num_attention_heads=32, num_hidden_layers=40, partial=0.5,
                  layout="interleaved"),
-    "roformer": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, layout="interleaved"),
+    "roformer": dict(hidden_size=768, num_attention_heads=12, num_hidden_layers=12, layout="interleaved",
+                     rotates_value_key="rotary_value"),
 }
 # Multimodal wrappers whose text model is in `text_config` (or, in older files, flat at the top).
 _TEXT_OF = {"qwen2_vl": "qwen2_vl_text", "qwen2_5_vl": "qwen2_5_vl_text", "qwen3_vl": "qwen3_vl_text",
@@ -568,13 +570,13 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       (`rope_theta` + `rope_scaling` with "type" or "rope_type", `partial_rotary_factor`,
       `rotary_pct`, `rotary_dim`, `head_dim`, model-specific keys) and v5 (`rope_parameters`,
       flat or keyed by layer type). A diffusers config.json (`_class_name`, no model_type) of
-      a class the registry observed (Flux, Flux 2, Flux 3, Chroma, Bria, LongCat-Image, Ovis-Image) gives
-      its per-axis RoPE over `axes_dims_rope`: positions [..., T, A] are the ids its forward
-      takes, text tokens first (`rope.flux_positions`). Transformers observed to number their
-      latent grid themselves (Wan, SkyReels-V2, Helios, HunyuanVideo, QwenImage, Nucleus-MoE)
-      give per-axis RoPE over (frame, row, column): `rope.video_grid_positions`; Lumina 2 over
-      (caption index, row, column): `rope.lumina_positions`. Any other diffusers class
-      is refused, naming why.
+      a class the registry observed gives its RoPE at the positions its pipeline builds
+      (docs/hf_rope_registry.md lists every class with its positions): the Flux family at the
+      ids its forward takes, text first (`rope.flux_positions`); the classes that number their
+      latent grid themselves (Wan, HunyuanVideo, QwenImage, CogVideoX, ...) over (frame, row,
+      column) (`rope.video_grid_positions`); Lumina 2 and Z-Image over (caption index, row,
+      column) (`rope.lumina_positions`); LTX-Video, Mochi, QwenImage 2.1 and Bria-Fibo 2 by
+      their own builders. Any other diffusers class is refused, naming why.
     layer: the decoder layer index; None = layer 0. Models whose layers differ (Gemma 2/3,
       Cohere2, ModernBERT, Llama 4, SmolLM3, Qwen3.5) need it to pick the layer type.
     part: for a model whose parts rotate differently, the part to read (the registry's names):
@@ -649,6 +651,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     sub = cfg.get(fam["sub"])
     cfg = dict(sub) if isinstance(sub, Mapping) else {}
   fam = {**_COMMON, **fam}
+  if fam.get("rotates_value_key") and cfg.get(fam["rotates_value_key"]):  # RoFormer's rotary_value: v turns too
+    raise ValueError(f"model_type {model_type!r}: {fam['rotates_value_key']}=True rotates v as well as q and k (by "
+                     "the key positions), which a RoPE spec does not carry: read the config without it and rotate v "
+                     "with the same spec at the key positions (roformer_jax's attention: rotary_value=True).")
   for key, default in fam.get("guarded", {}).items():  # observed only at its default (layer_rope_theta, ...)
     if key in cfg and cfg[key] != default:
       raise ValueError(f"model_type {model_type!r}: the config sets {key}={cfg[key]!r}, but the registry observed this "
