@@ -205,7 +205,9 @@ def params_on_meta():
 
 
 def is_rotary_module(m):
-  return "rotary" in type(m).__name__.lower() or "rope" in type(m).__name__.lower()
+  """A module named for rotary embeddings: "Rotary", or "Rope"/"RoPE" ending a word (not Solar Open's "SolarOpen")."""
+  name = type(m).__name__
+  return "rotary" in name.lower() or re.search(r"(?i:rope)(?![a-z])", name) is not None
 
 
 def _caller_layer(frame, paths):
@@ -498,8 +500,9 @@ def _audio_inputs(model, config):
   torch.manual_seed(0)
   if "input_features" in params:
     values = json.loads(config.to_json_string(use_diff=False))
-    mels = next((values[k] for k in ("num_mel_bins", "feature_size", "input_feat_size", "n_mels")
-                 if isinstance(values.get(k), int)), 128)
+    places = [values] + [v for v in values.values() if isinstance(v, dict)]  # its own keys, then a sub-config's
+    mels = next((place[k] for place in places for k in ("num_mel_bins", "feature_size", "input_feat_size", "n_mels")
+                 if isinstance(place.get(k), int)), 128)  # (Parakeet CTC keeps them in its encoder_config)
     return [{"input_features": torch.randn(1, 400, mels, dtype=torch.bfloat16)},
             {"input_features": torch.randn(1, mels, 400, dtype=torch.bfloat16)}]
   if "input_values" in params:
