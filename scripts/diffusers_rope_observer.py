@@ -736,6 +736,8 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
       if family["head_dim_key"] is None:
         return {"status": "refused", "reason": f"its split of the head over the grid axes {axes} does not follow "
                                                f"{key} and comes from no config key this probe can confirm"}, None
+  if family and "caption_part" in entry:  # Kandinsky 6: its video and its caption, two parts
+    return _caption_part(name, seed, entry, goldens)
   return entry, goldens
 
 
@@ -1708,7 +1710,11 @@ RECIPES: dict[str, dict] = {
     "Kandinsky6Transformer3DModel": {"kw": {"model_dim": 128, "ff_dim": WIDTH, "num_text_blocks": 1,
                                             "num_visual_blocks": 1, "time_dim": WIDTH, "in_text_dim": WIDTH,
                                             "in_text_dim2": WIDTH},
-                                     "inputs": _kandinsky6, "scale_key": "scale_factor"},
+                                     "inputs": _kandinsky6, "scale_key": "scale_factor",
+                                     # its text blocks' own 1-D RoPE over sum(axes_dims) (the head of its text
+                                     # blocks), a part of its own; confirmed at a head of 64 (model_dim with it)
+                                     "caption_part": {"axes_sum_key": "axes_dims",
+                                                      "check": {"axes_dims": [16, 24, 24], "model_dim": 64}}},
     "Kandinsky6SRTransformer3DModel": {"kw": {"model_dim": 64, "ff_dim": WIDTH, "num_visual_blocks": 1,
                                               "time_dim": WIDTH},
                                        "inputs": _kandinsky6_sr, "grid": (2, 8, 8), "scale_key": "scale_factor"},
@@ -1980,7 +1986,18 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     else:
       family["scale_keys"] = list(recipe["scale_keys"])
     family["scale_default"] = _scales(recipe, defaults)
-  if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
+  caption_part = None
+  if caption and "caption_part" in recipe:  # Kandinsky 6: its text blocks rotate the caption by a 1-D RoPE of their
+    # own (a part of its own), fitted at token i at i over the whole head
+    caption_positions = np.arange(T_TXT)[:, None]
+    own = fit_grid(caption, (T_TXT,), [("sequence", None, {T_TXT: caption_positions})])
+    caption_part = {"grid": "sequence", "axes_default": own["axes"], "layout": own["layout"], "order": "sequence",
+                    "frequencies": own["frequencies"], "tables": own["tables"], "theta": own["theta"],
+                    "head_dim_default": int(caption[0]["x"].shape[-1]), "head_dim_key": None,
+                    "axes_sum_key": recipe["caption_part"]["axes_sum_key"],
+                    "axes_sum_default": list(init_args[recipe["caption_part"]["axes_sum_key"]]),
+                    "max_abs_error": own["error"], "functions": sorted({c["function"] for c in caption})}
+  elif caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
     family["caption"], caption_positions = fit_caption(caption, got)
   if axes_key:
     family["axes_key"] = axes_key
@@ -1994,6 +2011,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     family["head_dim_from"] = [width[0], width[1], defaults[width[0]], defaults[width[1]]]
   entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
            "max_abs_error": got["error"]}
+  if caption_part is not None:
+    entry["caption_part"] = caption_part  # (observe_grid makes the entry's parts of it)
   first, positions = rotated[0], got["positions"]
   if "hypothesis" in recipe:  # the golden: a call over the whole sequence (Bria-Fibo 2's refiner's comes first)
     first = next(c for c in rotated if _token_count(c["x"].shape, sizes) == tokens)
@@ -2009,3 +2028,28 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     goldens.update(caption_positions=caption_positions, caption_x=_to_bthd(caption[0]["x"], T_TXT),
                    caption_out=_to_bthd(caption[0]["out"], T_TXT))
   return entry, goldens
+
+
+def _caption_part(name: str, seed: int, entry: dict, goldens: dict) -> tuple[dict, dict | None]:
+  """Kandinsky 6: the entry of a class whose caption rotates by a 1-D RoPE of its own, as two parts: "video" (the
+  latent's family, as observed) and "caption" (token i of the caption at i, over as many channels as its
+  `axes_sum_key` adds up to: confirmed at the recipe's `check` widths, where the caption's rotated width must be the
+  sum there). Goldens per part: `video/...` and `caption/...`."""
+  recipe = RECIPES[name]["caption_part"]
+  cap = entry.pop("caption_part")
+  key = cap["axes_sum_key"]
+  again = _observe_grid(name, seed, recipe["check"])[0].get("caption_part", {})
+  want = [sum(recipe["check"][key])]
+  if again.get("axes_default") != want or again.get("theta") != cap["theta"] or again.get("layout") != cap["layout"]:
+    return {"status": "refused", "reason": f"its caption's 1-D RoPE was observed over {cap['axes_default']} channels "
+                                           f"(theta {cap['theta']:g}) at its defaults, but with {recipe['check']} not "
+                                           f"over sum({key}) = {want} ({again or 'no caption part'})"}, None
+  video = {k: v for k, v in goldens.items() if k != "config" and not k.startswith("caption_")}
+  caption = {k[len("caption_"):]: v for k, v in goldens.items() if k.startswith("caption_")}
+  caption["dims"] = np.asarray([len(caption["positions"])])
+  functions = sorted(set(entry["functions"]) | set(cap.pop("functions")))
+  worst = max(entry["max_abs_error"], cap.pop("max_abs_error"))
+  out = {"status": "exact", "parts": {"video": entry["family"], "caption": cap}, "functions": functions,
+         "max_abs_error": worst}
+  return out, {"config": goldens["config"], **{f"video/{k}": v for k, v in video.items()},
+               **{f"caption/{k}": v for k, v in caption.items()}}

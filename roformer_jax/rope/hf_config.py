@@ -181,9 +181,9 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any, part: str | None = 
     raise _refuse_diffusers(class_name, entry)
   if "parts" in entry:
     if part not in entry["parts"]:
-      given = "no part" if part is None else f"part={part!r}"
+      named = "no part" if part is None else f"part={part!r}"
       raise ValueError(f"diffusers class {class_name!r}: its streams rotate differently, so the part to read must "
-                       f"be named, and {given} is not one of them: pass part= one of {sorted(entry['parts'])} "
+                       f"be named, and {named} is not one of them: pass part= one of {sorted(entry['parts'])} "
                        f"({_made_from()}).")
     fam = entry["parts"][part]
   elif part is not None:
@@ -227,7 +227,17 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any, part: str | None = 
     if not isinstance(w, int) or not isinstance(n, int) or n <= 0 or w % n:
       raise ValueError(f"{class_name}: {width}={w!r} must be a multiple of {heads}={n!r} (its head dim).")
     head_key, head_dim = f"{width} / {heads}", w // n
-  if "axes_key" in fam:
+  if "axes_sum_key" in fam:  # Kandinsky 6's caption: one axis over its text blocks' whole head, sum(axes_dims)
+    sum_key = fam["axes_sum_key"]
+    dims = cfg.get(sum_key)
+    if dims is None:
+      dims = fam["axes_sum_default"]
+    if not isinstance(dims, (list, tuple)) or not dims or any(
+        isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2 for d in dims):
+      raise ValueError(f"{class_name}: {sum_key}={dims!r} must be a list of positive even ints (its head dim is their "
+                       "sum, which its caption's 1-D RoPE spans).")
+    axes = [sum(dims)]
+  elif "axes_key" in fam:
     axes = cfg.get(fam["axes_key"])
     if axes is None:  # absent, or null in config.json (PRX: the class then fills in its default split)
       axes = fam["axes_default"]
@@ -579,8 +589,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       Cohere2, ModernBERT, Llama 4, SmolLM3, Qwen3.5) need it to pick the layer type.
     part: for a model whose parts rotate differently, the part to read (the registry's names):
       T5Gemma's "encoder" or "decoder" stack, DeepSeek-V3.2's attention ("self_attn", interleaved
-      pairs) or its indexer ("self_attn.indexer", half pairs). Such a model is refused without it,
-      naming its parts; any other model is refused with it.
+      pairs) or its indexer ("self_attn.indexer", half pairs); Kandinsky 6's "video" (per-axis
+      RoPE over its latent grid, `rope.video_grid_positions(..., scale=scale_factor)`) or
+      "caption" (its text blocks' 1-D RoPE over the whole head, token i at i). Such a model is
+      refused without it, naming its parts; any other model is refused with it.
     family: read the config as this family (`hf_families()`) whatever its model_type says: your
       assertion that the model rotates q and k as that one does. Never implied: an unknown
       model_type is refused without it.
@@ -632,9 +644,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     if "parts" in entry:  # T5Gemma's encoder and decoder, DeepSeek-V3.2's attention and its indexer
       names = sorted(entry["parts"])
       if part not in entry["parts"]:
-        given = "no part" if part is None else f"part={part!r}"
+        named = "no part" if part is None else f"part={part!r}"
         raise ValueError(f"model_type {model_type!r}: its parts rotate differently, so the part to read must be "
-                         f"named, and {given} is not one of them: pass part= one of {names} ({_made_from()}).")
+                         f"named, and {named} is not one of them: pass part= one of {names} ({_made_from()}).")
       fam, part = entry["parts"][part], None
     elif "pixel" in entry:  # a vision tower observed on an image (Pixtral): its 2-D RoPE over the patch grid
       fam = {"pixel": entry["pixel"]}
