@@ -1555,6 +1555,176 @@ def _ltx_fit(rotated: list[dict], dims: tuple[int, ...], args: dict, ltx: dict) 
           "error": err, "frequencies": "ltx", "section_layout": "interleaved"}
 
 
+# LTX-2: a video stream and an audio stream, each rotated by LTX's formula over its whole attention width, and the
+# audio-video cross-attentions, whose q and k turn by their stream's time alone. In each block its rotary calls come
+# in this order (its forward: video self-attention q, k; audio's q, k; audio-to-video q (video), k (audio);
+# video-to-audio q (audio), k (video)), each the part named here.
+LTX2_CALLS = ("video", "video", "audio", "audio", "video_cross", "audio_cross", "audio_cross", "video_cross")
+LTX2_POSITION_KEYS = ("vae_scale_factors", "pos_embed_max_pos", "base_height", "base_width", "causal_offset",
+                      "audio_scale_factor", "audio_pos_embed_max_pos", "audio_sampling_rate", "audio_hop_length",
+                      "patch_size", "patch_size_t", "audio_patch_size", "audio_patch_size_t")
+# the probe: video 2 heads of 64 (a width of 128: one unturned pair in front), audio 4 heads of 16 (its
+# cross-attention width 64); the second setting moves every rotation key (theta, rope_type "split", both widths and
+# head counts; a video width of 96: no unturned pair) and the fps its pipeline passes
+LTX2_KW = {"in_channels": 8, "out_channels": 8, "num_attention_heads": 2, "attention_head_dim": 64,
+           "cross_attention_dim": 128, "audio_in_channels": 8, "audio_out_channels": 8,
+           "audio_num_attention_heads": 4, "audio_attention_head_dim": 16, "audio_cross_attention_dim": 64,
+           "caption_channels": WIDTH}
+LTX2_SETTINGS = ({"_fps": 24.0}, {"_fps": 25.0, "rope_type": "split", "rope_theta": 40000.0,
+                                  "attention_head_dim": 48, "cross_attention_dim": 96, "audio_num_attention_heads": 2,
+                                  "audio_attention_head_dim": 24, "audio_cross_attention_dim": 48})
+LTX2_AUDIO_FRAMES = 5
+
+
+def ltx2_hypothesis(cfg: dict, dims: tuple[int, int, int], audio_frames: int, fps: float) -> dict[str, np.ndarray]:
+  """LTX-2's positions per part, in LTX's axis order, as its LTX2AudioVideoRotaryPosEmbed is read (float32, as it
+  computes them): each latent patch's [start, end) in pixels (video: index * vae_scale_factors, the time shifted by
+  causal_offset - vae_scale_factors[0] and clamped at 0, over fps; audio: latent frame * audio_scale_factor, the same
+  shift, in seconds of hop_length / sampling_rate), its midpoint over the base (pos_embed_max_pos, base_height,
+  base_width; audio_pos_embed_max_pos; the cross-attentions: the larger of the two on time alone), times 2 - 1."""
+  f32 = np.float32
+  sf = np.asarray(cfg["vae_scale_factors"], f32)
+  co = f32(cfg["causal_offset"])
+  grid = raster_grid(dims).astype(f32)
+  patch = np.asarray([cfg["patch_size_t"], cfg["patch_size"], cfg["patch_size"]], f32)
+  start, end = grid * sf, (grid + patch) * sf
+  start[:, 0] = np.maximum(start[:, 0] + co - sf[0], 0) / f32(fps)
+  end[:, 0] = np.maximum(end[:, 0] + co - sf[0], 0) / f32(fps)
+  mid = (start + end) / f32(2.0)
+  base = np.asarray([cfg["pos_embed_max_pos"], cfg["base_height"], cfg["base_width"]], f32)
+  cross = f32(max(cfg["pos_embed_max_pos"], cfg["audio_pos_embed_max_pos"]))
+  a = np.arange(audio_frames, dtype=f32)
+  asf, apt = f32(cfg["audio_scale_factor"]), f32(cfg["audio_patch_size_t"])
+  a0 = np.maximum(a * asf + co - asf, 0) * f32(cfg["audio_hop_length"]) / f32(cfg["audio_sampling_rate"])
+  a1 = np.maximum((a + apt) * asf + co - asf, 0) * f32(cfg["audio_hop_length"]) / f32(cfg["audio_sampling_rate"])
+  amid = ((a0 + a1) / f32(2.0))[:, None]
+  return {"video": mid / base * 2 - 1, "video_cross": mid[:, :1] / cross * 2 - 1,
+          "audio": amid / f32(cfg["audio_pos_embed_max_pos"]) * 2 - 1, "audio_cross": amid / cross * 2 - 1}
+
+
+def ltx2_reference(x: np.ndarray, positions: np.ndarray, theta: float, split_heads: int | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """LTX-2's rotation of x [B, T, W] (every head together) at positions [T, n] (LTX's axis order), as its code is
+  read: n_f = W // (2 n) frequencies theta ** linspace(0, 1, n_f) * pi / 2 (float64, then float32), pair pad + n k + a
+  turning by frequency k of axis a after pad = W / 2 - n n_f pairs that do not turn; "interleaved": pairs (2i, 2i + 1)
+  of the width; "split" (split_heads = the rotary module's head count): the width in that many heads, pairs (j, j + r)
+  within a head of 2 r channels, head h taking pairs h r .. (h + 1) r - 1 of that order. cos, sin and the products in
+  float32. Returns it and each channel's angle [T, W] (the bound of float32's rounding of it)."""
+  w, n = x.shape[-1], positions.shape[1]
+  nf = w // (2 * n)
+  pad = w // 2 - n * nf
+  freqs = (torch.pow(float(theta), torch.linspace(0.0, 1.0, nf, dtype=torch.float64)) * torch.pi / 2.0).to(
+      torch.float32).numpy()
+  q = np.arange(pad, w // 2)
+  pair_freq, pair_axis = np.zeros(w // 2, np.float32), np.zeros(w // 2, np.int64)
+  pair_freq[pad:], pair_axis[pad:] = freqs[(q - pad) // n], (q - pad) % n
+  ang = positions.astype(np.float32)[:, pair_axis] * pair_freq  # [T, W / 2]
+  c, s_ = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+  x32 = x.astype(np.float32)
+  out = np.empty_like(x32)
+  if split_heads is None:
+    a, b = x32[..., 0::2], x32[..., 1::2]
+    out[..., 0::2], out[..., 1::2] = a * c - b * s_, b * c + a * s_
+    return out.astype(np.float64), np.repeat(ang, 2, -1)
+  r = w // 2 // split_heads
+  xr = x32.reshape(*x.shape[:-1], split_heads, 2, r)
+  c, s_ = c.reshape(-1, split_heads, r), s_.reshape(-1, split_heads, r)
+  first, second = xr[..., 0, :], xr[..., 1, :]
+  o = np.stack([first * c - second * s_, second * c + first * s_], -2)
+  angles = np.repeat(ang.reshape(-1, split_heads, 1, r), 2, -2).reshape(-1, w)
+  return o.reshape(x.shape).astype(np.float64), angles
+
+
+LTX2_WIDTHS = {"video": (("num_attention_heads", "attention_head_dim"), "num_attention_heads"),
+               "audio": (("audio_num_attention_heads", "audio_attention_head_dim"), "audio_num_attention_heads"),
+               "video_cross": (("audio_cross_attention_dim",), "num_attention_heads"),
+               "audio_cross": (("audio_cross_attention_dim",), "audio_num_attention_heads")}
+
+
+@_refusals("its observation with its audio stream")
+def observe_ltx2(name: str, seed: int) -> tuple[dict, dict | None]:
+  """LTX-2: its forward run on a video of GRID latent patches and LTX2_AUDIO_FRAMES audio latents, as its pipeline
+  runs it (it passes coordinates its transformer's own prepare_video_coords / prepare_audio_coords make, which its
+  forward makes alike when given none: the frame rate as fps). Each rotary call, the part LTX2_CALLS names, must be
+  `ltx2_reference` at `ltx2_hypothesis`' positions over that part's width (LTX2_WIDTHS: the keys whose product it
+  is, and the head count its "split" layout uses), at its defaults and again at LTX2_SETTINGS' other (rope_type
+  split, rope_theta x 4, other widths and head counts, fps 25); else Refused. Its position keys (LTX2_POSITION_KEYS)
+  are observed at their defaults only (the reader refuses others)."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+              if p.default is not inspect.Parameter.empty}
+  dims = GRID
+  tokens = int(np.prod(dims))
+  goldens: dict = {}
+  worst, functions = 0.0, set()
+  for i, setting in enumerate(LTX2_SETTINGS):
+    args = {**LTX2_KW, "num_layers": 1, **{k: v for k, v in setting.items() if not k.startswith("_")}}
+    cfg = {**defaults, **args}
+    torch.manual_seed(seed)
+    model = cls(**args).double().eval()
+    fps = setting["_fps"]
+    inputs = {"hidden_states": torch.randn(1, tokens, args["in_channels"], dtype=torch.float64),
+              "audio_hidden_states": torch.randn(1, LTX2_AUDIO_FRAMES, args["audio_in_channels"], dtype=torch.float64),
+              "encoder_hidden_states": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
+              "audio_encoder_hidden_states": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
+              "timestep": torch.tensor([500.0], dtype=torch.float64), "num_frames": dims[0], "height": dims[1],
+              "width": dims[2], "fps": fps, "audio_num_frames": LTX2_AUDIO_FRAMES}
+    calls = _applies(model, inputs, ndims=(3,))
+    if len(calls) != len(LTX2_CALLS):
+      raise Refused(f"its one block made {len(calls)} rotary calls, not the {len(LTX2_CALLS)} of its video and audio "
+                    f"self-attentions and its two cross-attentions ({[c['x'].shape for c in calls]})")
+    hyp = ltx2_hypothesis(cfg, dims, LTX2_AUDIO_FRAMES, fps)
+    split = cfg["rope_type"] == "split"
+    for j, (part, call) in enumerate(zip(LTX2_CALLS, calls, strict=True)):
+      keys, heads_key = LTX2_WIDTHS[part]
+      width = int(np.prod([cfg[k] for k in keys]))
+      x, out = call["x"], call["out"]
+      if x.shape != (1, len(hyp[part]), width):
+        raise Refused(f"its rotary call {j} ({part}) took {x.shape}, not [1, {len(hyp[part])}, {width}]")
+      want, ang = ltx2_reference(x, hyp[part], cfg["rope_theta"], cfg[heads_key] if split else None)
+      err = float(np.abs(want - out).max())
+      # each channel to float32's rounding of its own angle (a pair at a low frequency is held to its own small one)
+      bound = 1e-6 * max(1.0, float(np.abs(x).max())) * np.maximum(1.0, np.abs(ang))
+      if (np.abs(want - out) > bound).any():
+        raise Refused(f"its {part} rotation (call {j}) is not LTX's formula over {width} channels at its pipeline's "
+                      f"coordinates with {setting} (off by {err:.1e})")
+      worst = max(worst, err)
+      functions.add(call["function"])
+      if part not in {k.split("/")[0] for k in goldens if "/" in k} or (i == 1 and f"{part}/split_x" not in goldens):
+        prefix = f"{part}/" + ("split_" if i else "")
+        goldens.update({f"{prefix}x": x, f"{prefix}out": out, f"{prefix}positions": hyp[part]})
+    if i == 0:
+      goldens.update({"config": dict(args), "video/dims": np.asarray(dims), "audio/dims": np.asarray([LTX2_AUDIO_FRAMES]),
+                      "video/fps": np.asarray(fps)})
+    else:
+      goldens["video/split_fps"] = np.asarray(fps)
+  checked = {k: v for k, v in LTX2_SETTINGS[1].items() if not k.startswith("_")}
+  parts = {}
+  for part, (keys, heads_key) in LTX2_WIDTHS.items():
+    axes = 3 if part == "video" else 1
+    parts[part] = {"grid": "ltx2", "layout": "interleaved", "order": "grid_thw" if axes == 3 else "sequence",
+                   "frequencies": "ltx", "tables": "float32", "section_layout": "interleaved",
+                   "theta_key": "rope_theta", "theta_default": float(defaults["rope_theta"]),
+                   "head_dim_key": None, "head_dim_default": int(np.prod([defaults[k] for k in keys])),
+                   "axes_default": [2 * c for c in ltx2_sections(int(np.prod([defaults[k] for k in keys])), axes)],
+                   "ltx2": {"stream": part, "axes": axes, "width_keys": list(keys),
+                            "width_defaults": [defaults[k] for k in keys], "heads_key": heads_key,
+                            "heads_default": defaults[heads_key], "rope_type_key": "rope_type",
+                            "rope_type_default": defaults["rope_type"], "rope_types": ["interleaved", "split"],
+                            "checked": checked},
+                   "guarded": {"rope_double_precision": defaults["rope_double_precision"]},
+                   "positions_guarded": {k: list(defaults[k]) if isinstance(defaults[k], tuple) else defaults[k]
+                                         for k in LTX2_POSITION_KEYS}}
+  return {"status": "exact", "parts": parts, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
+def ltx2_sections(width: int, axes: int) -> list[int]:
+  """The spec's sections of LTX-2's pairs over `width` for `axes` position axes, as interleaved M-RoPE (axis b >= 1
+  the pairs b, b + axes, ..., axis 0 the rest)."""
+  return [sum(1 for q in range(width // 2) if q % axes == b) for b in range(axes)]
+
+
 def _ltx(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """LTX: the rope_interpolation_scale its pipeline passes (pipeline_ltx.py: VAE temporal ratio / frame rate and the
   spatial ratio twice; its defaults 8 / 25, 32, 32)."""
@@ -1731,6 +1901,8 @@ RECIPES: dict[str, dict] = {
     "ConsisIDTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                    "inputs": _pipeline_crop("diffusers.pipelines.consisid.pipeline_consisid.ConsisIDPipeline"),
                                    "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2)},
+    # LTX-2: its video and audio streams and their cross-attentions, observed by `observe_ltx2`
+    "LTX2VideoTransformer3DModel": {"observe": observe_ltx2},
     # Wan-Animate: a pose latent and a face video besides the latent; its face's motion encoder at 16 px
     "WanAnimateTransformer3DModel": {"kw": {"motion_encoder_size": 16, "inject_face_latents_blocks": 1},
                                      "inputs": _wan_animate},

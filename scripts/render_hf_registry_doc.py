@@ -101,6 +101,9 @@ def render() -> str:
         theta += f" x `{f['ntk_key']}`[a] ** (d_a / (d_a - 2)) per axis ({f['ntk_default']})"
       head_key = f["head_dim_key"] or ("{} / {}".format(*f["head_dim_from"][:2]) if f.get("head_dim_from") else None)
       key = f"`{f['axes_key']}`" if "axes_key" in f else f"from `{head_key}`={f['head_dim_default']} only"
+      if "ltx2" in f:  # LTX-2: a part over its whole attention width, LTX's frequencies
+        key = f"all of `{' * '.join(f['ltx2']['width_keys'])}`, interleaved over " + ("1 axis" if f["ltx2"]["axes"] == 1 else f"{f['ltx2']['axes']} axes")
+        theta += f"; LTX's theta ** (k / (n - 1)) * pi / 2; `{f['ltx2']['rope_type_key']}` interleaved or split"
       if "axes_sum_key" in f:  # Kandinsky 6's caption: one axis over the whole head
         key = f"their sum, from `{f['axes_sum_key']}`"
       if "learned" in f:  # Mochi: every pair turns by every axis, over the head its key gives
@@ -120,6 +123,11 @@ def render() -> str:
         where = "(t, row, column), centred and rescaled (`rope.mochi_positions`)"
       elif f.get("grid") == "qwen_image21":
         where = "its joint sequence of text and image blocks (`rope.qwen_image21_positions`)"
+      elif f.get("grid") == "ltx2":
+        where = ("its patches' pixel midpoints over its base (`rope.ltx2_video_positions`)" if f["ltx2"]["axes"] == 3
+                 else "the time of its " + f["ltx2"]["stream"].split("_")[0] + " stream's tokens (`rope." +
+                 ("ltx2_video_positions(..., time_only=True)`)" if f["ltx2"]["stream"] == "video_cross" else
+                  "ltx2_audio_positions`)"))
       elif "axes_sum_key" in f:
         where = "its caption, token i at i"
       if "scale_key" in f:  # Kandinsky 6, Kandinsky 6 SR: the grid over a per-axis scale

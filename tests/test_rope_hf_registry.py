@@ -22,6 +22,7 @@ positions up to 2^15. The test walks every entry:
 import collections
 import functools
 import json
+import math
 import pathlib
 import re
 
@@ -268,6 +269,54 @@ DIFFUSERS_CONFIGS = json.loads((GOLDEN / "diffusers_rope_registry_configs.json")
 DIFFUSERS_ARRAYS = np.load(GOLDEN / "diffusers_rope_registry.npz")
 
 
+def _ltx2_positions(name, part, n, cfg, fam, fps):
+  """LTX-2's positions for a part's golden call of n tokens, by the library's builders (its defaults otherwise)."""
+  if part.startswith("video"):
+    f, h, w = (int(v) for v in DIFFUSERS_ARRAYS[f"{name}/video/dims"])
+    assert f * h * w == n
+    if part == "video_cross":
+      return rope.ltx2_video_positions(f, h, w, fps=fps, time_only=True)
+    width = math.prod(cfg.get(k, d) for k, d in zip(fam["ltx2"]["width_keys"], fam["ltx2"]["width_defaults"],
+                                                     strict=True))
+    return rope.ltx2_video_positions(f, h, w, fps=fps, attention_width=width)
+  return rope.ltx2_audio_positions(n)
+
+
+def _check_ltx2(name, part, fam, g, read):
+  """LTX-2: each part's golden call (its defaults, interleaved pairs) and the second setting's (rope_type "split",
+  rope_theta x 4, other widths and head counts, fps 25), rotated by the spec its config reads, at the positions the
+  library's builders give; its guarded keys refused."""
+  cfg = DIFFUSERS_CONFIGS[name]
+  for prefix, config, fps in (("", cfg, float(DIFFUSERS_ARRAYS[f"{name}/video/fps"])),
+                              ("split_", {**cfg, **fam["ltx2"]["checked"]},
+                               float(DIFFUSERS_ARRAYS[f"{name}/video/split_fps"]))):
+    x, out = g[prefix + "x"], g[prefix + "out"]
+    positions = _ltx2_positions(name, part, x.shape[1], config, fam, fps)
+    observed = g[prefix + "positions"]  # in LTX's axis order (t, h, w); the builder's: the spec's
+    if part == "video":
+      observed = observed[:, rope.ltx_pair_layout(x.shape[-1])[2]]
+    np.testing.assert_allclose(positions, observed, rtol=0, atol=1e-6, err_msg=f"{name} {part}")
+    spec = read({"_class_name": name, **config})
+    assert (spec.layout, spec.blocks > 1) == (("half", True) if prefix else ("interleaved", False)), (name, part)
+    got = np.asarray(spec.apply(x[:, :, None].astype(np.float32), positions), np.float64)[:, :, 0]
+    top = max(spec.frequencies)
+    np.testing.assert_allclose(got, out, atol=2e-6 * max(1.0, float(np.abs(positions).max()) * top),
+                               err_msg=f"{name} {part} {prefix}")
+  default = read({"_class_name": name})  # its defaults: a width of 4096 (video) or 2048
+  assert 2 * sum(default.sections) == fam["head_dim_default"] and default.theta == fam["theta_default"], part
+  assert [2 * n for n in default.sections] == fam["axes_default"], part
+  with pytest.raises(ValueError, match="attention_width= is required"):
+    rope.ltx2_video_positions(1, 2, 2)
+  with pytest.raises(ValueError, match="rope_type='rotate' is not one of"):
+    read({"_class_name": name, "rope_type": "rotate"})
+  for key, value in fam["guarded"].items():
+    with pytest.raises(ValueError, match=f"sets {key}=.*not to follow {key}"):
+      read({"_class_name": name, key: not value})
+  for key, value in fam["positions_guarded"].items():
+    with pytest.raises(ValueError, match=f"sets {key}=.*its pipeline then builds the rotary positions"):
+      read({"_class_name": name, key: [2 * v for v in value] if isinstance(value, list) else 2 * value + 1})
+
+
 def _check_diffusers_family(name, part, fam):
   """One observed family of a diffusers class (a part of it, where its streams rotate differently): its spec, read
   from its shrunk config.json and its defaults (with `part`), rotates that part's golden q as its forward did."""
@@ -275,6 +324,9 @@ def _check_diffusers_family(name, part, fam):
   prefix = f"{name}/{part}/" if part else f"{name}/"
   g = {k[len(prefix):]: np.asarray(v) for k, v in DIFFUSERS_ARRAYS.items() if k.startswith(prefix)}
   assert g, f"{prefix}: no goldens"
+  if fam.get("grid") == "ltx2":  # LTX-2: a stream (or its side of the cross-attentions) over its whole width
+    _check_ltx2(name, part, fam, g, read)
+    return
   if fam.get("grid") == "given":  # Krea 2: its pipeline builds the positions; the probe gave random ones
     positions = g["positions"]
   elif fam.get("grid") == "qwen_image21":  # QwenImage 2.1: its joint sequence's runs of text and image blocks

@@ -206,6 +206,8 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any, part: str | None = 
       raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}; its pipeline then builds the rotary "
                        f"positions by another rule, which the registry did not observe (seen only at {key}="
                        f"{default!r}; {_made_from()}).")
+  if "ltx2" in fam:
+    return _from_ltx2(cfg, class_name, fam)
   if "ltx" in fam:
     return _from_ltx(cfg, class_name, fam)
   if "longrope" in fam:
@@ -374,6 +376,45 @@ def _from_ltx(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -
                          ((q - pad) // 3 for q in range(pad, width // 2))]
   return RotaryConfig(theta=theta, layout="interleaved", sections=tuple(sections), section_layout="interleaved",
                       frequencies=tuple(freqs))
+
+
+def _from_ltx2(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:
+  """LTX-2: a part (its video, its audio, or a stream's side of their cross-attentions) rotated over its whole
+  attention width W (the product of its width keys): n = len(axes) position axes, W // (2n) frequencies
+  theta ** linspace(0, 1, W // (2n)) * pi / 2, pair pad + n k + a turning axis a by frequency k after pad unturned
+  pairs, as interleaved M-RoPE. rope_type "interleaved": pairs (2i, 2i + 1) of the width; "split": the width in the
+  rotary module's heads (its heads key), rotate_half inside each (`blocks`). Its guarded keys are checked first."""
+  l2 = fam["ltx2"]
+  sizes = [cfg.get(k, d) for k, d in zip(l2["width_keys"], l2["width_defaults"], strict=True)]
+  heads = cfg.get(l2["heads_key"], l2["heads_default"])
+  for key, v in (*zip(l2["width_keys"], sizes, strict=True), (l2["heads_key"], heads)):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+      raise ValueError(f"{class_name}: {key}={v!r} must be a positive int.")
+  width = math.prod(sizes)
+  n = int(l2["axes"])
+  nf = width // (2 * n)
+  if width % 2 or nf < 2:
+    raise ValueError(f"{class_name}: its rotated width {' * '.join(l2['width_keys'])} = {width} must be even and give "
+                     f"at least 2 frequencies per position axis ({n} axes).")
+  rope_type = cfg.get(l2["rope_type_key"], l2["rope_type_default"])
+  if rope_type not in l2["rope_types"]:
+    raise ValueError(f"{class_name}: {l2['rope_type_key']}={rope_type!r} is not one of {l2['rope_types']} (the ones "
+                     f"observed; {_made_from()}).")
+  theta = cfg.get(fam["theta_key"], fam["theta_default"])
+  if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+    raise ValueError(f"{class_name}: {fam['theta_key']}={theta!r} must be a positive number.")
+  pad = width // 2 - n * nf
+  freqs = [0.0] * pad + [float(float(theta) ** (((q - pad) // n) / (nf - 1)) * math.pi / 2)
+                         for q in range(pad, width // 2)]
+  sections = tuple(sum(1 for q in range(width // 2) if q % n == b) for b in range(n))
+  layout, blocks = "interleaved", 1
+  if rope_type == "split":  # each head rotate_half'd on its own, head h taking pairs h r .. (h + 1) r - 1
+    if (width // 2) % heads:
+      raise ValueError(f"{class_name}: {l2['heads_key']}={heads} must divide the {width // 2} pairs of its rotated "
+                       "width (its split rope_type turns each head apart).")
+    layout, blocks = "half", heads
+  return RotaryConfig(theta=float(theta), layout=layout, blocks=blocks, sections=sections,
+                      section_layout="interleaved", frequencies=tuple(freqs))
 
 
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:
@@ -591,7 +632,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       T5Gemma's "encoder" or "decoder" stack, DeepSeek-V3.2's attention ("self_attn", interleaved
       pairs) or its indexer ("self_attn.indexer", half pairs); Kandinsky 6's "video" (per-axis
       RoPE over its latent grid, `rope.video_grid_positions(..., scale=scale_factor)`) or
-      "caption" (its text blocks' 1-D RoPE over the whole head, token i at i). Such a model is
+      "caption" (its text blocks' 1-D RoPE over the whole head, token i at i); LTX-2's "video",
+      "audio", "video_cross" and "audio_cross" (docs/rope.md, `rope.ltx2_video_positions`,
+      `rope.ltx2_audio_positions`). Such a model is
       refused without it, naming its parts; any other model is refused with it.
     family: read the config as this family (`hf_families()`) whatever its model_type says: your
       assertion that the model rotates q and k as that one does. Never implied: an unknown
