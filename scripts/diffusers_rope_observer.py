@@ -149,7 +149,8 @@ def _applies(model, inputs: dict, library: str = "diffusers", keep_on_error: boo
         arg = arg[0]
       if x is not None and isinstance(arg, torch.Tensor) and arg.shape == x.shape:
         calls.append({"function": f"{frame.f_code.co_filename.split('/')[-1]}:{frame.f_code.co_name}",
-                      "x": x.numpy(), "out": arg.detach().numpy().astype(np.float64)})
+                      "x": x.numpy(), "out": arg.detach().to(torch.float64).numpy(),
+                      "out_dtype": str(arg.dtype).replace("torch.", "")})  # (Kandinsky 5's: bfloat16)
 
   sys.setprofile(prof)
   try:
@@ -1576,16 +1577,20 @@ LTX2_SETTINGS = ({"_fps": 24.0}, {"_fps": 25.0, "rope_type": "split", "rope_thet
 LTX2_AUDIO_FRAMES = 5
 
 
-def ltx2_hypothesis(cfg: dict, dims: tuple[int, int, int], audio_frames: int, fps: float) -> dict[str, np.ndarray]:
+def ltx2_hypothesis(cfg: dict, dims: tuple[int, int, int], audio_frames: int, fps: float,
+                    frame_ids: list[int] | None = None) -> dict[str, np.ndarray]:
   """LTX-2's positions per part, in LTX's axis order, as its LTX2AudioVideoRotaryPosEmbed is read (float32, as it
   computes them): each latent patch's [start, end) in pixels (video: index * vae_scale_factors, the time shifted by
   causal_offset - vae_scale_factors[0] and clamped at 0, over fps; audio: latent frame * audio_scale_factor, the same
   shift, in seconds of hop_length / sampling_rate), its midpoint over the base (pos_embed_max_pos, base_height,
-  base_width; audio_pos_embed_max_pos; the cross-attentions: the larger of the two on time alone), times 2 - 1."""
+  base_width; audio_pos_embed_max_pos; the cross-attentions: the larger of the two on time alone), times 2 - 1.
+  frame_ids: each latent frame's absolute index instead of 0, 1, ... (the SANA-WM refiner's window)."""
   f32 = np.float32
   sf = np.asarray(cfg["vae_scale_factors"], f32)
   co = f32(cfg["causal_offset"])
   grid = raster_grid(dims).astype(f32)
+  if frame_ids is not None:
+    grid[:, 0] = np.asarray(frame_ids, f32)[grid[:, 0].astype(np.int64)]
   patch = np.asarray([cfg["patch_size_t"], cfg["patch_size"], cfg["patch_size"]], f32)
   start, end = grid * sf, (grid + patch) * sf
   start[:, 0] = np.maximum(start[:, 0] + co - sf[0], 0) / f32(fps)
@@ -1717,6 +1722,106 @@ def observe_ltx2(name: str, seed: int) -> tuple[dict, dict | None]:
                    "positions_guarded": {k: list(defaults[k]) if isinstance(defaults[k], tuple) else defaults[k]
                                          for k in LTX2_POSITION_KEYS}}
   return {"status": "exact", "parts": parts, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
+SANA_WM_REFINER_FRAMES = [3, 4]  # the absolute latent frames of the probe's window (its pipeline's frame_positions)
+
+
+@_refusals("its observation with the rotary tables its pipeline builds")
+def observe_sana_wm_refiner(name: str, seed: int) -> tuple[dict, dict | None]:
+  """SANA-WM's refiner: LTX-2's video self-attention alone (its forward is video-only). Its forward takes
+  video_rotary_emb, which its pipeline builds with the model's own build_rotary_emb_for_absolute_positions over the
+  window's absolute latent frames (SANA_WM_REFINER_FRAMES here) at the video's fps; the probe builds it so. Each
+  rotary call must be `ltx2_reference` at `ltx2_hypothesis`' video positions with those frames, at its defaults and
+  at LTX2_SETTINGS' other (rope_type split, rope_theta x 4, another width, fps 25); else Refused."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+              if p.default is not inspect.Parameter.empty}
+  dims = GRID
+  tokens = int(np.prod(dims))
+  goldens: dict = {}
+  worst, functions = 0.0, set()
+  for i, setting in enumerate(LTX2_SETTINGS):
+    args = {**LTX2_KW, "num_layers": 1, **{k: v for k, v in setting.items() if not k.startswith("_")}}
+    cfg = {**defaults, **args}
+    torch.manual_seed(seed)
+    model = cls(**args).double().eval()
+    fps = setting["_fps"]
+    table = model.build_rotary_emb_for_absolute_positions(1, SANA_WM_REFINER_FRAMES, dims[1], dims[2], "cpu", fps)
+    inputs = {"hidden_states": torch.randn(1, tokens, args["in_channels"], dtype=torch.float64),
+              "encoder_hidden_states": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
+              "timestep": torch.full((1, tokens), 500.0, dtype=torch.float64), "video_rotary_emb": table}
+    calls = _applies(model, inputs, ndims=(3,))
+    if len(calls) != 2:
+      raise Refused(f"its one block made {len(calls)} rotary calls, not its self-attention's q and k")
+    positions = ltx2_hypothesis(cfg, dims, 1, fps, SANA_WM_REFINER_FRAMES)["video"]
+    heads = cfg["num_attention_heads"] if cfg["rope_type"] == "split" else None
+    width = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    for j, call in enumerate(calls):
+      x, out = call["x"], call["out"]
+      if x.shape != (1, tokens, width):
+        raise Refused(f"its rotary call {j} took {x.shape}, not [1, {tokens}, {width}]")
+      want, ang = ltx2_reference(x, positions, cfg["rope_theta"], heads)
+      err = float(np.abs(want - out).max())
+      if (np.abs(want - out) > 1e-6 * max(1.0, float(np.abs(x).max())) * np.maximum(1.0, np.abs(ang))).any():
+        raise Refused(f"its rotation (call {j}) is not LTX-2's video rotation over {width} channels at the window's "
+                      f"absolute frames {SANA_WM_REFINER_FRAMES} with {setting} (off by {err:.1e})")
+      worst = max(worst, err)
+      functions.add(call["function"])
+    prefix = "split_" if i else ""
+    goldens.update({f"{prefix}x": calls[0]["x"], f"{prefix}out": calls[0]["out"], f"{prefix}positions": positions,
+                    f"{prefix}fps": np.asarray(fps)})
+    if i == 0:
+      goldens.update({"config": dict(args), "dims": np.asarray(dims), "frame_ids": np.asarray(SANA_WM_REFINER_FRAMES)})
+  checked = {k: v for k, v in LTX2_SETTINGS[1].items() if not k.startswith("_")}
+  keys = ("num_attention_heads", "attention_head_dim")
+  width = int(np.prod([defaults[k] for k in keys]))
+  family = {"grid": "ltx2", "layout": "interleaved", "order": "grid_thw", "frequencies": "ltx", "tables": "float32",
+            "section_layout": "interleaved", "theta_key": "rope_theta", "theta_default": float(defaults["rope_theta"]),
+            "head_dim_key": None, "head_dim_default": width, "axes_default": [2 * c for c in ltx2_sections(width, 3)],
+            "ltx2": {"stream": "video", "axes": 3, "width_keys": list(keys), "width_defaults": [defaults[k] for k in keys],
+                     "heads_key": "num_attention_heads", "heads_default": defaults["num_attention_heads"],
+                     "rope_type_key": "rope_type", "rope_type_default": defaults["rope_type"],
+                     "rope_types": ["interleaved", "split"], "checked": checked, "frame_ids": True},
+            "guarded": {"rope_double_precision": defaults["rope_double_precision"]},
+            "positions_guarded": {k: list(defaults[k]) if isinstance(defaults[k], tuple) else defaults[k]
+                                  for k in ("vae_scale_factors", "pos_embed_max_pos", "base_height", "base_width",
+                                            "causal_offset", "patch_size", "patch_size_t")}}
+  return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
+@_refusals("its observation with the rotary positions its pipeline builds")
+def observe_kandinsky5(name: str, seed: int) -> tuple[dict, dict | None]:
+  """Kandinsky 5: its forward run on a latent video [B, T, H, W, C] of GRID patches with the visual_rope_pos and
+  text_rope_pos its pipeline passes (arange over each latent axis after patching; arange over the caption), in
+  float32 (its time embedding is float32 whatever the weights). Its apply is seen to round q and k to bfloat16
+  (every value it returns is one, though what it was given was not), which no float32 spec matches: Refused saying
+  so (else Refused as not observed further)."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  kw, defaults, patch = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  torch.manual_seed(seed)
+  model = cls(**kw).float().eval()
+  size = [g * q for g, q in zip(GRID, patch, strict=True)]
+  inputs = {"hidden_states": torch.randn(1, *size, kw.get("in_visual_dim", defaults["in_visual_dim"])),
+            "encoder_hidden_states": torch.randn(1, T_TXT, kw["in_text_dim"]),
+            "pooled_projections": torch.randn(1, kw["in_text_dim2"]),
+            "timestep": torch.tensor([500.0]),
+            "visual_rope_pos": [torch.arange(g) for g in GRID], "text_rope_pos": torch.arange(T_TXT)}
+  calls = _applies(model, inputs, ndims=(3, 4))
+  if not calls:
+    raise Refused("its forward, given the rotary positions its pipeline builds, made no rotary call seen here")
+
+  def bf16(a: np.ndarray) -> bool:
+    return bool(np.array_equal(torch.from_numpy(a).to(torch.bfloat16).to(torch.float64).numpy(), a))
+  if all(c["out_dtype"] == "bfloat16" and bf16(c["out"]) and not bf16(c["x"]) for c in calls):
+    raise Refused(f"its apply ({calls[0]['function']}) rounds the rotated q and k to bfloat16 whatever the model's "
+                  f"dtype (observed in float32: all {len(calls)} calls, caption and video, returned bfloat16 "
+                  "tensors, of inputs that were float32 values no bfloat16 holds): its rotated q and k carry "
+                  "bfloat16's 8 bits of mantissa, which no float32 spec reproduces")
+  raise Refused(f"its rotation at the positions its pipeline builds was not fitted ({len(calls)} calls observed)")
 
 
 def ltx2_sections(width: int, axes: int) -> list[int]:
@@ -1903,6 +2008,13 @@ RECIPES: dict[str, dict] = {
                                    "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2)},
     # LTX-2: its video and audio streams and their cross-attentions, observed by `observe_ltx2`
     "LTX2VideoTransformer3DModel": {"observe": observe_ltx2},
+    # Kandinsky 5: one head of its axes' 64 channels, one text and one visual block; `observe_kandinsky5`
+    "Kandinsky5Transformer3DModel": {"kw": {"model_dim": 64, "ff_dim": WIDTH, "time_dim": WIDTH, "in_text_dim": WIDTH,
+                                            "in_text_dim2": WIDTH, "num_text_blocks": 1, "num_visual_blocks": 1},
+                                     "observe": observe_kandinsky5},
+    # SANA-WM's refiner: LTX-2's video self-attention, at the rotary tables its pipeline builds (a window of absolute
+    # frames); `observe_sana_wm_refiner`
+    "SanaWMLTX2RefinerTransformer3DModel": {"observe": observe_sana_wm_refiner},
     # Wan-Animate: a pose latent and a face video besides the latent; its face's motion encoder at 16 px
     "WanAnimateTransformer3DModel": {"kw": {"motion_encoder_size": 16, "inject_face_latents_blocks": 1},
                                      "inputs": _wan_animate},

@@ -124,7 +124,9 @@ def render() -> str:
       elif f.get("grid") == "qwen_image21":
         where = "its joint sequence of text and image blocks (`rope.qwen_image21_positions`)"
       elif f.get("grid") == "ltx2":
-        where = ("its patches' pixel midpoints over its base (`rope.ltx2_video_positions`)" if f["ltx2"]["axes"] == 3
+        where = ("its patches' pixel midpoints over its base (`rope.ltx2_video_positions`" +
+                 (", `frame_ids`: its window's absolute frames)" if f["ltx2"].get("frame_ids") else ")")
+                 if f["ltx2"]["axes"] == 3
                  else "the time of its " + f["ltx2"]["stream"].split("_")[0] + " stream's tokens (`rope." +
                  ("ltx2_video_positions(..., time_only=True)`)" if f["ltx2"]["stream"] == "video_cross" else
                   "ltx2_audio_positions`)"))

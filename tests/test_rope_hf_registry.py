@@ -270,15 +270,18 @@ DIFFUSERS_ARRAYS = np.load(GOLDEN / "diffusers_rope_registry.npz")
 
 
 def _ltx2_positions(name, part, n, cfg, fam, fps):
-  """LTX-2's positions for a part's golden call of n tokens, by the library's builders (its defaults otherwise)."""
-  if part.startswith("video"):
-    f, h, w = (int(v) for v in DIFFUSERS_ARRAYS[f"{name}/video/dims"])
+  """LTX-2's positions for a part's golden call of n tokens, by the library's builders (its defaults otherwise); the
+  SANA-WM refiner's (no parts: its video alone) at its window's absolute frames."""
+  stream = fam["ltx2"]["stream"]
+  if stream.startswith("video"):
+    f, h, w = (int(v) for v in DIFFUSERS_ARRAYS[f"{name}/video/dims" if part else f"{name}/dims"])
+    frames = [int(v) for v in DIFFUSERS_ARRAYS[f"{name}/frame_ids"]] if fam["ltx2"].get("frame_ids") else None
     assert f * h * w == n
-    if part == "video_cross":
+    if stream == "video_cross":
       return rope.ltx2_video_positions(f, h, w, fps=fps, time_only=True)
     width = math.prod(cfg.get(k, d) for k, d in zip(fam["ltx2"]["width_keys"], fam["ltx2"]["width_defaults"],
                                                      strict=True))
-    return rope.ltx2_video_positions(f, h, w, fps=fps, attention_width=width)
+    return rope.ltx2_video_positions(f, h, w, fps=fps, attention_width=width, frame_ids=frames)
   return rope.ltx2_audio_positions(n)
 
 
@@ -287,13 +290,13 @@ def _check_ltx2(name, part, fam, g, read):
   rope_theta x 4, other widths and head counts, fps 25), rotated by the spec its config reads, at the positions the
   library's builders give; its guarded keys refused."""
   cfg = DIFFUSERS_CONFIGS[name]
-  for prefix, config, fps in (("", cfg, float(DIFFUSERS_ARRAYS[f"{name}/video/fps"])),
-                              ("split_", {**cfg, **fam["ltx2"]["checked"]},
-                               float(DIFFUSERS_ARRAYS[f"{name}/video/split_fps"]))):
+  at = f"{name}/video/" if part else f"{name}/"
+  for prefix, config, fps in (("", cfg, float(DIFFUSERS_ARRAYS[at + "fps"])),
+                              ("split_", {**cfg, **fam["ltx2"]["checked"]}, float(DIFFUSERS_ARRAYS[at + "split_fps"]))):
     x, out = g[prefix + "x"], g[prefix + "out"]
     positions = _ltx2_positions(name, part, x.shape[1], config, fam, fps)
     observed = g[prefix + "positions"]  # in LTX's axis order (t, h, w); the builder's: the spec's
-    if part == "video":
+    if fam["ltx2"]["stream"] == "video":
       observed = observed[:, rope.ltx_pair_layout(x.shape[-1])[2]]
     np.testing.assert_allclose(positions, observed, rtol=0, atol=1e-6, err_msg=f"{name} {part}")
     spec = read({"_class_name": name, **config})

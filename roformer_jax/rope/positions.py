@@ -425,7 +425,8 @@ def ltx_positions(frames: int, height: int, width: int, *, attention_width: int,
 
 def ltx2_video_positions(frames: int, height: int, width: int, *, attention_width: int | None = None,
                          fps: float = 24.0, compression: Sequence[int] = (8, 32, 32), causal_offset: int = 1,
-                         base: Sequence[float] = (20, 2048, 2048), time_only: bool = False) -> np.ndarray:
+                         base: Sequence[float] = (20, 2048, 2048), time_only: bool = False,
+                         frame_ids: Sequence[int] | None = None) -> np.ndarray:
   """The positions LTX-2 (`LTX2VideoTransformer3DModel`) rotates its video's latent patches by (raster order, frames
   slowest), as its `prepare_video_coords` and rotary module compute them (float32): each patch's [start, end) in
   pixels, index * compression per axis (VAE scale factors (t, h, w)), the time shifted by causal_offset -
@@ -433,7 +434,9 @@ def ltx2_video_positions(frames: int, height: int, width: int, *, attention_widt
   (pos_embed_max_pos, base_height, base_width), times 2 - 1. For `part="video"` pass attention_width = heads *
   attention_head_dim (columns in the spec's axis order, `ltx_pair_layout(attention_width)`); for
   `part="video_cross"` time_only=True (the time alone, [N, 1]; its base is then max(pos_embed_max_pos,
-  audio_pos_embed_max_pos)). Apply the spec to q before its heads are split, [..., T, 1, attention width].
+  audio_pos_embed_max_pos)). frame_ids: each latent frame's absolute index instead of 0, 1, ... (the SANA-WM
+  refiner's window, its pipeline's `frame_positions`; its attention sink's frames at its `sink_rope_offset`). Apply
+  the spec to q before its heads are split, [..., T, 1, attention width].
 
   Returns:
     float32[frames * height * width, 3], or [..., 1] with time_only.
@@ -448,9 +451,12 @@ def ltx2_video_positions(frames: int, height: int, width: int, *, attention_widt
   if not time_only and attention_width is None:
     raise ValueError("attention_width= is required (heads * attention_head_dim: it orders the columns as the spec's "
                      "axes); pass time_only=True for its cross-attention's time alone.")
+  if frame_ids is not None and len(frame_ids) != frames:
+    raise ValueError(f"frame_ids has {len(frame_ids)} positions for {frames} frames.")
   f32 = np.float32
   sf = np.asarray(compression, f32)
-  grid = np.stack(np.meshgrid(np.arange(frames), np.arange(height), np.arange(width), indexing="ij"),
+  times = np.arange(frames) if frame_ids is None else np.asarray(frame_ids)
+  grid = np.stack(np.meshgrid(times, np.arange(height), np.arange(width), indexing="ij"),
                   -1).reshape(-1, 3).astype(f32)
   start, end = grid * sf, (grid + 1) * sf
   start[:, 0] = np.maximum(start[:, 0] + f32(causal_offset) - sf[0], 0) / f32(fps)
