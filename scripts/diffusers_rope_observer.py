@@ -656,6 +656,8 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
               }, None
     family["fps_base"] = RECIPES[name]["base_fps"]
     goldens.update(fps=np.asarray(30), fps_x=video["x"], fps_out=video["out"], fps_positions=video["positions"])
+  for key in RECIPES.get(name, {}).get("guard", ()) if family else ():  # MiniMax-H3: a key its rotation was observed
+    family.setdefault("guarded", {})[key] = defaults[key]  # at the default of only (a config may not change it)
   for key in RECIPES.get(name, {}).get("required", ()) if family else ():  # HiDream: its class default does not run
     family.setdefault("required", {})[key] = list(defaults[key])
   if family and family.get("crop_keys"):  # CogVideoX 1.0: the base grid's keys' defaults (the probe's crop)
@@ -973,6 +975,23 @@ def _krea2(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], ext
           "encoder_hidden_states": torch.randn(1, T_TXT, kw["num_text_layers"], kw["text_hidden_dim"],
                                                dtype=torch.float64),
           "timestep": torch.tensor([0.5], dtype=torch.float64), "position_ids": torch.from_numpy(ids)}
+
+
+def _minimax_h3(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], extra: dict) -> dict:
+  """MiniMax-H3: one packed sequence of GIVEN_TOKENS rows, its T_TXT caption rows, then 4 video rows and 2 audio rows
+  (token_tags 1, 0, 2 and the indices of each), every row at one timestep, and the (t, h, w) position_ids its
+  pipeline builds per row (random here: the fit must find that the rotation follows them)."""
+  video, audio = 4, GIVEN_TOKENS - T_TXT - 4
+  patch = int(np.prod(defaults["patch_size"]))
+  tags = torch.tensor([1] * T_TXT + [0] * video + [2] * audio)
+  rows = torch.arange(GIVEN_TOKENS)
+  return {"hidden_states": torch.randn(1, video, defaults["in_channels"] * patch, dtype=torch.float64),
+          "audio_hidden_states": torch.randn(1, audio, defaults["audio_in_channels"], dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, T_TXT, kw["text_dim"], dtype=torch.float64),
+          "timestep": torch.tensor([0.5], dtype=torch.float64),
+          "timestep_indices": torch.zeros(GIVEN_TOKENS, dtype=torch.long), "token_tags": tags,
+          "position_ids": torch.from_numpy(ids), "video_indices": rows[tags == 0], "audio_indices": rows[tags == 2],
+          "text_indices": rows[tags == 1]}
 
 
 def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], extra: dict) -> dict:
@@ -2008,6 +2027,11 @@ RECIPES: dict[str, dict] = {
                                    "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2)},
     # LTX-2: its video and audio streams and their cross-attentions, observed by `observe_ltx2`
     "LTX2VideoTransformer3DModel": {"observe": observe_ltx2},
+    # MiniMax-H3: one head of its 128 channels, one layer and refiner layer; its packed sequence of caption, video and
+    # audio rows at the position_ids its pipeline gives (random here). Its rotated width 2 * 3 * rope_freq_dim (the
+    # three axes' shared spectrum of rope_freq_dim frequencies) was observed at the default only (`guard`)
+    "MiniMaxH3Transformer3DModel": {"kw": {"hidden_size": 128, "time_embed_hidden_dim": WIDTH, "time_embed_dim": WIDTH},
+                                    "inputs": _minimax_h3, "ids": True, "guard": ("rope_freq_dim",)},
     # Kandinsky 5: one head of its axes' 64 channels, one text and one visual block; `observe_kandinsky5`
     "Kandinsky5Transformer3DModel": {"kw": {"model_dim": 64, "ff_dim": WIDTH, "time_dim": WIDTH, "in_text_dim": WIDTH,
                                             "in_text_dim2": WIDTH, "num_text_blocks": 1, "num_visual_blocks": 1},

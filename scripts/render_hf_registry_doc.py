@@ -104,6 +104,8 @@ def render() -> str:
       if "ltx2" in f:  # LTX-2: a part over its whole attention width, LTX's frequencies
         key = f"all of `{' * '.join(f['ltx2']['width_keys'])}`, interleaved over " + ("1 axis" if f["ltx2"]["axes"] == 1 else f"{f['ltx2']['axes']} axes")
         theta += f"; LTX's theta ** (k / (n - 1)) * pi / 2; `{f['ltx2']['rope_type_key']}` interleaved or split"
+      if "rotary_dim" in f and "rotary_dim_key" not in f:  # Stable Audio, MiniMax-H3: the first R channels turn
+        key += f"; its first {f['rotary_dim']} channels"
       if "axes_sum_key" in f:  # Kandinsky 6's caption: one axis over the whole head
         key = f"their sum, from `{f['axes_sum_key']}`"
       if "learned" in f:  # Mochi: every pair turns by every axis, over the head its key gives
