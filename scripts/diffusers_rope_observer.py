@@ -149,7 +149,8 @@ def _applies(model, inputs: dict, library: str = "diffusers", keep_on_error: boo
         arg = arg[0]
       if x is not None and isinstance(arg, torch.Tensor) and arg.shape == x.shape:
         calls.append({"function": f"{frame.f_code.co_filename.split('/')[-1]}:{frame.f_code.co_name}",
-                      "x": x.numpy(), "out": arg.detach().numpy().astype(np.float64)})
+                      "x": x.numpy(), "out": arg.detach().to(torch.float64).numpy(),
+                      "out_dtype": str(arg.dtype).replace("torch.", "")})  # (Kandinsky 5's: bfloat16)
 
   sys.setprofile(prof)
   try:
@@ -655,6 +656,8 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
               }, None
     family["fps_base"] = RECIPES[name]["base_fps"]
     goldens.update(fps=np.asarray(30), fps_x=video["x"], fps_out=video["out"], fps_positions=video["positions"])
+  for key in RECIPES.get(name, {}).get("guard", ()) if family else ():  # MiniMax-H3: a key its rotation was observed
+    family.setdefault("guarded", {})[key] = defaults[key]  # at the default of only (a config may not change it)
   for key in RECIPES.get(name, {}).get("required", ()) if family else ():  # HiDream: its class default does not run
     family.setdefault("required", {})[key] = list(defaults[key])
   if family and family.get("crop_keys"):  # CogVideoX 1.0: the base grid's keys' defaults (the probe's crop)
@@ -736,6 +739,8 @@ def observe_grid(name: str, seed: int) -> tuple[dict, dict | None]:
       if family["head_dim_key"] is None:
         return {"status": "refused", "reason": f"its split of the head over the grid axes {axes} does not follow "
                                                f"{key} and comes from no config key this probe can confirm"}, None
+  if family and "caption_part" in entry:  # Kandinsky 6: its video and its caption, two parts
+    return _caption_part(name, seed, entry, goldens)
   return entry, goldens
 
 
@@ -970,6 +975,23 @@ def _krea2(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], ext
           "encoder_hidden_states": torch.randn(1, T_TXT, kw["num_text_layers"], kw["text_hidden_dim"],
                                                dtype=torch.float64),
           "timestep": torch.tensor([0.5], dtype=torch.float64), "position_ids": torch.from_numpy(ids)}
+
+
+def _minimax_h3(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], extra: dict) -> dict:
+  """MiniMax-H3: one packed sequence of GIVEN_TOKENS rows, its T_TXT caption rows, then 4 video rows and 2 audio rows
+  (token_tags 1, 0, 2 and the indices of each), every row at one timestep, and the (t, h, w) position_ids its
+  pipeline builds per row (random here: the fit must find that the rotation follows them)."""
+  video, audio = 4, GIVEN_TOKENS - T_TXT - 4
+  patch = int(np.prod(defaults["patch_size"]))
+  tags = torch.tensor([1] * T_TXT + [0] * video + [2] * audio)
+  rows = torch.arange(GIVEN_TOKENS)
+  return {"hidden_states": torch.randn(1, video, defaults["in_channels"] * patch, dtype=torch.float64),
+          "audio_hidden_states": torch.randn(1, audio, defaults["audio_in_channels"], dtype=torch.float64),
+          "encoder_hidden_states": torch.randn(1, T_TXT, kw["text_dim"], dtype=torch.float64),
+          "timestep": torch.tensor([0.5], dtype=torch.float64),
+          "timestep_indices": torch.zeros(GIVEN_TOKENS, dtype=torch.long), "token_tags": tags,
+          "position_ids": torch.from_numpy(ids), "video_indices": rows[tags == 0], "audio_indices": rows[tags == 2],
+          "text_indices": rows[tags == 1]}
 
 
 def _ideogram4(kw: dict, defaults: dict, ids: np.ndarray, grid: tuple[int, ...], extra: dict) -> dict:
@@ -1553,6 +1575,280 @@ def _ltx_fit(rotated: list[dict], dims: tuple[int, ...], args: dict, ltx: dict) 
           "error": err, "frequencies": "ltx", "section_layout": "interleaved"}
 
 
+# LTX-2: a video stream and an audio stream, each rotated by LTX's formula over its whole attention width, and the
+# audio-video cross-attentions, whose q and k turn by their stream's time alone. In each block its rotary calls come
+# in this order (its forward: video self-attention q, k; audio's q, k; audio-to-video q (video), k (audio);
+# video-to-audio q (audio), k (video)), each the part named here.
+LTX2_CALLS = ("video", "video", "audio", "audio", "video_cross", "audio_cross", "audio_cross", "video_cross")
+LTX2_POSITION_KEYS = ("vae_scale_factors", "pos_embed_max_pos", "base_height", "base_width", "causal_offset",
+                      "audio_scale_factor", "audio_pos_embed_max_pos", "audio_sampling_rate", "audio_hop_length",
+                      "patch_size", "patch_size_t", "audio_patch_size", "audio_patch_size_t")
+# the probe: video 2 heads of 64 (a width of 128: one unturned pair in front), audio 4 heads of 16 (its
+# cross-attention width 64); the second setting moves every rotation key (theta, rope_type "split", both widths and
+# head counts; a video width of 96: no unturned pair) and the fps its pipeline passes
+LTX2_KW = {"in_channels": 8, "out_channels": 8, "num_attention_heads": 2, "attention_head_dim": 64,
+           "cross_attention_dim": 128, "audio_in_channels": 8, "audio_out_channels": 8,
+           "audio_num_attention_heads": 4, "audio_attention_head_dim": 16, "audio_cross_attention_dim": 64,
+           "caption_channels": WIDTH}
+LTX2_SETTINGS = ({"_fps": 24.0}, {"_fps": 25.0, "rope_type": "split", "rope_theta": 40000.0,
+                                  "attention_head_dim": 48, "cross_attention_dim": 96, "audio_num_attention_heads": 2,
+                                  "audio_attention_head_dim": 24, "audio_cross_attention_dim": 48})
+LTX2_AUDIO_FRAMES = 5
+
+
+def ltx2_hypothesis(cfg: dict, dims: tuple[int, int, int], audio_frames: int, fps: float,
+                    frame_ids: list[int] | None = None) -> dict[str, np.ndarray]:
+  """LTX-2's positions per part, in LTX's axis order, as its LTX2AudioVideoRotaryPosEmbed is read (float32, as it
+  computes them): each latent patch's [start, end) in pixels (video: index * vae_scale_factors, the time shifted by
+  causal_offset - vae_scale_factors[0] and clamped at 0, over fps; audio: latent frame * audio_scale_factor, the same
+  shift, in seconds of hop_length / sampling_rate), its midpoint over the base (pos_embed_max_pos, base_height,
+  base_width; audio_pos_embed_max_pos; the cross-attentions: the larger of the two on time alone), times 2 - 1.
+  frame_ids: each latent frame's absolute index instead of 0, 1, ... (the SANA-WM refiner's window)."""
+  f32 = np.float32
+  sf = np.asarray(cfg["vae_scale_factors"], f32)
+  co = f32(cfg["causal_offset"])
+  grid = raster_grid(dims).astype(f32)
+  if frame_ids is not None:
+    grid[:, 0] = np.asarray(frame_ids, f32)[grid[:, 0].astype(np.int64)]
+  patch = np.asarray([cfg["patch_size_t"], cfg["patch_size"], cfg["patch_size"]], f32)
+  start, end = grid * sf, (grid + patch) * sf
+  start[:, 0] = np.maximum(start[:, 0] + co - sf[0], 0) / f32(fps)
+  end[:, 0] = np.maximum(end[:, 0] + co - sf[0], 0) / f32(fps)
+  mid = (start + end) / f32(2.0)
+  base = np.asarray([cfg["pos_embed_max_pos"], cfg["base_height"], cfg["base_width"]], f32)
+  cross = f32(max(cfg["pos_embed_max_pos"], cfg["audio_pos_embed_max_pos"]))
+  a = np.arange(audio_frames, dtype=f32)
+  asf, apt = f32(cfg["audio_scale_factor"]), f32(cfg["audio_patch_size_t"])
+  a0 = np.maximum(a * asf + co - asf, 0) * f32(cfg["audio_hop_length"]) / f32(cfg["audio_sampling_rate"])
+  a1 = np.maximum((a + apt) * asf + co - asf, 0) * f32(cfg["audio_hop_length"]) / f32(cfg["audio_sampling_rate"])
+  amid = ((a0 + a1) / f32(2.0))[:, None]
+  return {"video": mid / base * 2 - 1, "video_cross": mid[:, :1] / cross * 2 - 1,
+          "audio": amid / f32(cfg["audio_pos_embed_max_pos"]) * 2 - 1, "audio_cross": amid / cross * 2 - 1}
+
+
+def ltx2_reference(x: np.ndarray, positions: np.ndarray, theta: float, split_heads: int | None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+  """LTX-2's rotation of x [B, T, W] (every head together) at positions [T, n] (LTX's axis order), as its code is
+  read: n_f = W // (2 n) frequencies theta ** linspace(0, 1, n_f) * pi / 2 (float64, then float32), pair pad + n k + a
+  turning by frequency k of axis a after pad = W / 2 - n n_f pairs that do not turn; "interleaved": pairs (2i, 2i + 1)
+  of the width; "split" (split_heads = the rotary module's head count): the width in that many heads, pairs (j, j + r)
+  within a head of 2 r channels, head h taking pairs h r .. (h + 1) r - 1 of that order. cos, sin and the products in
+  float32. Returns it and each channel's angle [T, W] (the bound of float32's rounding of it)."""
+  w, n = x.shape[-1], positions.shape[1]
+  nf = w // (2 * n)
+  pad = w // 2 - n * nf
+  freqs = (torch.pow(float(theta), torch.linspace(0.0, 1.0, nf, dtype=torch.float64)) * torch.pi / 2.0).to(
+      torch.float32).numpy()
+  q = np.arange(pad, w // 2)
+  pair_freq, pair_axis = np.zeros(w // 2, np.float32), np.zeros(w // 2, np.int64)
+  pair_freq[pad:], pair_axis[pad:] = freqs[(q - pad) // n], (q - pad) % n
+  ang = positions.astype(np.float32)[:, pair_axis] * pair_freq  # [T, W / 2]
+  c, s_ = np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+  x32 = x.astype(np.float32)
+  out = np.empty_like(x32)
+  if split_heads is None:
+    a, b = x32[..., 0::2], x32[..., 1::2]
+    out[..., 0::2], out[..., 1::2] = a * c - b * s_, b * c + a * s_
+    return out.astype(np.float64), np.repeat(ang, 2, -1)
+  r = w // 2 // split_heads
+  xr = x32.reshape(*x.shape[:-1], split_heads, 2, r)
+  c, s_ = c.reshape(-1, split_heads, r), s_.reshape(-1, split_heads, r)
+  first, second = xr[..., 0, :], xr[..., 1, :]
+  o = np.stack([first * c - second * s_, second * c + first * s_], -2)
+  angles = np.repeat(ang.reshape(-1, split_heads, 1, r), 2, -2).reshape(-1, w)
+  return o.reshape(x.shape).astype(np.float64), angles
+
+
+LTX2_WIDTHS = {"video": (("num_attention_heads", "attention_head_dim"), "num_attention_heads"),
+               "audio": (("audio_num_attention_heads", "audio_attention_head_dim"), "audio_num_attention_heads"),
+               "video_cross": (("audio_cross_attention_dim",), "num_attention_heads"),
+               "audio_cross": (("audio_cross_attention_dim",), "audio_num_attention_heads")}
+
+
+@_refusals("its observation with its audio stream")
+def observe_ltx2(name: str, seed: int) -> tuple[dict, dict | None]:
+  """LTX-2: its forward run on a video of GRID latent patches and LTX2_AUDIO_FRAMES audio latents, as its pipeline
+  runs it (it passes coordinates its transformer's own prepare_video_coords / prepare_audio_coords make, which its
+  forward makes alike when given none: the frame rate as fps). Each rotary call, the part LTX2_CALLS names, must be
+  `ltx2_reference` at `ltx2_hypothesis`' positions over that part's width (LTX2_WIDTHS: the keys whose product it
+  is, and the head count its "split" layout uses), at its defaults and again at LTX2_SETTINGS' other (rope_type
+  split, rope_theta x 4, other widths and head counts, fps 25); else Refused. Its position keys (LTX2_POSITION_KEYS)
+  are observed at their defaults only (the reader refuses others)."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+              if p.default is not inspect.Parameter.empty}
+  dims = GRID
+  tokens = int(np.prod(dims))
+  goldens: dict = {}
+  worst, functions = 0.0, set()
+  for i, setting in enumerate(LTX2_SETTINGS):
+    args = {**LTX2_KW, "num_layers": 1, **{k: v for k, v in setting.items() if not k.startswith("_")}}
+    cfg = {**defaults, **args}
+    torch.manual_seed(seed)
+    model = cls(**args).double().eval()
+    fps = setting["_fps"]
+    inputs = {"hidden_states": torch.randn(1, tokens, args["in_channels"], dtype=torch.float64),
+              "audio_hidden_states": torch.randn(1, LTX2_AUDIO_FRAMES, args["audio_in_channels"], dtype=torch.float64),
+              "encoder_hidden_states": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
+              "audio_encoder_hidden_states": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
+              "timestep": torch.tensor([500.0], dtype=torch.float64), "num_frames": dims[0], "height": dims[1],
+              "width": dims[2], "fps": fps, "audio_num_frames": LTX2_AUDIO_FRAMES}
+    calls = _applies(model, inputs, ndims=(3,))
+    if len(calls) != len(LTX2_CALLS):
+      raise Refused(f"its one block made {len(calls)} rotary calls, not the {len(LTX2_CALLS)} of its video and audio "
+                    f"self-attentions and its two cross-attentions ({[c['x'].shape for c in calls]})")
+    hyp = ltx2_hypothesis(cfg, dims, LTX2_AUDIO_FRAMES, fps)
+    split = cfg["rope_type"] == "split"
+    for j, (part, call) in enumerate(zip(LTX2_CALLS, calls, strict=True)):
+      keys, heads_key = LTX2_WIDTHS[part]
+      width = int(np.prod([cfg[k] for k in keys]))
+      x, out = call["x"], call["out"]
+      if x.shape != (1, len(hyp[part]), width):
+        raise Refused(f"its rotary call {j} ({part}) took {x.shape}, not [1, {len(hyp[part])}, {width}]")
+      want, ang = ltx2_reference(x, hyp[part], cfg["rope_theta"], cfg[heads_key] if split else None)
+      err = float(np.abs(want - out).max())
+      # each channel to float32's rounding of its own angle (a pair at a low frequency is held to its own small one)
+      bound = 1e-6 * max(1.0, float(np.abs(x).max())) * np.maximum(1.0, np.abs(ang))
+      if (np.abs(want - out) > bound).any():
+        raise Refused(f"its {part} rotation (call {j}) is not LTX's formula over {width} channels at its pipeline's "
+                      f"coordinates with {setting} (off by {err:.1e})")
+      worst = max(worst, err)
+      functions.add(call["function"])
+      if part not in {k.split("/")[0] for k in goldens if "/" in k} or (i == 1 and f"{part}/split_x" not in goldens):
+        prefix = f"{part}/" + ("split_" if i else "")
+        goldens.update({f"{prefix}x": x, f"{prefix}out": out, f"{prefix}positions": hyp[part]})
+    if i == 0:
+      goldens.update({"config": dict(args), "video/dims": np.asarray(dims), "audio/dims": np.asarray([LTX2_AUDIO_FRAMES]),
+                      "video/fps": np.asarray(fps)})
+    else:
+      goldens["video/split_fps"] = np.asarray(fps)
+  checked = {k: v for k, v in LTX2_SETTINGS[1].items() if not k.startswith("_")}
+  parts = {}
+  for part, (keys, heads_key) in LTX2_WIDTHS.items():
+    axes = 3 if part == "video" else 1
+    parts[part] = {"grid": "ltx2", "layout": "interleaved", "order": "grid_thw" if axes == 3 else "sequence",
+                   "frequencies": "ltx", "tables": "float32", "section_layout": "interleaved",
+                   "theta_key": "rope_theta", "theta_default": float(defaults["rope_theta"]),
+                   "head_dim_key": None, "head_dim_default": int(np.prod([defaults[k] for k in keys])),
+                   "axes_default": [2 * c for c in ltx2_sections(int(np.prod([defaults[k] for k in keys])), axes)],
+                   "ltx2": {"stream": part, "axes": axes, "width_keys": list(keys),
+                            "width_defaults": [defaults[k] for k in keys], "heads_key": heads_key,
+                            "heads_default": defaults[heads_key], "rope_type_key": "rope_type",
+                            "rope_type_default": defaults["rope_type"], "rope_types": ["interleaved", "split"],
+                            "checked": checked},
+                   "guarded": {"rope_double_precision": defaults["rope_double_precision"]},
+                   "positions_guarded": {k: list(defaults[k]) if isinstance(defaults[k], tuple) else defaults[k]
+                                         for k in LTX2_POSITION_KEYS}}
+  return {"status": "exact", "parts": parts, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
+SANA_WM_REFINER_FRAMES = [3, 4]  # the absolute latent frames of the probe's window (its pipeline's frame_positions)
+
+
+@_refusals("its observation with the rotary tables its pipeline builds")
+def observe_sana_wm_refiner(name: str, seed: int) -> tuple[dict, dict | None]:
+  """SANA-WM's refiner: LTX-2's video self-attention alone (its forward is video-only). Its forward takes
+  video_rotary_emb, which its pipeline builds with the model's own build_rotary_emb_for_absolute_positions over the
+  window's absolute latent frames (SANA_WM_REFINER_FRAMES here) at the video's fps; the probe builds it so. Each
+  rotary call must be `ltx2_reference` at `ltx2_hypothesis`' video positions with those frames, at its defaults and
+  at LTX2_SETTINGS' other (rope_type split, rope_theta x 4, another width, fps 25); else Refused."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+              if p.default is not inspect.Parameter.empty}
+  dims = GRID
+  tokens = int(np.prod(dims))
+  goldens: dict = {}
+  worst, functions = 0.0, set()
+  for i, setting in enumerate(LTX2_SETTINGS):
+    args = {**LTX2_KW, "num_layers": 1, **{k: v for k, v in setting.items() if not k.startswith("_")}}
+    cfg = {**defaults, **args}
+    torch.manual_seed(seed)
+    model = cls(**args).double().eval()
+    fps = setting["_fps"]
+    table = model.build_rotary_emb_for_absolute_positions(1, SANA_WM_REFINER_FRAMES, dims[1], dims[2], "cpu", fps)
+    inputs = {"hidden_states": torch.randn(1, tokens, args["in_channels"], dtype=torch.float64),
+              "encoder_hidden_states": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
+              "timestep": torch.full((1, tokens), 500.0, dtype=torch.float64), "video_rotary_emb": table}
+    calls = _applies(model, inputs, ndims=(3,))
+    if len(calls) != 2:
+      raise Refused(f"its one block made {len(calls)} rotary calls, not its self-attention's q and k")
+    positions = ltx2_hypothesis(cfg, dims, 1, fps, SANA_WM_REFINER_FRAMES)["video"]
+    heads = cfg["num_attention_heads"] if cfg["rope_type"] == "split" else None
+    width = cfg["num_attention_heads"] * cfg["attention_head_dim"]
+    for j, call in enumerate(calls):
+      x, out = call["x"], call["out"]
+      if x.shape != (1, tokens, width):
+        raise Refused(f"its rotary call {j} took {x.shape}, not [1, {tokens}, {width}]")
+      want, ang = ltx2_reference(x, positions, cfg["rope_theta"], heads)
+      err = float(np.abs(want - out).max())
+      if (np.abs(want - out) > 1e-6 * max(1.0, float(np.abs(x).max())) * np.maximum(1.0, np.abs(ang))).any():
+        raise Refused(f"its rotation (call {j}) is not LTX-2's video rotation over {width} channels at the window's "
+                      f"absolute frames {SANA_WM_REFINER_FRAMES} with {setting} (off by {err:.1e})")
+      worst = max(worst, err)
+      functions.add(call["function"])
+    prefix = "split_" if i else ""
+    goldens.update({f"{prefix}x": calls[0]["x"], f"{prefix}out": calls[0]["out"], f"{prefix}positions": positions,
+                    f"{prefix}fps": np.asarray(fps)})
+    if i == 0:
+      goldens.update({"config": dict(args), "dims": np.asarray(dims), "frame_ids": np.asarray(SANA_WM_REFINER_FRAMES)})
+  checked = {k: v for k, v in LTX2_SETTINGS[1].items() if not k.startswith("_")}
+  keys = ("num_attention_heads", "attention_head_dim")
+  width = int(np.prod([defaults[k] for k in keys]))
+  family = {"grid": "ltx2", "layout": "interleaved", "order": "grid_thw", "frequencies": "ltx", "tables": "float32",
+            "section_layout": "interleaved", "theta_key": "rope_theta", "theta_default": float(defaults["rope_theta"]),
+            "head_dim_key": None, "head_dim_default": width, "axes_default": [2 * c for c in ltx2_sections(width, 3)],
+            "ltx2": {"stream": "video", "axes": 3, "width_keys": list(keys), "width_defaults": [defaults[k] for k in keys],
+                     "heads_key": "num_attention_heads", "heads_default": defaults["num_attention_heads"],
+                     "rope_type_key": "rope_type", "rope_type_default": defaults["rope_type"],
+                     "rope_types": ["interleaved", "split"], "checked": checked, "frame_ids": True},
+            "guarded": {"rope_double_precision": defaults["rope_double_precision"]},
+            "positions_guarded": {k: list(defaults[k]) if isinstance(defaults[k], tuple) else defaults[k]
+                                  for k in ("vae_scale_factors", "pos_embed_max_pos", "base_height", "base_width",
+                                            "causal_offset", "patch_size", "patch_size_t")}}
+  return {"status": "exact", "family": family, "functions": sorted(functions), "max_abs_error": worst}, goldens
+
+
+@_refusals("its observation with the rotary positions its pipeline builds")
+def observe_kandinsky5(name: str, seed: int) -> tuple[dict, dict | None]:
+  """Kandinsky 5: its forward run on a latent video [B, T, H, W, C] of GRID patches with the visual_rope_pos and
+  text_rope_pos its pipeline passes (arange over each latent axis after patching; arange over the caption), in
+  float32 (its time embedding is float32 whatever the weights). Its apply is seen to round q and k to bfloat16
+  (every value it returns is one, though what it was given was not), which no float32 spec matches: Refused saying
+  so (else Refused as not observed further)."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  kw, defaults, patch = grid_kwargs(cls)
+  kw.update(RECIPES[name]["kw"])
+  torch.manual_seed(seed)
+  model = cls(**kw).float().eval()
+  size = [g * q for g, q in zip(GRID, patch, strict=True)]
+  inputs = {"hidden_states": torch.randn(1, *size, kw.get("in_visual_dim", defaults["in_visual_dim"])),
+            "encoder_hidden_states": torch.randn(1, T_TXT, kw["in_text_dim"]),
+            "pooled_projections": torch.randn(1, kw["in_text_dim2"]),
+            "timestep": torch.tensor([500.0]),
+            "visual_rope_pos": [torch.arange(g) for g in GRID], "text_rope_pos": torch.arange(T_TXT)}
+  calls = _applies(model, inputs, ndims=(3, 4))
+  if not calls:
+    raise Refused("its forward, given the rotary positions its pipeline builds, made no rotary call seen here")
+
+  def bf16(a: np.ndarray) -> bool:
+    return bool(np.array_equal(torch.from_numpy(a).to(torch.bfloat16).to(torch.float64).numpy(), a))
+  if all(c["out_dtype"] == "bfloat16" and bf16(c["out"]) and not bf16(c["x"]) for c in calls):
+    raise Refused(f"its apply ({calls[0]['function']}) rounds the rotated q and k to bfloat16 whatever the model's "
+                  f"dtype (observed in float32: all {len(calls)} calls, caption and video, returned bfloat16 "
+                  "tensors, of inputs that were float32 values no bfloat16 holds): its rotated q and k carry "
+                  "bfloat16's 8 bits of mantissa, which no float32 spec reproduces")
+  raise Refused(f"its rotation at the positions its pipeline builds was not fitted ({len(calls)} calls observed)")
+
+
+def ltx2_sections(width: int, axes: int) -> list[int]:
+  """The spec's sections of LTX-2's pairs over `width` for `axes` position axes, as interleaved M-RoPE (axis b >= 1
+  the pairs b, b + axes, ..., axis 0 the rest)."""
+  return [sum(1 for q in range(width // 2) if q % axes == b) for b in range(axes)]
+
+
 def _ltx(kw: dict, defaults: dict, ids: None, grid: tuple[int, ...], extra: dict) -> dict:
   """LTX: the rope_interpolation_scale its pipeline passes (pipeline_ltx.py: VAE temporal ratio / frame rate and the
   spatial ratio twice; its defaults 8 / 25, 32, 32)."""
@@ -1708,7 +2004,11 @@ RECIPES: dict[str, dict] = {
     "Kandinsky6Transformer3DModel": {"kw": {"model_dim": 128, "ff_dim": WIDTH, "num_text_blocks": 1,
                                             "num_visual_blocks": 1, "time_dim": WIDTH, "in_text_dim": WIDTH,
                                             "in_text_dim2": WIDTH},
-                                     "inputs": _kandinsky6, "scale_key": "scale_factor"},
+                                     "inputs": _kandinsky6, "scale_key": "scale_factor",
+                                     # its text blocks' own 1-D RoPE over sum(axes_dims) (the head of its text
+                                     # blocks), a part of its own; confirmed at a head of 64 (model_dim with it)
+                                     "caption_part": {"axes_sum_key": "axes_dims",
+                                                      "check": {"axes_dims": [16, 24, 24], "model_dim": 64}}},
     "Kandinsky6SRTransformer3DModel": {"kw": {"model_dim": 64, "ff_dim": WIDTH, "num_visual_blocks": 1,
                                               "time_dim": WIDTH},
                                        "inputs": _kandinsky6_sr, "grid": (2, 8, 8), "scale_key": "scale_factor"},
@@ -1725,6 +2025,20 @@ RECIPES: dict[str, dict] = {
     "ConsisIDTransformer3DModel": {"frames_first": True, "kw": {"max_text_seq_length": T_TXT},
                                    "inputs": _pipeline_crop("diffusers.pipelines.consisid.pipeline_consisid.ConsisIDPipeline"),
                                    "crop_keys": ("sample_height", "sample_width"), "grid": (2, 3, 2)},
+    # LTX-2: its video and audio streams and their cross-attentions, observed by `observe_ltx2`
+    "LTX2VideoTransformer3DModel": {"observe": observe_ltx2},
+    # MiniMax-H3: one head of its 128 channels, one layer and refiner layer; its packed sequence of caption, video and
+    # audio rows at the position_ids its pipeline gives (random here). Its rotated width 2 * 3 * rope_freq_dim (the
+    # three axes' shared spectrum of rope_freq_dim frequencies) was observed at the default only (`guard`)
+    "MiniMaxH3Transformer3DModel": {"kw": {"hidden_size": 128, "time_embed_hidden_dim": WIDTH, "time_embed_dim": WIDTH},
+                                    "inputs": _minimax_h3, "ids": True, "guard": ("rope_freq_dim",)},
+    # Kandinsky 5: one head of its axes' 64 channels, one text and one visual block; `observe_kandinsky5`
+    "Kandinsky5Transformer3DModel": {"kw": {"model_dim": 64, "ff_dim": WIDTH, "time_dim": WIDTH, "in_text_dim": WIDTH,
+                                            "in_text_dim2": WIDTH, "num_text_blocks": 1, "num_visual_blocks": 1},
+                                     "observe": observe_kandinsky5},
+    # SANA-WM's refiner: LTX-2's video self-attention, at the rotary tables its pipeline builds (a window of absolute
+    # frames); `observe_sana_wm_refiner`
+    "SanaWMLTX2RefinerTransformer3DModel": {"observe": observe_sana_wm_refiner},
     # Wan-Animate: a pose latent and a face video besides the latent; its face's motion encoder at 16 px
     "WanAnimateTransformer3DModel": {"kw": {"motion_encoder_size": 16, "inject_face_latents_blocks": 1},
                                      "inputs": _wan_animate},
@@ -1980,7 +2294,18 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     else:
       family["scale_keys"] = list(recipe["scale_keys"])
     family["scale_default"] = _scales(recipe, defaults)
-  if caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
+  caption_part = None
+  if caption and "caption_part" in recipe:  # Kandinsky 6: its text blocks rotate the caption by a 1-D RoPE of their
+    # own (a part of its own), fitted at token i at i over the whole head
+    caption_positions = np.arange(T_TXT)[:, None]
+    own = fit_grid(caption, (T_TXT,), [("sequence", None, {T_TXT: caption_positions})])
+    caption_part = {"grid": "sequence", "axes_default": own["axes"], "layout": own["layout"], "order": "sequence",
+                    "frequencies": own["frequencies"], "tables": own["tables"], "theta": own["theta"],
+                    "head_dim_default": int(caption[0]["x"].shape[-1]), "head_dim_key": None,
+                    "axes_sum_key": recipe["caption_part"]["axes_sum_key"],
+                    "axes_sum_default": list(init_args[recipe["caption_part"]["axes_sum_key"]]),
+                    "max_abs_error": own["error"], "functions": sorted({c["function"] for c in caption})}
+  elif caption:  # the caption rotated apart (QwenImage): by which numbering, under the spec fitted to the image
     family["caption"], caption_positions = fit_caption(caption, got)
   if axes_key:
     family["axes_key"] = axes_key
@@ -1994,6 +2319,8 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     family["head_dim_from"] = [width[0], width[1], defaults[width[0]], defaults[width[1]]]
   entry = {"status": "exact", "family": family, "functions": sorted({c["function"] for c in rotated}),
            "max_abs_error": got["error"]}
+  if caption_part is not None:
+    entry["caption_part"] = caption_part  # (observe_grid makes the entry's parts of it)
   first, positions = rotated[0], got["positions"]
   if "hypothesis" in recipe:  # the golden: a call over the whole sequence (Bria-Fibo 2's refiner's comes first)
     first = next(c for c in rotated if _token_count(c["x"].shape, sizes) == tokens)
@@ -2009,3 +2336,28 @@ def _observe_grid_at(name: str, seed: int, extra: dict | None, grid: tuple[int, 
     goldens.update(caption_positions=caption_positions, caption_x=_to_bthd(caption[0]["x"], T_TXT),
                    caption_out=_to_bthd(caption[0]["out"], T_TXT))
   return entry, goldens
+
+
+def _caption_part(name: str, seed: int, entry: dict, goldens: dict) -> tuple[dict, dict | None]:
+  """Kandinsky 6: the entry of a class whose caption rotates by a 1-D RoPE of its own, as two parts: "video" (the
+  latent's family, as observed) and "caption" (token i of the caption at i, over as many channels as its
+  `axes_sum_key` adds up to: confirmed at the recipe's `check` widths, where the caption's rotated width must be the
+  sum there). Goldens per part: `video/...` and `caption/...`."""
+  recipe = RECIPES[name]["caption_part"]
+  cap = entry.pop("caption_part")
+  key = cap["axes_sum_key"]
+  again = _observe_grid(name, seed, recipe["check"])[0].get("caption_part", {})
+  want = [sum(recipe["check"][key])]
+  if again.get("axes_default") != want or again.get("theta") != cap["theta"] or again.get("layout") != cap["layout"]:
+    return {"status": "refused", "reason": f"its caption's 1-D RoPE was observed over {cap['axes_default']} channels "
+                                           f"(theta {cap['theta']:g}) at its defaults, but with {recipe['check']} not "
+                                           f"over sum({key}) = {want} ({again or 'no caption part'})"}, None
+  video = {k: v for k, v in goldens.items() if k != "config" and not k.startswith("caption_")}
+  caption = {k[len("caption_"):]: v for k, v in goldens.items() if k.startswith("caption_")}
+  caption["dims"] = np.asarray([len(caption["positions"])])
+  functions = sorted(set(entry["functions"]) | set(cap.pop("functions")))
+  worst = max(entry["max_abs_error"], cap.pop("max_abs_error"))
+  out = {"status": "exact", "parts": {"video": entry["family"], "caption": cap}, "functions": functions,
+         "max_abs_error": worst}
+  return out, {"config": goldens["config"], **{f"video/{k}": v for k, v in video.items()},
+               **{f"caption/{k}": v for k, v in caption.items()}}

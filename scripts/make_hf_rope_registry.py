@@ -1599,7 +1599,10 @@ def diffusers_entries():
       entry, golden = observer.observe(name, SEED)
       if entry["status"] == "refused":  # the Flux-style observation was tried and failed: say how
         entry["reason"] = f"its forward takes img_ids/txt_ids, but {entry['reason']}"
-    elif classes[name]["status"] == "refused" and not observer.requires(name, classes[name].get("rotary_inputs", [])):
+    elif classes[name]["status"] == "refused" and (
+        not observer.requires(name, classes[name].get("rotary_inputs", [])) or
+        "observe" in observer.RECIPES.get(name, {})):  # (SANA-WM's refiner: its observation builds them as its
+      # pipeline does)
       # a latent video through its own forward (rotary inputs it can go without left out: CogView 4 then
       # makes its own; one that then rotates nothing takes them from its pipeline, refused as before)
       entry, golden = observer.observe_grid(name, SEED)
@@ -1607,7 +1610,7 @@ def diffusers_entries():
         if entry["status"] == "no_rope":
           continue
         recipe = observer.RECIPES.get(name, {})  # CogVideoX, HunyuanDiT: given as their pipelines make them
-        made = bool(observer.CROPS & set(recipe))
+        made = bool(observer.CROPS & set(recipe)) or "observe" in recipe
         entry["rotary_inputs_from_pipeline" if made else "rotary_inputs_left_out"] = classes[name]["rotary_inputs"]
     else:
       continue

@@ -93,13 +93,21 @@ def render() -> str:
               f"{len(classes)} transformer classes, recognised by a config.json's `_class_name`; "
               f"{len(exact)} exact, observed in their own forward (scripts/diffusers_rope_observer.py):", "",
               "| class | channels per axis (its key) | theta | pairs | positions |", "|---|---|---|---|---|"]
-    for c in exact:
-      f = classes[c]["family"]
+    rows = [(c, part, f) for c in exact for part, f in (classes[c]["parts"].items() if "parts" in classes[c] else
+                                                          [(None, classes[c]["family"])])]
+    for c, part, f in rows:  # a class whose streams rotate differently: a row per part (from_hf_config(part=...))
       theta = f"{f['theta']:g}" if "theta" in f else f"`{f['theta_key']}` ({f['theta_default']:g})"
       if "ntk_key" in f:  # Cosmos: each axis its own theta
         theta += f" x `{f['ntk_key']}`[a] ** (d_a / (d_a - 2)) per axis ({f['ntk_default']})"
       head_key = f["head_dim_key"] or ("{} / {}".format(*f["head_dim_from"][:2]) if f.get("head_dim_from") else None)
       key = f"`{f['axes_key']}`" if "axes_key" in f else f"from `{head_key}`={f['head_dim_default']} only"
+      if "ltx2" in f:  # LTX-2: a part over its whole attention width, LTX's frequencies
+        key = f"all of `{' * '.join(f['ltx2']['width_keys'])}`, interleaved over " + ("1 axis" if f["ltx2"]["axes"] == 1 else f"{f['ltx2']['axes']} axes")
+        theta += f"; LTX's theta ** (k / (n - 1)) * pi / 2; `{f['ltx2']['rope_type_key']}` interleaved or split"
+      if "rotary_dim" in f and "rotary_dim_key" not in f:  # Stable Audio, MiniMax-H3: the first R channels turn
+        key += f"; its first {f['rotary_dim']} channels"
+      if "axes_sum_key" in f:  # Kandinsky 6's caption: one axis over the whole head
+        key = f"their sum, from `{f['axes_sum_key']}`"
       if "learned" in f:  # Mochi: every pair turns by every axis, over the head its key gives
         key = f"all of `{f['head_dim_key']}`"
         theta = f"learned: its checkpoint's `{f['learned']['parameter']}` [{f['learned']['axes']}, heads, head_dim / 2]"
@@ -117,9 +125,21 @@ def render() -> str:
         where = "(t, row, column), centred and rescaled (`rope.mochi_positions`)"
       elif f.get("grid") == "qwen_image21":
         where = "its joint sequence of text and image blocks (`rope.qwen_image21_positions`)"
+      elif f.get("grid") == "ltx2":
+        where = ("its patches' pixel midpoints over its base (`rope.ltx2_video_positions`" +
+                 (", `frame_ids`: its window's absolute frames)" if f["ltx2"].get("frame_ids") else ")")
+                 if f["ltx2"]["axes"] == 3
+                 else "the time of its " + f["ltx2"]["stream"].split("_")[0] + " stream's tokens (`rope." +
+                 ("ltx2_video_positions(..., time_only=True)`)" if f["ltx2"]["stream"] == "video_cross" else
+                  "ltx2_audio_positions`)"))
+      elif "axes_sum_key" in f:
+        where = "its caption, token i at i"
+      if "scale_key" in f:  # Kandinsky 6, Kandinsky 6 SR: the grid over a per-axis scale
+        where += f" over `{f['scale_key']}` ({f['scale_default']})"
       if "fps_base" in f:  # Cosmos: a video's frames at t * base_fps / fps
         where += f" (a video's frames at t * {f['fps_base']} / fps)"
-      lines.append(f"| `{c}` | {f['axes_default']} ({key}) | {theta} | {f['layout']} | {where} |")
+      label = f"`{c}`" + (f' (part="{part}")' if part else "")
+      lines.append(f"| {label} | {f['axes_default']} ({key}) | {theta} | {f['layout']} | {where} |")
     for reason, n in reasons.most_common():
       lines += ["", f"Refused ({n}): {reason}:", "", ", ".join(f"`{c}`" for c, e in sorted(classes.items())
                                                               if e.get("reason") == reason)]

@@ -20,7 +20,9 @@ positions up to 2^15. The test walks every entry:
 """
 
 import collections
+import functools
 import json
+import math
 import pathlib
 import re
 
@@ -275,6 +277,271 @@ DIFFUSERS_CONFIGS = json.loads((GOLDEN / "diffusers_rope_registry_configs.json")
 DIFFUSERS_ARRAYS = np.load(GOLDEN / "diffusers_rope_registry.npz")
 
 
+def _ltx2_positions(name, part, n, cfg, fam, fps):
+  """LTX-2's positions for a part's golden call of n tokens, by the library's builders (its defaults otherwise); the
+  SANA-WM refiner's (no parts: its video alone) at its window's absolute frames."""
+  stream = fam["ltx2"]["stream"]
+  if stream.startswith("video"):
+    f, h, w = (int(v) for v in DIFFUSERS_ARRAYS[f"{name}/video/dims" if part else f"{name}/dims"])
+    frames = [int(v) for v in DIFFUSERS_ARRAYS[f"{name}/frame_ids"]] if fam["ltx2"].get("frame_ids") else None
+    assert f * h * w == n
+    if stream == "video_cross":
+      return rope.ltx2_video_positions(f, h, w, fps=fps, time_only=True)
+    width = math.prod(cfg.get(k, d) for k, d in zip(fam["ltx2"]["width_keys"], fam["ltx2"]["width_defaults"],
+                                                     strict=True))
+    return rope.ltx2_video_positions(f, h, w, fps=fps, attention_width=width, frame_ids=frames)
+  return rope.ltx2_audio_positions(n)
+
+
+def _check_ltx2(name, part, fam, g, read):
+  """LTX-2: each part's golden call (its defaults, interleaved pairs) and the second setting's (rope_type "split",
+  rope_theta x 4, other widths and head counts, fps 25), rotated by the spec its config reads, at the positions the
+  library's builders give; its guarded keys refused."""
+  cfg = DIFFUSERS_CONFIGS[name]
+  at = f"{name}/video/" if part else f"{name}/"
+  for prefix, config, fps in (("", cfg, float(DIFFUSERS_ARRAYS[at + "fps"])),
+                              ("split_", {**cfg, **fam["ltx2"]["checked"]}, float(DIFFUSERS_ARRAYS[at + "split_fps"]))):
+    x, out = g[prefix + "x"], g[prefix + "out"]
+    positions = _ltx2_positions(name, part, x.shape[1], config, fam, fps)
+    observed = g[prefix + "positions"]  # in LTX's axis order (t, h, w); the builder's: the spec's
+    if fam["ltx2"]["stream"] == "video":
+      observed = observed[:, rope.ltx_pair_layout(x.shape[-1])[2]]
+    np.testing.assert_allclose(positions, observed, rtol=0, atol=1e-6, err_msg=f"{name} {part}")
+    spec = read({"_class_name": name, **config})
+    assert (spec.layout, spec.blocks > 1) == (("half", True) if prefix else ("interleaved", False)), (name, part)
+    got = np.asarray(spec.apply(x[:, :, None].astype(np.float32), positions), np.float64)[:, :, 0]
+    top = max(spec.frequencies)
+    np.testing.assert_allclose(got, out, atol=2e-6 * max(1.0, float(np.abs(positions).max()) * top),
+                               err_msg=f"{name} {part} {prefix}")
+  default = read({"_class_name": name})  # its defaults: a width of 4096 (video) or 2048
+  assert 2 * sum(default.sections) == fam["head_dim_default"] and default.theta == fam["theta_default"], part
+  assert [2 * n for n in default.sections] == fam["axes_default"], part
+  with pytest.raises(ValueError, match="attention_width= is required"):
+    rope.ltx2_video_positions(1, 2, 2)
+  with pytest.raises(ValueError, match="rope_type='rotate' is not one of"):
+    read({"_class_name": name, "rope_type": "rotate"})
+  for key, value in fam["guarded"].items():
+    with pytest.raises(ValueError, match=f"sets {key}=.*not to follow {key}"):
+      read({"_class_name": name, key: not value})
+  for key, value in fam["positions_guarded"].items():
+    with pytest.raises(ValueError, match=f"sets {key}=.*its pipeline then builds the rotary positions"):
+      read({"_class_name": name, key: [2 * v for v in value] if isinstance(value, list) else 2 * value + 1})
+
+
+def _check_diffusers_family(name, part, fam):
+  """One observed family of a diffusers class (a part of it, where its streams rotate differently): its spec, read
+  from its shrunk config.json and its defaults (with `part`), rotates that part's golden q as its forward did."""
+  read = functools.partial(rope.from_hf_config, part=part)
+  prefix = f"{name}/{part}/" if part else f"{name}/"
+  g = {k[len(prefix):]: np.asarray(v) for k, v in DIFFUSERS_ARRAYS.items() if k.startswith(prefix)}
+  assert g, f"{prefix}: no goldens"
+  if fam.get("grid") == "ltx2":  # LTX-2: a stream (or its side of the cross-attentions) over its whole width
+    _check_ltx2(name, part, fam, g, read)
+    return
+  if fam.get("grid") == "given":  # Krea 2: its pipeline builds the positions; the probe gave random ones
+    positions = g["positions"]
+  elif fam.get("grid") == "qwen_image21":  # QwenImage 2.1: its joint sequence's runs of text and image blocks
+    positions = g["positions"]
+    runs = [int(n) if n else (int(h), int(w)) for n, h, w in g["runs"]]
+    np.testing.assert_array_equal(positions, rope.qwen_image21_positions(runs))
+    with pytest.raises(ValueError, match="a text length .int. or an image's .height, width."):
+      rope.qwen_image21_positions([2, (1, 2, 3)])
+  elif fam.get("grid") == "bria_fibo2":  # Bria-Fibo 2: gist tokens from 1, the image and its contexts after
+    positions = g["positions"]
+    gist, most, h, w, ch, cw = (int(n) for n in g["layout"])
+    np.testing.assert_array_equal(positions, rope.bria_fibo2_positions(h, w, gist, max_gist_tokens=most,
+                                                                       contexts=[(ch, cw)]))
+  elif fam.get("grid") == "wan_animate2":  # Wan-Animate 2: its reference stream at refer_offset_*, refer_stride
+    positions = g["positions"]
+    f, h, w = (int(n) for n in g["dims"])
+    ref = fam["reference"]
+    o_t, o_h, o_w = (o if o >= 0 else n for o, n in zip(
+        (ref["refer_offset_t"], ref["refer_offset_h"], ref["refer_offset_w"]), (f, h, w), strict=True))
+    built = rope.video_grid_positions(f, h, w, frame_ids=[o_t + ref["refer_stride"] * i for i in range(f)])
+    np.testing.assert_array_equal(positions, built + np.array([0, o_h, o_w], np.int32))
+    generation = rope.video_grid_positions(f, h, w)  # its generation stream: raster (t, h, w)
+    np.testing.assert_array_equal(g["grid"], generation)
+    spec = read({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
+    np.testing.assert_allclose(np.asarray(spec.apply(g["generation_x"].astype(np.float32), generation)),
+                               g["generation_out"], atol=2e-6 * f * h * w, err_msg=name)
+  elif fam.get("grid") == "mochi":  # Mochi: dense learned frequencies (its checkpoint's pos_frequencies)
+    f, h, w = (int(n) for n in g["dims"])
+    positions = g["positions"]
+    np.testing.assert_allclose(rope.mochi_positions(f, h, w), positions, rtol=0, atol=1e-4)
+    spec = read({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
+    assert spec.frequencies == "mixed" and len(spec.sections) == fam["learned"]["axes"], name
+    freqs = jnp.asarray(g["frequencies"], jnp.float32)
+    got = np.asarray(spec.apply(g["x"].astype(np.float32), rope.mochi_positions(f, h, w)[None], frequencies=freqs))
+    np.testing.assert_allclose(got, g["out"], atol=2e-6 * float(np.abs(positions).max()), err_msg=name)
+    init = spec.initial_frequencies(jnp.zeros(2, jnp.uint32), 2, fam["head_dim_default"])  # as its class: zeros
+    assert init.shape == (3, 2, fam["head_dim_default"] // 2) and not np.asarray(init).any(), name
+    with pytest.raises(ValueError, match="pass frequencies=F"):
+      spec.apply(g["x"].astype(np.float32), rope.mochi_positions(f, h, w))
+    with pytest.raises(ValueError, match="attention_head_dim=7 must be an even int"):
+      read({"_class_name": name, "attention_head_dim": 7})
+    return
+  elif fam.get("grid") == "sequence":  # Stable Audio: its global token, then the latent, at 0, 1, ...
+    positions = g["positions"]
+    np.testing.assert_array_equal(positions[:, 0], np.arange(len(positions)))
+  elif fam.get("grid"):  # Wan & co. number their latent grid themselves: (t, h, w) raster order
+    grid, positions = g["grid"], g["positions"]  # the image's tokens; every token of the golden call
+    sizes = [int(n) for n in np.ptp(grid, axis=0) + 1]
+    if fam["grid"].startswith("after_text"):  # Lumina 2, ERNIE-Image: the image after a caption of grid[0, 0]
+      start = int(fam["grid"] == "after_text_from_1")  # tokens; Z-Image: the caption from 1, the image after it
+      text = int(grid[0, 0]) - start
+      image_first = fam.get("joint") == "image_first"
+      built = rope.lumina_positions(sizes[1], sizes[2], text, image_first=image_first, start=start)
+      assert (rope.lumina_positions(sizes[1], sizes[2], text, start=start)[:text] ==
+              np.stack([np.arange(text) + start, 0 * np.arange(text), 0 * np.arange(text)], -1)).all()
+      image = built[:len(grid)] if image_first else built[-len(grid):]
+      np.testing.assert_array_equal(positions, built if len(positions) == len(built) else image)
+    elif fam["grid"] == "stretched":  # CogView 4: row i of n at i * rope_axes_dim[0] // n
+      h, w = (int(n) for n in g["dims"][-2:])
+      np.testing.assert_array_equal(positions, rope.video_grid_positions(
+          1, h, w, stretch_to=fam["stretch_default"])[:, 1:])
+    elif fam["grid"].startswith("cropped"):  # a crop of (sample_height, sample_width) // patch (CogVideoX 1.0),
+      *f, h, w = (int(n) for n in g["dims"])  # or of HunyuanDiT's fixed 512 px // 8 // patch, (column, row)
+      p = DIFFUSERS_CONFIGS[name].get("patch_size", fam["patch"][-1])
+      base = ([DIFFUSERS_CONFIGS[name].get(k, d) // p for k, d in zip(fam["crop_keys"], fam["crop_default"],
+                                                                        strict=True)]
+              if fam["crop_keys"] else [b // p for b in fam["crop_base_latent"]] if "crop_base_latent" in fam
+              else [fam["crop_base_pixels"] // 8 // p] * 2)  # EasyAnimate: 60 x 90 latent pixels its module fixes
+      built = rope.video_grid_positions(*(f or [1]), h, w, crop_to=base)
+      built = built[:, [2, 1]] if fam["grid"] == "cropped_wh" else built[:, 3 - len(g["dims"]):]
+      np.testing.assert_allclose(positions, built, rtol=0, atol=2e-6 * float(np.abs(positions).max()))
+    elif fam["grid"] == "scaled":  # Allegro, Kandinsky 6 SR: its grid over per-axis scales
+      f, h, w = (int(n) for n in g["dims"])
+      scale = (DIFFUSERS_CONFIGS[name].get(fam["scale_key"], fam["scale_default"]) if "scale_key" in fam else
+               [DIFFUSERS_CONFIGS[name].get(k, d) for k, d in zip(fam["scale_keys"], fam["scale_default"], strict=True)])
+      np.testing.assert_allclose(positions, rope.video_grid_positions(f, h, w, scale=scale), rtol=1e-6)
+    elif fam["grid"] == "ltx":  # LTX: its coordinates over the whole attention width, in the spec's axis order
+      f, h, w = (int(n) for n in g["dims"])
+      cfg = DIFFUSERS_CONFIGS[name]
+      width = cfg.get(fam["ltx"]["heads_key"], fam["ltx"]["heads_default"]) * cfg.get(fam["head_dim_key"],
+                                                                                       fam["head_dim_default"])
+      np.testing.assert_allclose(positions, rope.ltx_positions(f, h, w, attention_width=width), rtol=0, atol=1e-6)
+    elif fam["grid"] == "frame_0":  # HiDream: the image at (0, row, column), its captions at Flux's zeros
+      h, w = (int(n) for n in g["dims"][-2:])
+      text = len(positions) - len(grid)
+      ids = rope.flux_positions(h, w, text)  # text first
+      built = np.concatenate([ids[text:], ids[:text]]) if fam.get("joint") == "image_first" else ids
+      np.testing.assert_array_equal(positions, built)
+    elif fam.get("two_frames_key"):  # ChronoEdit: two latent frames, the second at rope_temporal_skip_len - 1
+      np.testing.assert_array_equal(positions, rope.video_grid_positions(
+          2, sizes[1], sizes[2], frame_ids=(0, fam["two_frames_default"] - 1)))
+    else:
+      assert "joint" not in fam, f"{name}: a joint call over {fam['grid']} ids has no position builder yet"
+      built = rope.video_grid_positions(*([1] * (3 - len(sizes)) + sizes), centred=fam["grid"] == "centred")
+      np.testing.assert_array_equal(positions, built[:, 3 - len(sizes):])  # an image model: (row, column)
+  else:  # the ids the forward was given: both streams in the observed order, or the image's alone
+    both = np.concatenate([g["ids_txt"], g["ids_img"]] if fam["order"] == "text_first" else
+                          [g["ids_img"], g["ids_txt"]])
+    positions = both if len(g["positions"]) == len(both) else g["ids_img"]
+    np.testing.assert_array_equal(g["positions"], positions)
+  spec = read({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
+  floats = fam.get("grid", "").startswith("cropped") or fam.get("grid") in ("scaled", "ltx")  # float positions
+  positions = positions.astype(np.float32) if floats else positions.astype(np.int32)
+  got = np.asarray(spec.apply(g["x"].astype(np.float32), positions), np.float64)
+  # the model's apply is float32: its angles off by float32's rounding of themselves (CogView 4's reach 128, LTX's
+  # frequencies theta * pi / 2)
+  top = max(spec.frequencies) if isinstance(spec.frequencies, tuple) else 1.0
+  np.testing.assert_allclose(got, g["out"], atol=2e-6 * max(1.0, float(np.abs(positions).max()) * top),
+                             err_msg=name)
+  if "longrope" in fam:  # OmniGen: its long factors once max(position) + 1 passes the original length
+    lr, cfg = fam["longrope"], DIFFUSERS_CONFIGS[name]
+    long_positions = g["long_positions"].astype(np.int32)
+    assert int(long_positions.max()) + 1 > cfg.get(lr["original_key"], lr["original_default"]), name
+    got = np.asarray(spec.apply(g["long_x"].astype(np.float32), long_positions,
+                                seq_len=int(long_positions.max()) + 1), np.float64)
+    np.testing.assert_allclose(got, g["long_out"], atol=2e-6 * float(long_positions.max()), err_msg=name)
+    with pytest.raises(ValueError, match=f"must give {lr['key']}; the class default"):
+      read({"_class_name": name})
+    scaling = {lr["key"]: cfg[lr["key"]]}
+    default = read({"_class_name": name, **scaling, "hidden_size": 3072, "num_attention_heads": 32})
+    assert default.theta == fam["theta_default"] and dict(default.scaling)["max_position_embeddings"] == 131072
+    with pytest.raises(ValueError, match="observed at 96 only"):
+      read({"_class_name": name, **scaling, "hidden_size": 3072, "num_attention_heads": 16})
+    with pytest.raises(ValueError, match="short_factor'. must be 48 positive numbers"):
+      read({"_class_name": name, lr["key"]: {"short_factor": [1.0], "long_factor": [1.0]}})
+    return
+  if "ltx" in fam:  # its defaults: 32 heads of 64, one rotation over 2048 channels; nothing else is read
+    default = read({"_class_name": name})
+    assert default.sections == tuple(d // 2 for d in fam["axes_default"]) and default.rotary_dim is None, name
+    with pytest.raises(ValueError, match="patch_size=2"):
+      read({"_class_name": name, "patch_size": 2})
+    return
+  if fam.get("caption"):  # a caption rotated apart from the image (QwenImage), at the positions its builder gives
+    text, axes_n = len(g["caption_positions"]), g["grid"].shape[1]
+    start = {"after_grid": g["grid"].max() + 1, "after_rows_columns": g["grid"][:, -2:].max() + 1}
+    built = (rope.lumina_positions(1, 1, text, start=int(fam["caption"] == "first_axis_from_1"))[:text, :axes_n]
+             if fam["caption"].startswith("first_axis") else  # (LongCat-Audio: one axis, token i at i)
+             rope.caption_positions(text, start=start[fam["caption"]], axes=axes_n))
+    np.testing.assert_array_equal(g["caption_positions"], built)
+    got = np.asarray(spec.apply(g["caption_x"].astype(np.float32), built), np.float64)
+    np.testing.assert_allclose(got, g["caption_out"], atol=2e-6, err_msg=name)
+  axes = fam["axes_default"]
+  required = {k: axes for k in fam.get("required", {})}  # HiDream: no class default that runs
+  for key in required:
+    with pytest.raises(ValueError, match=f"must give {key}; the class default"):
+      read({"_class_name": name})
+  default = read({"_class_name": name, **required})  # ConfigMixin's defaults: the class's own
+  assert default.sections == tuple(d // 2 for d in axes), name
+  if "fps_base" in fam:  # Cosmos: a video at the fps its pipeline passes, its frames at t * 24 / fps
+    f, h, w = (int(n) for n in g["dims"])
+    built = rope.video_grid_positions(f, h, w, scale=(float(g["fps"]) / fam["fps_base"], 1.0, 1.0))
+    np.testing.assert_allclose(built, g["fps_positions"], rtol=1e-6)
+    got = np.asarray(spec.apply(g["fps_x"].astype(np.float32), built), np.float64)
+    np.testing.assert_allclose(got, g["fps_out"], atol=2e-6 * max(1.0, float(built.max())), err_msg=name)
+  if "ntk_key" in fam:  # Cosmos: each axis's spectrum of theta * rope_scale[a] ** (d_a / (d_a - 2)), explicit
+    want = np.concatenate([theta ** (-np.arange(0, d, 2) / d) for d, theta in zip(axes, (
+        fam["theta"] * s ** (d / (d - 2)) for d, s in zip(axes, fam["ntk_default"], strict=True)), strict=True)])
+    np.testing.assert_allclose(default.frequencies, want, rtol=1e-12, err_msg=name)
+    unscaled = read({"_class_name": name, fam["ntk_key"]: [1.0] * len(axes)})
+    np.testing.assert_allclose(unscaled.frequencies, rope.pair_frequencies(
+        sum(axes), fam["theta"], sections=default.sections, kind="per_axis"), rtol=1e-12, err_msg=name)
+    with pytest.raises(ValueError, match=f"{fam['ntk_key']}=.*must be {len(axes)} positive numbers"):
+      read({"_class_name": name, fam["ntk_key"]: [2.0, 1.0]})
+  else:
+    assert default.frequencies == fam["frequencies"], name
+  assert default.theta == fam.get("theta", fam.get("theta_default")), name
+  if "theta_key" in fam:  # observed to follow the key (x 4 in the generator)
+    assert read({"_class_name": name, **required, fam["theta_key"]: 500.0}).theta == 500.0
+  for key, value in fam.get("guarded", {}).items():  # a theta-like key it was not seen to follow
+    assert read({"_class_name": name, **required, key: value}) is not None
+    with pytest.raises(ValueError, match=f"sets {key}=.*not to follow {key}"):
+      read({"_class_name": name, **required, key: 2 * value})
+  if "axes_sum_key" in fam:  # Kandinsky 6's caption: one axis over its text blocks' head, sum(axes_dims)
+    key = fam["axes_sum_key"]
+    assert read({"_class_name": name, key: [16, 24, 24]}).sections == (32,), name
+    with pytest.raises(ValueError, match=f"{key}=.*must be a list of positive even ints"):
+      read({"_class_name": name, key: [16, 23, 24]})
+  if fam.get("head_dim_from"):  # Stable Audio 3: embed_dim / num_heads, observed at its default only
+    width, heads, w, n = fam["head_dim_from"]
+    with pytest.raises(ValueError, match="observed at"):
+      read({"_class_name": name, width: 2 * w, heads: n})
+  if "rotary_dim_key" in fam:  # MiniMax Music 3: its first rotary_dim channels rotate, theta ** (-2j / R)
+    half = read({"_class_name": name, fam["rotary_dim_key"]: fam["rotary_dim"] // 2})
+    assert half.rotary_dim == fam["rotary_dim"] // 2 and half.sections == (fam["rotary_dim"] // 4,), name
+  if "sections_key" in fam:  # Ideogram 4: mrope_section gives axes 1.. their pairs, axis 0 the rest
+    s0, s1, s2 = fam["sections_default"]
+    moved = read({"_class_name": name, fam["sections_key"]: [s0, s1 + 2, s2 - 2]})
+    assert moved.sections == (sum(axes) // 2 - s1 - s2, s1 + 2, s2 - 2), name
+    assert moved.section_layout == default.section_layout == fam["section_layout"], name
+    if fam.get("sections_fallback"):  # Cosmos3-Omni: with rope_axes_dim absent, rope_scaling's mrope_section
+      outer, inner = fam["sections_fallback"]
+      assert read({"_class_name": name, outer: {inner: [s0, s1 + 2, s2 - 2]}}) == moved, name
+      assert read({"_class_name": name, fam["sections_key"]: [s0, s1, s2],
+                                  outer: {inner: [s0, s1 + 2, s2 - 2]}}) == default, name
+      with pytest.raises(ValueError, match=f"{outer}=.*must be a dict"):
+        read({"_class_name": name, outer: [1, 2]})
+  for key in fam.get("positions_guarded", {}):  # CogVideoX 1.5: patch_size_t set, positions by another rule
+    with pytest.raises(ValueError, match=f"sets {key}=2; its pipeline then builds the rotary positions"):
+      read({"_class_name": name, key: 2})
+  if fam.get("head_dim_key"):
+    with pytest.raises(ValueError, match="adds up to|observed at (attention_)?head_dim"):
+      read({"_class_name": name, **required, fam["head_dim_key"]: sum(axes) + 2})
+
+
 def test_every_diffusers_class_is_exact_or_refused_by_name():
   """Every diffusers transformer class: an observed one (Flux's img_ids/txt_ids forward) rotates the
   golden q as its own forward's apply did, from its shrunk config.json and from its defaults;
@@ -290,205 +557,18 @@ def test_every_diffusers_class_is_exact_or_refused_by_name():
       with pytest.raises(ValueError, match=f"diffusers class '{name}' is refused: " + re.escape(entry["reason"][:40])):
         rope.from_hf_config({"_class_name": name, "_diffusers_version": "0.42.1", "num_layers": 2})
       continue
-    fam = entry["family"]
-    g = {k.split("/", 1)[1]: np.asarray(v) for k, v in DIFFUSERS_ARRAYS.items() if k.startswith(name + "/")}
-    if fam.get("grid") == "given":  # Krea 2: its pipeline builds the positions; the probe gave random ones
-      positions = g["positions"]
-    elif fam.get("grid") == "qwen_image21":  # QwenImage 2.1: its joint sequence's runs of text and image blocks
-      positions = g["positions"]
-      runs = [int(n) if n else (int(h), int(w)) for n, h, w in g["runs"]]
-      np.testing.assert_array_equal(positions, rope.qwen_image21_positions(runs))
-      with pytest.raises(ValueError, match="a text length .int. or an image's .height, width."):
-        rope.qwen_image21_positions([2, (1, 2, 3)])
-    elif fam.get("grid") == "bria_fibo2":  # Bria-Fibo 2: gist tokens from 1, the image and its contexts after
-      positions = g["positions"]
-      gist, most, h, w, ch, cw = (int(n) for n in g["layout"])
-      np.testing.assert_array_equal(positions, rope.bria_fibo2_positions(h, w, gist, max_gist_tokens=most,
-                                                                         contexts=[(ch, cw)]))
-    elif fam.get("grid") == "wan_animate2":  # Wan-Animate 2: its reference stream at refer_offset_*, refer_stride
-      positions = g["positions"]
-      f, h, w = (int(n) for n in g["dims"])
-      ref = fam["reference"]
-      o_t, o_h, o_w = (o if o >= 0 else n for o, n in zip(
-          (ref["refer_offset_t"], ref["refer_offset_h"], ref["refer_offset_w"]), (f, h, w), strict=True))
-      built = rope.video_grid_positions(f, h, w, frame_ids=[o_t + ref["refer_stride"] * i for i in range(f)])
-      np.testing.assert_array_equal(positions, built + np.array([0, o_h, o_w], np.int32))
-      generation = rope.video_grid_positions(f, h, w)  # its generation stream: raster (t, h, w)
-      np.testing.assert_array_equal(g["grid"], generation)
-      spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
-      np.testing.assert_allclose(np.asarray(spec.apply(g["generation_x"].astype(np.float32), generation)),
-                                 g["generation_out"], atol=2e-6 * f * h * w, err_msg=name)
-    elif fam.get("grid") == "mochi":  # Mochi: dense learned frequencies (its checkpoint's pos_frequencies)
-      f, h, w = (int(n) for n in g["dims"])
-      positions = g["positions"]
-      np.testing.assert_allclose(rope.mochi_positions(f, h, w), positions, rtol=0, atol=1e-4)
-      spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
-      assert spec.frequencies == "mixed" and len(spec.sections) == fam["learned"]["axes"], name
-      freqs = jnp.asarray(g["frequencies"], jnp.float32)
-      got = np.asarray(spec.apply(g["x"].astype(np.float32), rope.mochi_positions(f, h, w)[None], frequencies=freqs))
-      np.testing.assert_allclose(got, g["out"], atol=2e-6 * float(np.abs(positions).max()), err_msg=name)
-      init = spec.initial_frequencies(jnp.zeros(2, jnp.uint32), 2, fam["head_dim_default"])  # as its class: zeros
-      assert init.shape == (3, 2, fam["head_dim_default"] // 2) and not np.asarray(init).any(), name
-      with pytest.raises(ValueError, match="pass frequencies=F"):
-        spec.apply(g["x"].astype(np.float32), rope.mochi_positions(f, h, w))
-      with pytest.raises(ValueError, match="attention_head_dim=7 must be an even int"):
-        rope.from_hf_config({"_class_name": name, "attention_head_dim": 7})
-      continue
-    elif fam.get("grid") == "sequence":  # Stable Audio: its global token, then the latent, at 0, 1, ...
-      positions = g["positions"]
-      np.testing.assert_array_equal(positions[:, 0], np.arange(len(positions)))
-    elif fam.get("grid"):  # Wan & co. number their latent grid themselves: (t, h, w) raster order
-      grid, positions = g["grid"], g["positions"]  # the image's tokens; every token of the golden call
-      sizes = [int(n) for n in np.ptp(grid, axis=0) + 1]
-      if fam["grid"].startswith("after_text"):  # Lumina 2, ERNIE-Image: the image after a caption of grid[0, 0]
-        start = int(fam["grid"] == "after_text_from_1")  # tokens; Z-Image: the caption from 1, the image after it
-        text = int(grid[0, 0]) - start
-        image_first = fam.get("joint") == "image_first"
-        built = rope.lumina_positions(sizes[1], sizes[2], text, image_first=image_first, start=start)
-        assert (rope.lumina_positions(sizes[1], sizes[2], text, start=start)[:text] ==
-                np.stack([np.arange(text) + start, 0 * np.arange(text), 0 * np.arange(text)], -1)).all()
-        image = built[:len(grid)] if image_first else built[-len(grid):]
-        np.testing.assert_array_equal(positions, built if len(positions) == len(built) else image)
-      elif fam["grid"] == "stretched":  # CogView 4: row i of n at i * rope_axes_dim[0] // n
-        h, w = (int(n) for n in g["dims"][-2:])
-        np.testing.assert_array_equal(positions, rope.video_grid_positions(
-            1, h, w, stretch_to=fam["stretch_default"])[:, 1:])
-      elif fam["grid"].startswith("cropped"):  # a crop of (sample_height, sample_width) // patch (CogVideoX 1.0),
-        *f, h, w = (int(n) for n in g["dims"])  # or of HunyuanDiT's fixed 512 px // 8 // patch, (column, row)
-        p = DIFFUSERS_CONFIGS[name].get("patch_size", fam["patch"][-1])
-        base = ([DIFFUSERS_CONFIGS[name].get(k, d) // p for k, d in zip(fam["crop_keys"], fam["crop_default"],
-                                                                          strict=True)]
-                if fam["crop_keys"] else [b // p for b in fam["crop_base_latent"]] if "crop_base_latent" in fam
-                else [fam["crop_base_pixels"] // 8 // p] * 2)  # EasyAnimate: 60 x 90 latent pixels its module fixes
-        built = rope.video_grid_positions(*(f or [1]), h, w, crop_to=base)
-        built = built[:, [2, 1]] if fam["grid"] == "cropped_wh" else built[:, 3 - len(g["dims"]):]
-        np.testing.assert_allclose(positions, built, rtol=0, atol=2e-6 * float(np.abs(positions).max()))
-      elif fam["grid"] == "scaled":  # Allegro, Kandinsky 6 SR: its grid over per-axis scales
-        f, h, w = (int(n) for n in g["dims"])
-        scale = (DIFFUSERS_CONFIGS[name].get(fam["scale_key"], fam["scale_default"]) if "scale_key" in fam else
-                 [DIFFUSERS_CONFIGS[name].get(k, d) for k, d in zip(fam["scale_keys"], fam["scale_default"], strict=True)])
-        np.testing.assert_allclose(positions, rope.video_grid_positions(f, h, w, scale=scale), rtol=1e-6)
-      elif fam["grid"] == "ltx":  # LTX: its coordinates over the whole attention width, in the spec's axis order
-        f, h, w = (int(n) for n in g["dims"])
-        cfg = DIFFUSERS_CONFIGS[name]
-        width = cfg.get(fam["ltx"]["heads_key"], fam["ltx"]["heads_default"]) * cfg.get(fam["head_dim_key"],
-                                                                                         fam["head_dim_default"])
-        np.testing.assert_allclose(positions, rope.ltx_positions(f, h, w, attention_width=width), rtol=0, atol=1e-6)
-      elif fam["grid"] == "frame_0":  # HiDream: the image at (0, row, column), its captions at Flux's zeros
-        h, w = (int(n) for n in g["dims"][-2:])
-        text = len(positions) - len(grid)
-        ids = rope.flux_positions(h, w, text)  # text first
-        built = np.concatenate([ids[text:], ids[:text]]) if fam.get("joint") == "image_first" else ids
-        np.testing.assert_array_equal(positions, built)
-      elif fam.get("two_frames_key"):  # ChronoEdit: two latent frames, the second at rope_temporal_skip_len - 1
-        np.testing.assert_array_equal(positions, rope.video_grid_positions(
-            2, sizes[1], sizes[2], frame_ids=(0, fam["two_frames_default"] - 1)))
-      else:
-        assert "joint" not in fam, f"{name}: a joint call over {fam['grid']} ids has no position builder yet"
-        built = rope.video_grid_positions(*([1] * (3 - len(sizes)) + sizes), centred=fam["grid"] == "centred")
-        np.testing.assert_array_equal(positions, built[:, 3 - len(sizes):])  # an image model: (row, column)
-    else:  # the ids the forward was given: both streams in the observed order, or the image's alone
-      both = np.concatenate([g["ids_txt"], g["ids_img"]] if fam["order"] == "text_first" else
-                            [g["ids_img"], g["ids_txt"]])
-      positions = both if len(g["positions"]) == len(both) else g["ids_img"]
-      np.testing.assert_array_equal(g["positions"], positions)
-    spec = rope.from_hf_config({"_class_name": name, **DIFFUSERS_CONFIGS[name]})
-    floats = fam.get("grid", "").startswith("cropped") or fam.get("grid") in ("scaled", "ltx")  # float positions
-    positions = positions.astype(np.float32) if floats else positions.astype(np.int32)
-    got = np.asarray(spec.apply(g["x"].astype(np.float32), positions), np.float64)
-    # the model's apply is float32: its angles off by float32's rounding of themselves (CogView 4's reach 128, LTX's
-    # frequencies theta * pi / 2)
-    top = max(spec.frequencies) if isinstance(spec.frequencies, tuple) else 1.0
-    np.testing.assert_allclose(got, g["out"], atol=2e-6 * max(1.0, float(np.abs(positions).max()) * top),
-                               err_msg=name)
-    if "longrope" in fam:  # OmniGen: its long factors once max(position) + 1 passes the original length
-      lr, cfg = fam["longrope"], DIFFUSERS_CONFIGS[name]
-      long_positions = g["long_positions"].astype(np.int32)
-      assert int(long_positions.max()) + 1 > cfg.get(lr["original_key"], lr["original_default"]), name
-      got = np.asarray(spec.apply(g["long_x"].astype(np.float32), long_positions,
-                                  seq_len=int(long_positions.max()) + 1), np.float64)
-      np.testing.assert_allclose(got, g["long_out"], atol=2e-6 * float(long_positions.max()), err_msg=name)
-      with pytest.raises(ValueError, match=f"must give {lr['key']}; the class default"):
+    if "parts" in entry:  # its streams rotate differently (Kandinsky 6's video and caption): one part at a time
+      with pytest.raises(ValueError, match=f"'{name}': its streams rotate differently.*no part is not one of them: "
+                                           "pass part= one of"):
         rope.from_hf_config({"_class_name": name})
-      scaling = {lr["key"]: cfg[lr["key"]]}
-      default = rope.from_hf_config({"_class_name": name, **scaling, "hidden_size": 3072, "num_attention_heads": 32})
-      assert default.theta == fam["theta_default"] and dict(default.scaling)["max_position_embeddings"] == 131072
-      with pytest.raises(ValueError, match="observed at 96 only"):
-        rope.from_hf_config({"_class_name": name, **scaling, "hidden_size": 3072, "num_attention_heads": 16})
-      with pytest.raises(ValueError, match="short_factor'. must be 48 positive numbers"):
-        rope.from_hf_config({"_class_name": name, lr["key"]: {"short_factor": [1.0], "long_factor": [1.0]}})
+      with pytest.raises(ValueError, match="part='nope' is not one of them"):
+        rope.from_hf_config({"_class_name": name}, part="nope")
+      for part, fam in entry["parts"].items():
+        _check_diffusers_family(name, part, fam)
       continue
-    if "ltx" in fam:  # its defaults: 32 heads of 64, one rotation over 2048 channels; nothing else is read
-      default = rope.from_hf_config({"_class_name": name})
-      assert default.sections == tuple(d // 2 for d in fam["axes_default"]) and default.rotary_dim is None, name
-      with pytest.raises(ValueError, match="patch_size=2"):
-        rope.from_hf_config({"_class_name": name, "patch_size": 2})
-      continue
-    if fam.get("caption"):  # a caption rotated apart from the image (QwenImage), at the positions its builder gives
-      text, axes_n = len(g["caption_positions"]), g["grid"].shape[1]
-      start = {"after_grid": g["grid"].max() + 1, "after_rows_columns": g["grid"][:, -2:].max() + 1}
-      built = (rope.lumina_positions(1, 1, text, start=int(fam["caption"] == "first_axis_from_1"))[:text, :axes_n]
-               if fam["caption"].startswith("first_axis") else  # (LongCat-Audio: one axis, token i at i)
-               rope.caption_positions(text, start=start[fam["caption"]], axes=axes_n))
-      np.testing.assert_array_equal(g["caption_positions"], built)
-      got = np.asarray(spec.apply(g["caption_x"].astype(np.float32), built), np.float64)
-      np.testing.assert_allclose(got, g["caption_out"], atol=2e-6, err_msg=name)
-    axes = fam["axes_default"]
-    required = {k: axes for k in fam.get("required", {})}  # HiDream: no class default that runs
-    for key in required:
-      with pytest.raises(ValueError, match=f"must give {key}; the class default"):
-        rope.from_hf_config({"_class_name": name})
-    default = rope.from_hf_config({"_class_name": name, **required})  # ConfigMixin's defaults: the class's own
-    assert default.sections == tuple(d // 2 for d in axes), name
-    if "fps_base" in fam:  # Cosmos: a video at the fps its pipeline passes, its frames at t * 24 / fps
-      f, h, w = (int(n) for n in g["dims"])
-      built = rope.video_grid_positions(f, h, w, scale=(float(g["fps"]) / fam["fps_base"], 1.0, 1.0))
-      np.testing.assert_allclose(built, g["fps_positions"], rtol=1e-6)
-      got = np.asarray(spec.apply(g["fps_x"].astype(np.float32), built), np.float64)
-      np.testing.assert_allclose(got, g["fps_out"], atol=2e-6 * max(1.0, float(built.max())), err_msg=name)
-    if "ntk_key" in fam:  # Cosmos: each axis's spectrum of theta * rope_scale[a] ** (d_a / (d_a - 2)), explicit
-      want = np.concatenate([theta ** (-np.arange(0, d, 2) / d) for d, theta in zip(axes, (
-          fam["theta"] * s ** (d / (d - 2)) for d, s in zip(axes, fam["ntk_default"], strict=True)), strict=True)])
-      np.testing.assert_allclose(default.frequencies, want, rtol=1e-12, err_msg=name)
-      unscaled = rope.from_hf_config({"_class_name": name, fam["ntk_key"]: [1.0] * len(axes)})
-      np.testing.assert_allclose(unscaled.frequencies, rope.pair_frequencies(
-          sum(axes), fam["theta"], sections=default.sections, kind="per_axis"), rtol=1e-12, err_msg=name)
-      with pytest.raises(ValueError, match=f"{fam['ntk_key']}=.*must be {len(axes)} positive numbers"):
-        rope.from_hf_config({"_class_name": name, fam["ntk_key"]: [2.0, 1.0]})
-    else:
-      assert default.frequencies == fam["frequencies"], name
-    assert default.theta == fam.get("theta", fam.get("theta_default")), name
-    if "theta_key" in fam:  # observed to follow the key (x 4 in the generator)
-      assert rope.from_hf_config({"_class_name": name, **required, fam["theta_key"]: 500.0}).theta == 500.0
-    for key, value in fam.get("guarded", {}).items():  # a theta-like key it was not seen to follow
-      assert rope.from_hf_config({"_class_name": name, **required, key: value}) is not None
-      with pytest.raises(ValueError, match=f"sets {key}=.*not to follow {key}"):
-        rope.from_hf_config({"_class_name": name, **required, key: 2 * value})
-    if fam.get("head_dim_from"):  # Stable Audio 3: embed_dim / num_heads, observed at its default only
-      width, heads, w, n = fam["head_dim_from"]
-      with pytest.raises(ValueError, match="observed at"):
-        rope.from_hf_config({"_class_name": name, width: 2 * w, heads: n})
-    if "rotary_dim_key" in fam:  # MiniMax Music 3: its first rotary_dim channels rotate, theta ** (-2j / R)
-      half = rope.from_hf_config({"_class_name": name, fam["rotary_dim_key"]: fam["rotary_dim"] // 2})
-      assert half.rotary_dim == fam["rotary_dim"] // 2 and half.sections == (fam["rotary_dim"] // 4,), name
-    if "sections_key" in fam:  # Ideogram 4: mrope_section gives axes 1.. their pairs, axis 0 the rest
-      s0, s1, s2 = fam["sections_default"]
-      moved = rope.from_hf_config({"_class_name": name, fam["sections_key"]: [s0, s1 + 2, s2 - 2]})
-      assert moved.sections == (sum(axes) // 2 - s1 - s2, s1 + 2, s2 - 2), name
-      assert moved.section_layout == default.section_layout == fam["section_layout"], name
-      if fam.get("sections_fallback"):  # Cosmos3-Omni: with rope_axes_dim absent, rope_scaling's mrope_section
-        outer, inner = fam["sections_fallback"]
-        assert rope.from_hf_config({"_class_name": name, outer: {inner: [s0, s1 + 2, s2 - 2]}}) == moved, name
-        assert rope.from_hf_config({"_class_name": name, fam["sections_key"]: [s0, s1, s2],
-                                    outer: {inner: [s0, s1 + 2, s2 - 2]}}) == default, name
-        with pytest.raises(ValueError, match=f"{outer}=.*must be a dict"):
-          rope.from_hf_config({"_class_name": name, outer: [1, 2]})
-    for key in fam.get("positions_guarded", {}):  # CogVideoX 1.5: patch_size_t set, positions by another rule
-      with pytest.raises(ValueError, match=f"sets {key}=2; its pipeline then builds the rotary positions"):
-        rope.from_hf_config({"_class_name": name, key: 2})
-    if fam.get("head_dim_key"):
-      with pytest.raises(ValueError, match="adds up to|observed at (attention_)?head_dim"):
-        rope.from_hf_config({"_class_name": name, **required, fam["head_dim_key"]: sum(axes) + 2})
+    with pytest.raises(ValueError, match="rotates alike wherever it rotates; leave part out"):
+      rope.from_hf_config({"_class_name": name}, part="video")
+    _check_diffusers_family(name, None, entry["family"])
   with pytest.raises(ValueError, match="diffusers class 'MyTransformer' is not in the RoPE registry"):
     rope.from_hf_config({"_class_name": "MyTransformer"})
 

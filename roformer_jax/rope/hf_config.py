@@ -183,9 +183,9 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any, part: str | None = 
     raise _refuse_diffusers(class_name, entry)
   if "parts" in entry:
     if part not in entry["parts"]:
-      given = "no part" if part is None else f"part={part!r}"
+      named = "no part" if part is None else f"part={part!r}"
       raise ValueError(f"diffusers class {class_name!r}: its streams rotate differently, so the part to read must "
-                       f"be named, and {given} is not one of them: pass part= one of {sorted(entry['parts'])} "
+                       f"be named, and {named} is not one of them: pass part= one of {sorted(entry['parts'])} "
                        f"({_made_from()}).")
     fam = entry["parts"][part]
   elif part is not None:
@@ -208,6 +208,8 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any, part: str | None = 
       raise ValueError(f"{class_name}: the config sets {key}={cfg[key]!r}; its pipeline then builds the rotary "
                        f"positions by another rule, which the registry did not observe (seen only at {key}="
                        f"{default!r}; {_made_from()}).")
+  if "ltx2" in fam:
+    return _from_ltx2(cfg, class_name, fam)
   if "ltx" in fam:
     return _from_ltx(cfg, class_name, fam)
   if "longrope" in fam:
@@ -229,7 +231,17 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any, part: str | None = 
     if not isinstance(w, int) or not isinstance(n, int) or n <= 0 or w % n:
       raise ValueError(f"{class_name}: {width}={w!r} must be a multiple of {heads}={n!r} (its head dim).")
     head_key, head_dim = f"{width} / {heads}", w // n
-  if "axes_key" in fam:
+  if "axes_sum_key" in fam:  # Kandinsky 6's caption: one axis over its text blocks' whole head, sum(axes_dims)
+    sum_key = fam["axes_sum_key"]
+    dims = cfg.get(sum_key)
+    if dims is None:
+      dims = fam["axes_sum_default"]
+    if not isinstance(dims, (list, tuple)) or not dims or any(
+        isinstance(d, bool) or not isinstance(d, int) or d < 2 or d % 2 for d in dims):
+      raise ValueError(f"{class_name}: {sum_key}={dims!r} must be a list of positive even ints (its head dim is their "
+                       "sum, which its caption's 1-D RoPE spans).")
+    axes = [sum(dims)]
+  elif "axes_key" in fam:
     axes = cfg.get(fam["axes_key"])
     if axes is None:  # absent, or null in config.json (PRX: the class then fills in its default split)
       axes = fam["axes_default"]
@@ -366,6 +378,45 @@ def _from_ltx(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -
                          ((q - pad) // 3 for q in range(pad, width // 2))]
   return RotaryConfig(theta=theta, layout="interleaved", sections=tuple(sections), section_layout="interleaved",
                       frequencies=tuple(freqs))
+
+
+def _from_ltx2(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:
+  """LTX-2: a part (its video, its audio, or a stream's side of their cross-attentions) rotated over its whole
+  attention width W (the product of its width keys): n = len(axes) position axes, W // (2n) frequencies
+  theta ** linspace(0, 1, W // (2n)) * pi / 2, pair pad + n k + a turning axis a by frequency k after pad unturned
+  pairs, as interleaved M-RoPE. rope_type "interleaved": pairs (2i, 2i + 1) of the width; "split": the width in the
+  rotary module's heads (its heads key), rotate_half inside each (`blocks`). Its guarded keys are checked first."""
+  l2 = fam["ltx2"]
+  sizes = [cfg.get(k, d) for k, d in zip(l2["width_keys"], l2["width_defaults"], strict=True)]
+  heads = cfg.get(l2["heads_key"], l2["heads_default"])
+  for key, v in (*zip(l2["width_keys"], sizes, strict=True), (l2["heads_key"], heads)):
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+      raise ValueError(f"{class_name}: {key}={v!r} must be a positive int.")
+  width = math.prod(sizes)
+  n = int(l2["axes"])
+  nf = width // (2 * n)
+  if width % 2 or nf < 2:
+    raise ValueError(f"{class_name}: its rotated width {' * '.join(l2['width_keys'])} = {width} must be even and give "
+                     f"at least 2 frequencies per position axis ({n} axes).")
+  rope_type = cfg.get(l2["rope_type_key"], l2["rope_type_default"])
+  if rope_type not in l2["rope_types"]:
+    raise ValueError(f"{class_name}: {l2['rope_type_key']}={rope_type!r} is not one of {l2['rope_types']} (the ones "
+                     f"observed; {_made_from()}).")
+  theta = cfg.get(fam["theta_key"], fam["theta_default"])
+  if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+    raise ValueError(f"{class_name}: {fam['theta_key']}={theta!r} must be a positive number.")
+  pad = width // 2 - n * nf
+  freqs = [0.0] * pad + [float(float(theta) ** (((q - pad) // n) / (nf - 1)) * math.pi / 2)
+                         for q in range(pad, width // 2)]
+  sections = tuple(sum(1 for q in range(width // 2) if q % n == b) for b in range(n))
+  layout, blocks = "interleaved", 1
+  if rope_type == "split":  # each head rotate_half'd on its own, head h taking pairs h r .. (h + 1) r - 1
+    if (width // 2) % heads:
+      raise ValueError(f"{class_name}: {l2['heads_key']}={heads} must divide the {width // 2} pairs of its rotated "
+                       "width (its split rope_type turns each head apart).")
+    layout, blocks = "half", heads
+  return RotaryConfig(theta=float(theta), layout=layout, blocks=blocks, sections=sections,
+                      section_layout="interleaved", frequencies=tuple(freqs))
 
 
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:
@@ -581,8 +632,12 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       Cohere2, ModernBERT, Llama 4, SmolLM3, Qwen3.5) need it to pick the layer type.
     part: for a model whose parts rotate differently, the part to read (the registry's names):
       T5Gemma's "encoder" or "decoder" stack, DeepSeek-V3.2's attention ("self_attn", interleaved
-      pairs) or its indexer ("self_attn.indexer", half pairs). Such a model is refused without it,
-      naming its parts; any other model is refused with it.
+      pairs) or its indexer ("self_attn.indexer", half pairs); Kandinsky 6's "video" (per-axis
+      RoPE over its latent grid, `rope.video_grid_positions(..., scale=scale_factor)`) or
+      "caption" (its text blocks' 1-D RoPE over the whole head, token i at i); LTX-2's "video",
+      "audio", "video_cross" and "audio_cross" (docs/rope.md, `rope.ltx2_video_positions`,
+      `rope.ltx2_audio_positions`). Such a model is
+      refused without it, naming its parts; any other model is refused with it.
     family: read the config as this family (`hf_families()`) whatever its model_type says: your
       assertion that the model rotates q and k as that one does. Never implied: an unknown
       model_type is refused without it.
@@ -634,9 +689,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     if "parts" in entry:  # T5Gemma's encoder and decoder, DeepSeek-V3.2's attention and its indexer
       names = sorted(entry["parts"])
       if part not in entry["parts"]:
-        given = "no part" if part is None else f"part={part!r}"
+        named = "no part" if part is None else f"part={part!r}"
         raise ValueError(f"model_type {model_type!r}: its parts rotate differently, so the part to read must be "
-                         f"named, and {given} is not one of them: pass part= one of {names} ({_made_from()}).")
+                         f"named, and {named} is not one of them: pass part= one of {names} ({_made_from()}).")
       fam, part = entry["parts"][part], None
     elif "pixel" in entry:  # a vision tower observed on an image (Pixtral): its 2-D RoPE over the patch grid
       fam = {"pixel": entry["pixel"]}

@@ -423,6 +423,75 @@ def ltx_positions(frames: int, height: int, width: int, *, attention_width: int,
   return (coords * 2 - 1)[:, order].astype(np.float32)
 
 
+def ltx2_video_positions(frames: int, height: int, width: int, *, attention_width: int | None = None,
+                         fps: float = 24.0, compression: Sequence[int] = (8, 32, 32), causal_offset: int = 1,
+                         base: Sequence[float] = (20, 2048, 2048), time_only: bool = False,
+                         frame_ids: Sequence[int] | None = None) -> np.ndarray:
+  """The positions LTX-2 (`LTX2VideoTransformer3DModel`) rotates its video's latent patches by (raster order, frames
+  slowest), as its `prepare_video_coords` and rotary module compute them (float32): each patch's [start, end) in
+  pixels, index * compression per axis (VAE scale factors (t, h, w)), the time shifted by causal_offset -
+  compression[0], clamped at 0 and divided by fps (the frame rate its pipeline passes); the midpoint over base
+  (pos_embed_max_pos, base_height, base_width), times 2 - 1. For `part="video"` pass attention_width = heads *
+  attention_head_dim (columns in the spec's axis order, `ltx_pair_layout(attention_width)`); for
+  `part="video_cross"` time_only=True (the time alone, [N, 1]; its base is then max(pos_embed_max_pos,
+  audio_pos_embed_max_pos)). frame_ids: each latent frame's absolute index instead of 0, 1, ... (the SANA-WM
+  refiner's window, its pipeline's `frame_positions`; its attention sink's frames at its `sink_rope_offset`). Apply
+  the spec to q before its heads are split, [..., T, 1, attention width].
+
+  Returns:
+    float32[frames * height * width, 3], or [..., 1] with time_only.
+  """
+  for name, v in (("frames", frames), ("height", height), ("width", width)):
+    _check_count(name, v)
+  if not fps > 0:
+    raise ValueError(f"fps={fps!r} must be positive.")
+  if len(compression) != 3 or len(base) != 3:
+    raise ValueError(f"compression={tuple(compression)!r} and base={tuple(base)!r} must give three values each "
+                     "(time, rows, columns).")
+  if not time_only and attention_width is None:
+    raise ValueError("attention_width= is required (heads * attention_head_dim: it orders the columns as the spec's "
+                     "axes); pass time_only=True for its cross-attention's time alone.")
+  if frame_ids is not None and len(frame_ids) != frames:
+    raise ValueError(f"frame_ids has {len(frame_ids)} positions for {frames} frames.")
+  f32 = np.float32
+  sf = np.asarray(compression, f32)
+  times = np.arange(frames) if frame_ids is None else np.asarray(frame_ids)
+  grid = np.stack(np.meshgrid(times, np.arange(height), np.arange(width), indexing="ij"),
+                  -1).reshape(-1, 3).astype(f32)
+  start, end = grid * sf, (grid + 1) * sf
+  start[:, 0] = np.maximum(start[:, 0] + f32(causal_offset) - sf[0], 0) / f32(fps)
+  end[:, 0] = np.maximum(end[:, 0] + f32(causal_offset) - sf[0], 0) / f32(fps)
+  coords = ((start + end) / f32(2.0)) / np.asarray(base, f32) * 2 - 1
+  if time_only:
+    return coords[:, :1].astype(f32)
+  assert attention_width is not None
+  _, _, order = ltx_pair_layout(attention_width)
+  return coords[:, order].astype(f32)
+
+
+def ltx2_audio_positions(frames: int, *, sampling_rate: int = 16000, hop_length: int = 160, compression: int = 4,
+                         causal_offset: int = 1, base: float = 20, shift: int = 0) -> np.ndarray:
+  """The positions LTX-2 rotates its audio latents by (`part="audio"`, and `part="audio_cross"` for its
+  cross-attentions: the same at its defaults, whose base is max(pos_embed_max_pos, audio_pos_embed_max_pos)), as its
+  `prepare_audio_coords` and rotary module compute them (float32): latent frame i (from `shift`) spans mel frames
+  [i * compression, (i + 1) * compression) shifted by causal_offset - compression and clamped at 0, in seconds of
+  hop_length / sampling_rate; the midpoint over base (audio_pos_embed_max_pos), times 2 - 1.
+
+  Returns:
+    float32[frames, 1].
+  """
+  _check_count("frames", frames)
+  if not sampling_rate > 0 or not hop_length > 0 or not compression > 0 or not base > 0:
+    raise ValueError(f"sampling_rate={sampling_rate!r}, hop_length={hop_length!r}, compression={compression!r} and "
+                     f"base={base!r} must be positive.")
+  f32 = np.float32
+  i = np.arange(shift, frames + shift, dtype=f32)
+  c = f32(compression)
+  start = np.maximum(i * c + f32(causal_offset) - c, 0) * f32(hop_length) / f32(sampling_rate)
+  end = np.maximum((i + 1) * c + f32(causal_offset) - c, 0) * f32(hop_length) / f32(sampling_rate)
+  return (((start + end) / f32(2.0)) / f32(base) * 2 - 1)[:, None].astype(f32)
+
+
 def caption_positions(text_length: int, *, start: int, axes: int = 3) -> np.ndarray:
   """A caption rotated apart from the image at start + i on every axis: token i of a diffusers
   transformer's text stream (QwenImage and Nucleus-MoE: start = max(rows // 2, columns // 2) of
