@@ -241,6 +241,20 @@ def test_proportional_rope_reads_its_factor_from_the_rope_parameters():
   assert spec is not None and spec.scaling_dict["partial_rotary_factor"] == 1.0
 
 
+def test_a_config_mrope_section_lands_on_the_axes_the_model_gives_it():
+  """Ernie 4.5-VL's mrope_section lists (h, w, t) while its positions are (t, h, w): the generator rebuilt its rotary
+  module with moved sections and saw the last entry turn the first axis (mrope_key_order). Its checkpoints' own
+  [22, 22, 20] reads as the observed default (20, 22, 22); read in list order it would be refused (h != w)."""
+  assert TYPES["ernie4_5_vl_moe"]["family"]["mrope_key_order"] == [2, 0, 1]
+  default = rope.from_hf_config({"model_type": "ernie4_5_vl_moe"})
+  given = {"rope_type": "default", "rope_theta": 5e5, "mrope_section": [22, 22, 20]}
+  spec = rope.from_hf_config({"model_type": "ernie4_5_vl_moe", "text_config": {"rope_parameters": given}})
+  assert spec == default and spec.sections == (20, 22, 22) and spec.section_layout == "videorope"
+  moved = rope.from_hf_config({"model_type": "ernie4_5_vl_moe", "text_config": {
+      "rope_parameters": {**given, "mrope_section": [21, 21, 22]}}})
+  assert moved.sections == (22, 21, 21)
+
+
 def test_a_config_that_rotates_v_is_refused():
   """RoFormer's rotary_value turns v too (by the key positions): a spec carries q and k's rotation only, so such a
   config is refused, saying how to rotate v; without the key it reads."""
