@@ -41,14 +41,14 @@ ARRAYS = np.load(GOLDEN / "hf_rope_registry.npz")
 HAND = set(hf_config.SUPPORTED_MODEL_TYPES)
 
 
-def _check_rotation(mt, i, r, config, golden="q_out"):
+def _check_rotation(mt, i, r, config, golden="q_out", part=""):
   """None when `config` read at the rotation's first layer rotates q as the golden does, else what differs."""
   pos = np.asarray(ARRAYS[f"{mt}/{i}/positions"])
   if pos.ndim == 3:  # [A, B, T] (M-RoPE) -> ours [B, T, A]
     pos = np.moveaxis(pos, 0, -1)
   q, want = np.asarray(ARRAYS[f"{mt}/{i}/q"]), np.asarray(ARRAYS[f"{mt}/{i}/{golden}"])
   try:
-    spec = rope.from_hf_config(config, layer=r["layers"][0], part=r.get("part"))
+    spec = rope.from_hf_config(config, layer=r["layers"][0], part=r.get("part") if part == "" else part)
   except ValueError as e:
     return f"refused: {e}"
   if spec is None:
@@ -130,6 +130,15 @@ def test_every_entry_is_exact_or_refused_by_name():
       problem = _check_pixel(mt, entry["pixel"])
       if problem:
         wrong[mt] = problem
+    elif status == "exact" and "observed_via" in entry:  # a sub-config type observed inside its composite
+      parent, key, part = entry["observed_via"]
+      sub = dict(CONFIGS[parent][key])
+      for i, r in enumerate(TYPES[parent]["rotations"]):
+        if r.get("part") == part:
+          for name, cfg in (("its composite's", sub), ("bare", {"model_type": mt})):
+            problem = _check_rotation(parent, i, r, cfg, part=None)
+            if problem:
+              wrong[f"{mt} ({name} {key} of {parent}), rotation {i}"] = problem
     elif status == "exact" or (mt in HAND and mt in CONFIGS):
       config = CONFIGS[mt]
       for i, r in enumerate(entry["rotations"]):
