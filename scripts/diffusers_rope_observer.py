@@ -35,6 +35,7 @@ scripts/pixel_rope_observer.py fits transformers' pixel towers with the same cod
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 import functools
 import inspect
 import re
@@ -1665,6 +1666,23 @@ LTX2_WIDTHS = {"video": (("num_attention_heads", "attention_head_dim"), "num_att
                "audio_cross": (("audio_cross_attention_dim",), "audio_num_attention_heads")}
 
 
+def _ltx2_probes(name: str, seed: int) -> tuple[dict, Iterator[tuple]]:
+  """An LTX-2-built class's init defaults, and per LTX2_SETTINGS (its defaults, then rope_type split, rope_theta x 4,
+  other widths and head counts, fps 25), built in turn after seeding: (index, setting, init args, the config they
+  give, the one-block model in float64, fps)."""
+  import diffusers
+  cls = getattr(diffusers, name)
+  defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
+              if p.default is not inspect.Parameter.empty}
+
+  def probes():
+    for i, setting in enumerate(LTX2_SETTINGS):
+      args = {**LTX2_KW, "num_layers": 1, **{k: v for k, v in setting.items() if not k.startswith("_")}}
+      torch.manual_seed(seed)
+      yield i, setting, args, {**defaults, **args}, cls(**args).double().eval(), setting["_fps"]
+  return defaults, probes()
+
+
 @_refusals("its observation with its audio stream")
 def observe_ltx2(name: str, seed: int) -> tuple[dict, dict | None]:
   """LTX-2: its forward run on a video of GRID latent patches and LTX2_AUDIO_FRAMES audio latents, as its pipeline
@@ -1674,20 +1692,12 @@ def observe_ltx2(name: str, seed: int) -> tuple[dict, dict | None]:
   is, and the head count its "split" layout uses), at its defaults and again at LTX2_SETTINGS' other (rope_type
   split, rope_theta x 4, other widths and head counts, fps 25); else Refused. Its position keys (LTX2_POSITION_KEYS)
   are observed at their defaults only (the reader refuses others)."""
-  import diffusers
-  cls = getattr(diffusers, name)
-  defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
-              if p.default is not inspect.Parameter.empty}
+  defaults, probes = _ltx2_probes(name, seed)
   dims = GRID
   tokens = int(np.prod(dims))
   goldens: dict = {}
   worst, functions = 0.0, set()
-  for i, setting in enumerate(LTX2_SETTINGS):
-    args = {**LTX2_KW, "num_layers": 1, **{k: v for k, v in setting.items() if not k.startswith("_")}}
-    cfg = {**defaults, **args}
-    torch.manual_seed(seed)
-    model = cls(**args).double().eval()
-    fps = setting["_fps"]
+  for i, setting, args, cfg, model, fps in probes:
     inputs = {"hidden_states": torch.randn(1, tokens, args["in_channels"], dtype=torch.float64),
               "audio_hidden_states": torch.randn(1, LTX2_AUDIO_FRAMES, args["audio_in_channels"], dtype=torch.float64),
               "encoder_hidden_states": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
@@ -1753,20 +1763,12 @@ def observe_sana_wm_refiner(name: str, seed: int) -> tuple[dict, dict | None]:
   window's absolute latent frames (SANA_WM_REFINER_FRAMES here) at the video's fps; the probe builds it so. Each
   rotary call must be `ltx2_reference` at `ltx2_hypothesis`' video positions with those frames, at its defaults and
   at LTX2_SETTINGS' other (rope_type split, rope_theta x 4, another width, fps 25); else Refused."""
-  import diffusers
-  cls = getattr(diffusers, name)
-  defaults = {k: p.default for k, p in inspect.signature(cls.__init__).parameters.items()
-              if p.default is not inspect.Parameter.empty}
+  defaults, probes = _ltx2_probes(name, seed)
   dims = GRID
   tokens = int(np.prod(dims))
   goldens: dict = {}
   worst, functions = 0.0, set()
-  for i, setting in enumerate(LTX2_SETTINGS):
-    args = {**LTX2_KW, "num_layers": 1, **{k: v for k, v in setting.items() if not k.startswith("_")}}
-    cfg = {**defaults, **args}
-    torch.manual_seed(seed)
-    model = cls(**args).double().eval()
-    fps = setting["_fps"]
+  for i, setting, args, cfg, model, fps in probes:
     table = model.build_rotary_emb_for_absolute_positions(1, SANA_WM_REFINER_FRAMES, dims[1], dims[2], "cpu", fps)
     inputs = {"hidden_states": torch.randn(1, tokens, args["in_channels"], dtype=torch.float64),
               "encoder_hidden_states": torch.randn(1, T_TXT, WIDTH, dtype=torch.float64),
