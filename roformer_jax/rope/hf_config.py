@@ -170,6 +170,24 @@ def _observed(model_type: Any) -> dict[str, Any]:
   return out
 
 
+def _part_family(entry: Mapping[str, Any], part: str | None, who: str, what: str) -> dict[str, Any]:
+  """The family of the named part of a registry entry whose parts (or streams) rotate differently; else refused,
+  naming its parts."""
+  if part not in entry["parts"]:
+    named = "no part" if part is None else f"part={part!r}"
+    raise ValueError(f"{who}: its {what} rotate differently, so the part to read must be named, and {named} is not "
+                     f"one of them: pass part= one of {sorted(entry['parts'])} ({_made_from()}).")
+  return entry["parts"][part]
+
+
+def _ltx_frequencies(width: int, axes: int, theta: float) -> list[float]:
+  """LTX and LTX-2's pair frequencies over a rotated width W: n = W // (2 axes) frequencies theta ** (k / (n - 1))
+  * pi / 2, pair pad + axes * k + a turning axis a by the k-th, after pad = W // 2 - axes * n unturned pairs."""
+  n = width // (2 * axes)
+  pad = width // 2 - axes * n
+  return [0.0] * pad + [float(theta ** (((q - pad) // axes) / (n - 1)) * math.pi / 2) for q in range(pad, width // 2)]
+
+
 def _from_diffusers(cfg: Mapping[str, Any], class_name: Any, part: str | None = None) -> RotaryConfig:
   """The spec of an observed diffusers class (Flux and the models built on it), or its refusal.
 
@@ -182,12 +200,7 @@ def _from_diffusers(cfg: Mapping[str, Any], class_name: Any, part: str | None = 
   if entry is None or entry.get("status") != "exact":
     raise _refuse_diffusers(class_name, entry)
   if "parts" in entry:
-    if part not in entry["parts"]:
-      named = "no part" if part is None else f"part={part!r}"
-      raise ValueError(f"diffusers class {class_name!r}: its streams rotate differently, so the part to read must "
-                       f"be named, and {named} is not one of them: pass part= one of {sorted(entry['parts'])} "
-                       f"({_made_from()}).")
-    fam = entry["parts"][part]
+    fam = _part_family(entry, part, f"diffusers class {class_name!r}", "streams")
   elif part is not None:
     raise ValueError(f"part={part!r}: diffusers class {class_name!r} rotates alike wherever it rotates; leave part "
                      "out.")
@@ -371,13 +384,10 @@ def _from_ltx(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -
     raise ValueError(f"{class_name}: {ltx['heads_key']}={heads!r} and {fam['head_dim_key']}={head_dim!r} must be "
                      "positive ints (its rotation spans every head).")
   width = heads * head_dim
-  pad, sections, _ = ltx_pair_layout(width)
-  n = width // 6
+  _, sections, _ = ltx_pair_layout(width)
   theta = float(fam["theta"])
-  freqs = [0.0] * pad + [float(theta ** (k / (n - 1)) * math.pi / 2) for k in
-                         ((q - pad) // 3 for q in range(pad, width // 2))]
   return RotaryConfig(theta=theta, layout="interleaved", sections=tuple(sections), section_layout="interleaved",
-                      frequencies=tuple(freqs))
+                      frequencies=tuple(_ltx_frequencies(width, 3, theta)))
 
 
 def _from_ltx2(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) -> RotaryConfig:
@@ -405,9 +415,7 @@ def _from_ltx2(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) 
   theta = cfg.get(fam["theta_key"], fam["theta_default"])
   if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
     raise ValueError(f"{class_name}: {fam['theta_key']}={theta!r} must be a positive number.")
-  pad = width // 2 - n * nf
-  freqs = [0.0] * pad + [float(float(theta) ** (((q - pad) // n) / (nf - 1)) * math.pi / 2)
-                         for q in range(pad, width // 2)]
+  freqs = _ltx_frequencies(width, n, float(theta))
   sections = tuple(sum(1 for q in range(width // 2) if q % n == b) for b in range(n))
   layout, blocks = "interleaved", 1
   if rope_type == "split":  # each head rotate_half'd on its own, head h taking pairs h r .. (h + 1) r - 1
@@ -687,12 +695,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     if entry is None or entry["status"] != "exact":
       raise _refuse(model_type, entry)
     if "parts" in entry:  # T5Gemma's encoder and decoder, DeepSeek-V3.2's attention and its indexer
-      names = sorted(entry["parts"])
-      if part not in entry["parts"]:
-        named = "no part" if part is None else f"part={part!r}"
-        raise ValueError(f"model_type {model_type!r}: its parts rotate differently, so the part to read must be "
-                         f"named, and {named} is not one of them: pass part= one of {names} ({_made_from()}).")
-      fam, part = entry["parts"][part], None
+      fam, part = _part_family(entry, part, f"model_type {model_type!r}", "parts"), None
     elif "pixel" in entry:  # a vision tower observed on an image (Pixtral): its 2-D RoPE over the patch grid
       fam = {"pixel": entry["pixel"]}
     else:
