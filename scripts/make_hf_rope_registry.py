@@ -52,6 +52,7 @@ the rotation is fitted from what their apply function did); their goldens are
 Run in the throwaway reference venv (Python 3.11, torch 2.13 CPU, transformers 5.24, diffusers 0.42.1):
   python scripts/make_hf_rope_registry.py              # writes the files, prints what changed
   python scripts/make_hf_rope_registry.py llama ...    # observe only these types, print, write nothing
+  python scripts/make_hf_rope_registry.py --update llama ...  # observe these, merge them into the files
   python scripts/make_hf_rope_registry.py --diffusers  # the diffusers part alone, written (a minute)
 """
 
@@ -1445,6 +1446,8 @@ def main():
       json.dump(registry, f, indent=0, sort_keys=True, default=_json_default)
       f.write("\n")
     return
+  update = only[:1] == ["--update"]  # observe these types and merge them into the files (for working on a few)
+  only = only[1:] if update else only
   types = only or list(CONFIG_MAPPING_NAMES)
   t0 = time.time()
   out = {}
@@ -1520,8 +1523,16 @@ def main():
     out[mt] = entry
     if not only:
       print(f"{len(out)}/{len(types)} {mt}: {entry['status']} ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
-  delegate(out)
-  inherit_sub_configs(out)
+  if update:
+    with open(OUT_JSON) as f:
+      registry = json.load(f)
+    merged = {**copy.deepcopy(registry["model_types"]), **out}
+    delegate(merged)
+    inherit_sub_configs(merged)
+    out = {mt: merged[mt] for mt in out}
+  else:
+    delegate(out)
+    inherit_sub_configs(out)
   for mt, entry in out.items() if only else ():  # as the registry would hold them, the sub-config steps included
     print(mt, entry["status"], entry.get("reason"), entry.get("observed_via") or "",
           json.dumps(entry.get("family") or entry.get("parts"))[:600])
@@ -1529,6 +1540,14 @@ def main():
   for e in out.values():
     stats[e["status"]] = stats.get(e["status"], 0) + 1
   print(stats, f"{time.time() - t0:.0f} s", file=sys.stderr)
+  if update:
+    report_changes(registry, {**registry, "model_types": merged})
+    registry["model_types"] = merged
+    with open(OUT_JSON, "w") as f:
+      json.dump(registry, f, indent=0, sort_keys=True, default=_json_default)
+      f.write("\n")
+    write_goldens(goldens, out, keep=True)
+    return
   if only:
     return
   registry = {"made_by": "scripts/make_hf_rope_registry.py",
@@ -1641,7 +1660,10 @@ def report_diffusers(before, after):
 def delegate(out):
   """A model type whose own code rotates nothing but whose config holds a sub-config of a rotating type (Llava's
   text_config: Llama) reads that sub-config: its text_config, else its one rotating sub-config where that one is
-  read exactly (ColQwen2's vlm_config); with several and no text_config, it is refused naming the first."""
+  read exactly (ColQwen2's vlm_config); with several and no text_config, it is refused naming the first. Delegation
+  runs to a fixed point first (ColPali's vlm_config is PaliGemma, which delegates to Gemma), then the refusals:
+  the outcome does not depend on the order of the types."""
+  subs_of = {}
   for mt, entry in out.items():
     if entry["status"] != "no_rope":
       continue
@@ -1649,21 +1671,36 @@ def delegate(out):
       config = CONFIG_MAPPING[mt]()
     except Exception:  # noqa: BLE001
       config = None
-    subs = {}
     keys = sorted(getattr(config, "sub_configs", {}) or {}, key=lambda k: k != "text_config")  # the text model first
-    for key in keys:
-      sub = getattr(config, key, None)
-      sub_type = getattr(sub, "model_type", None)
-      if sub_type in out and out[sub_type]["status"] not in ("no_rope", "no_default_config"):
-        subs[key] = sub_type
-    if "text_config" in subs:
-      entry.update(status="delegates", sub_configs={"text_config": subs["text_config"]})
-    elif entry.get("unused_rotary_code"):
+    subs_of[mt] = [(k, getattr(getattr(config, k, None), "model_type", None)) for k in keys]
+
+  def rotating(mt):  # the sub-config types of mt that rotate, or may (not those whose rotary code no layer calls)
+    return {k: t for k, t in subs_of[mt] if t in out and out[t]["status"] not in ("no_rope", "no_default_config")
+            and not out[t].get("unused_rotary_code")}
+
+  changed = True
+  while changed:
+    changed = False
+    for mt in subs_of:
+      entry, subs = out[mt], rotating(mt)
+      if entry["status"] != "no_rope":
+        continue
+      if "text_config" in subs:
+        entry.update(status="delegates", sub_configs={"text_config": subs["text_config"]})
+      elif not entry.get("unused_rotary_code") and len(subs) == 1 and \
+          out[next(iter(subs.values()))]["status"] in ("exact", "delegates"):
+        # its one rotating part, a sub-config read exactly (ColQwen2's vlm_config, CHMv2's dinov3 backbone_config)
+        entry.update(status="delegates", sub_configs=dict(subs))
+      else:
+        continue
+      changed = True
+  for mt in subs_of:
+    entry, subs = out[mt], rotating(mt)
+    if entry["status"] != "no_rope":
+      continue
+    if entry.get("unused_rotary_code"):
       entry.update(status="refused", reason="its modeling code rotates (" + ", ".join(entry["unused_rotary_code"]) +
                    "), but no layer of its default config calls it: the layers other settings add are not observed")
-    elif len(subs) == 1 and out[next(iter(subs.values()))]["status"] in ("exact", "delegates"):
-      # its one rotating part, a sub-config read exactly (ColQwen2's vlm_config, CHMv2's dinov3 backbone_config)
-      entry.update(status="delegates", sub_configs=dict(subs))
     elif subs:
       key, sub_type = next(iter(subs.items()))
       entry.update(status="refused", reason=f"its RoPE is in its {key} ({sub_type}), not a text model: read "
@@ -1709,9 +1746,15 @@ def report_changes(old, new):
             f"{after[mt].get('reason', '')}")
 
 
-def write_goldens(goldens, out):
-  """Per observed rotation: positions, q and the model's rotated q (float64), and the default config.json."""
+def write_goldens(goldens, out, keep=False):
+  """Per observed rotation: positions, q and the model's rotated q (float64), and the default config.json. With
+  `keep`, the other types' goldens already in the files stay (--update)."""
   arrays, configs = {}, {}
+  if keep:
+    with np.load(OUT_NPZ) as old:
+      arrays = {k: old[k] for k in old.files if k.split("/")[0] not in out}
+    with open(OUT_NPZ.replace(".npz", "_configs.json")) as f:
+      configs = {k: v for k, v in json.load(f).items() if k.split("/")[0] not in out}
   for mt, g in sorted(goldens.items()):
     configs[mt] = g["config"]
     for k, v in g.get("pixel", {}).items():  # a pixel tower's golden apply: x, out, positions
