@@ -25,7 +25,13 @@ For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
    audio encoder on 400 feature frames or 2 s of samples. A default config from which transformers
    builds no model is recorded as "no_default_config". A type whose forward calls no candidate, and whose config holds
    a sub-config with its own model type, delegates to that sub-config (``text_config``: Llava's
-   Llama); one with no candidate at all has no RoPE.
+   Llama); one with no candidate at all has no RoPE. Before any forward, the code of the modules the
+   default config builds (and the module functions it names) rules rotation out where it reaches no
+   candidate and builds no rotary module (``rotary_reach``): no RoPE where no class of the file that
+   code names reaches one either (Chameleon's VQ-GAN beside its text model), else "rotates only under
+   other settings" (Bamba without attention layers). Reading code only ever rules a rotation out:
+   what rotates, and how, is found by running it. A sub-config type with no model class of its own is
+   read so in the part a composite builds from it (SAM 2 video's mask decoder).
 3. **What the rotation is**, in float64: the model is built again with parameters on meta and
    buffers on the CPU (so each rotary module holds its real inverse frequencies), inside the
    float64 mode of scripts/make_hf_rope_families_golden.py. Each distinct (rotary module, its
@@ -60,6 +66,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib
 import inspect
 import itertools
@@ -207,8 +214,127 @@ def params_on_meta():
 
 def is_rotary_module(m):
   """A module named for rotary embeddings: "Rotary", or "Rope"/"RoPE" ending a word (not Solar Open's "SolarOpen")."""
-  name = type(m).__name__
+  return _rotary_name(type(m).__name__)
+
+
+def _rotary_name(name):
   return "rotary" in name.lower() or re.search(r"(?i:rope)(?![a-z])", name) is not None
+
+
+def _code_names(fn, names):
+  """The global and attribute names fn's code (and its nested functions', under any decorator) refers to."""
+  stack = [fn.__code__, inspect.unwrap(fn).__code__]
+  while stack:
+    code = stack.pop()
+    names.update(code.co_names)
+    stack.extend(c for c in code.co_consts if inspect.iscode(c))
+  return names
+
+
+def _methods(cls):
+  """The functions of cls and of its transformers bases (methods, static and class methods)."""
+  for base in cls.__mro__:
+    if base.__module__.startswith("transformers"):
+      for v in vars(base).values():
+        f = v.__func__ if isinstance(v, (staticmethod, classmethod)) else v
+        if inspect.isfunction(f):
+          yield f
+
+
+def rotary_reach(modules, module):
+  """Can these built modules (a model, or the part of a composite a sub-config builds) rotate? Read from the code of
+  the classes actually built, to rule rotation out, never in (what rotates is found by running it):
+  "built": one of them is a rotary module, or their classes' code (and the module functions it names, in turn)
+  names a rotary candidate of the modeling module; "other_settings": not so, but a class that code names (Bamba's
+  attention, absent from its default config's layers) does; "never": neither, the modeling module's rotary code
+  serves another model of the same file (Chameleon's VQ-GAN beside its text model)."""
+  cands = {name.split(".")[-1] for name in candidates(module)}
+  modules = list(modules)
+  if any(is_rotary_module(m) for m in modules):
+    return "built"
+  namespaces = [vars(module)] + [vars(sys.modules[type(m).__module__]) for m in modules]
+  names = set()
+  for cls in {type(m) for m in modules}:
+    for f in _methods(cls):
+      _code_names(f, names)
+
+  def close(names, classes):  # follow the module functions (and, with classes, the module classes) names name
+    frontier = set(names)
+    while frontier:
+      found = set()
+      for n in frontier:
+        for ns in namespaces:
+          v = ns.get(n)
+          if inspect.isfunction(v):
+            _code_names(v, found)
+          elif classes and inspect.isclass(v) and v.__module__.startswith("transformers"):
+            for f in _methods(v):
+              _code_names(f, found)
+      frontier = found - names
+      names |= found
+    return names
+
+  def rotary_class(n):  # a rotary module's class (named as is_rotary_module reads it)
+    return _rotary_name(n) and any(inspect.isclass(ns.get(n)) and issubclass(ns[n], torch.nn.Module)
+                                   for ns in namespaces)
+
+  if cands & close(set(names), classes=False):
+    return "built"
+  named = close(set(names), classes=True)
+  return "other_settings" if cands & named or any(rotary_class(n) for n in named) else "never"
+
+
+def _default_reach(mt, config, module):
+  """rotary_reach of the model the default config builds on the meta device (or, for a sub-config type with no
+  model class, of the part a composite builds from it); None where neither builds (meta_forward says why)."""
+  cls = model_class(mt, config, module)
+  if cls is None:
+    part = _composite_part(mt)
+    return None if part is None else rotary_reach(part[0], module)
+  try:
+    with warnings.catch_warnings(), torch.device("meta"):
+      warnings.simplefilter("ignore")
+      return rotary_reach(cls(config).modules(), module)
+  except Exception:  # noqa: BLE001
+    return None
+
+
+@functools.cache
+def _composites():
+  """{sub-config type: the types whose default config holds one}, over every registered type."""
+  found = {}
+  for parent in CONFIG_MAPPING_NAMES:
+    try:
+      config = CONFIG_MAPPING[parent]()
+    except Exception:  # noqa: BLE001
+      continue
+    for k in getattr(config, "sub_configs", {}) or {}:
+      sub_type = getattr(getattr(config, k, None), "model_type", None)
+      if sub_type:
+        found.setdefault(sub_type, []).append(parent)
+  return found
+
+
+def _composite_part(mt):
+  """The modules a composite builds from its default sub-config of type mt (SAM 2 video's mask decoder), and the
+  composite's type; None where no registered composite's default config holds one."""
+  for parent in _composites().get(mt, []):
+    config = CONFIG_MAPPING[parent]()
+    module = modeling_module(parent)
+    cls = model_class(parent, config, module)
+    if cls is None:
+      continue
+    try:
+      with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        model = cls(config)
+    except Exception:  # noqa: BLE001
+      continue
+    built = [m for m in model.modules() if getattr(m, "config", None) is not None and
+             getattr(m.config, "model_type", None) == mt]
+    if built:
+      return [sub for m in built for sub in m.modules()], parent
+  return None
 
 
 def _caller_layer(frame, paths):
@@ -1480,6 +1606,11 @@ def main():
                          "pixel": golden}
         else:  # no rotary call on an image
           entry = {"status": "no_rope", "unused_rotary_code": sorted(rotary)[:6]}
+      elif (reach := _default_reach(mt, config, module)) in ("never", "other_settings"):
+        # no module its default config builds reaches the rotary code, whatever its inputs: "never" (the rotary code
+        # serves another model of its file), or only through a class other settings build (Bamba's attention)
+        entry = {"status": "no_rope", ("unreachable_rotary_code" if reach == "never" else "unused_rotary_code"):
+                 sorted(rotary)[:6]}
       else:
         SEEN_IDS.clear()
         TOKENS[0] = T_META

@@ -59,7 +59,9 @@ def render() -> str:
       f"| exact | {status['exact']} | the spec rotates q and k as the model does (checked against its own code) |",
       f"| delegates | {status['delegates']} | a wrapper whose `text_config` (Llava) or one rotating sub-config (ColQwen2's `vlm_config`) is read |",
       f"| refused | {status['refused']} | raises, naming the mechanism below |",
-      f"| no RoPE | {status['no_rope']} | its forward calls no rotary function: raises saying so |",
+      f"| no RoPE | {status['no_rope']} | its forward calls no rotary function: raises saying so "
+      f"({sum(bool(e.get('unreachable_rotary_code')) for e in types.values())} of them have rotary code in their "
+      "modeling file that no module their model builds can reach: it serves another model of that file) |",
       f"| no default config | {status['no_default_config']} | transformers builds no model from its default "
       "config (a size it leaves None): outside the share below |",
       "",
@@ -68,7 +70,9 @@ def render() -> str:
       "types have rotary code that the observation could not run (a forward that needs pixels without a patch "
       "grid, inputs a processor builds, or a class to find): they are refused and may rotate too, so the share of every type "
       f"with rotary code is {sum(t in exact for t in rotating)} of {len(rotating) + len(unobserved)} "
-      f"({100 * sum(t in exact for t in rotating) / max(1, len(rotating) + len(unobserved)):.0f}%).",
+      f"({100 * sum(t in exact for t in rotating) / max(1, len(rotating) + len(unobserved)):.0f}%). "
+      f"{sum(e['status'] == 'refused' and bool(e.get('unused_rotary_code')) for e in types.values())} more reach rotary code only through "
+      "modules that other settings build (Bamba's attention layers): refused, and outside both shares.",
       "",
       "## Exact",
       "",
