@@ -160,10 +160,13 @@ def model_class(model_type, config=None, module=None):
     if name and hasattr(transformers, name):
       return getattr(transformers, name)
   if module is not None:
-    own = [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, transformers.PreTrainedModel)
-           and getattr(c, "config_class", None) is type(config) and "PreTrained" not in c.__name__
-           and "For" not in c.__name__]
-    for pick in ([c for c in own if c.__name__.endswith("Model")], own):  # a base model, else its one module
+    own = list(dict.fromkeys(  # one class under two names (Ernie 4.5-VL's tower) counts once
+        c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, transformers.PreTrainedModel)
+        and getattr(c, "config_class", None) is type(config) and "PreTrained" not in c.__name__))
+    own = [c for c in own if not any(c is not o and issubclass(c, o) for o in own)]  # not a deprecated alias
+    bare = [c for c in own if "For" not in c.__name__]
+    # a base model, else its one module, else its one head model (Qwen2.5-Omni, EoMT-DINOv3: no base model)
+    for pick in ([c for c in bare if c.__name__.endswith("Model")], bare, own):
       if len(pick) == 1:
         return pick[0]
   return None
@@ -1611,6 +1614,10 @@ def main():
         # serves another model of its file), or only through a class other settings build (Bamba's attention)
         entry = {"status": "no_rope", ("unreachable_rotary_code" if reach == "never" else "unused_rotary_code"):
                  sorted(rotary)[:6]}
+      elif getattr(getattr(pixel_cls, "forward", None), "__name__", "") == "_forward_unimplemented":
+        # a composite with no forward of its own (Qwen2.5-Omni: generate() runs its parts): its parts are read
+        # through its sub-configs (delegate)
+        entry = {"status": "no_rope", "no_forward": True}
       else:
         SEEN_IDS.clear()
         TOKENS[0] = T_META
