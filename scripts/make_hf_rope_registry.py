@@ -91,6 +91,29 @@ from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_M
 
 import pixel_rope_observer as pixel  # noqa: E402
 
+
+def _timm_stand_in():
+  """The reference venv has no timm (timm needs a torchvision, which breaks this CPU torch), so transformers'
+  TimmWrapper models cannot build. Written by hand, not observed: an empty module stands in for them, so a
+  composite whose timm tower is off the path a forward on token ids takes (Gemma 3n's MobileNet tower) builds
+  and its text model is observed; a forward that reaches the stand-in fails, naming it, and stays refused."""
+  from transformers.models.timm_wrapper import modeling_timm_wrapper as timm_wrapper
+
+  def init(self, config):
+    transformers.PreTrainedModel.__init__(self, config)
+    self.timm_model = torch.nn.Identity()  # what post_init inspects: an empty module
+    self.post_init()
+
+  def forward(self, *args, **kwargs):
+    raise RuntimeError("the reference venv lacks timm: TimmWrapper is an empty stand-in, so this forward is not "
+                       "observed")
+
+  for cls in (timm_wrapper.TimmWrapperModel, timm_wrapper.TimmWrapperForImageClassification):
+    cls.__init__, cls.forward = init, forward
+
+
+_timm_stand_in()
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT_JSON = os.path.join(REPO_ROOT, "roformer_jax", "rope", "hf_registry.json")
 OUT_NPZ = os.path.join(REPO_ROOT, "tests", "golden", "hf_rope_registry.npz")
