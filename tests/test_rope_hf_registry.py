@@ -20,17 +20,19 @@ positions up to 2^15. The test walks every entry:
 """
 
 import collections
+import dataclasses
 import functools
 import json
 import math
 import pathlib
 import re
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from roformer_jax import rope
+from roformer_jax import attention, rope
 from roformer_jax.rope import hf_config
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
@@ -264,12 +266,18 @@ def test_a_config_mrope_section_lands_on_the_axes_the_model_gives_it():
   assert moved.sections == (22, 21, 21)
 
 
-def test_a_config_that_rotates_v_is_refused():
-  """RoFormer's rotary_value turns v too (by the key positions): a spec carries q and k's rotation only, so such a
-  config is refused, saying how to rotate v; without the key it reads."""
-  assert rope.from_hf_config({"model_type": "roformer", "rotary_value": False}).layout == "interleaved"
-  with pytest.raises(ValueError, match="rotary_value=True rotates v as well"):
-    rope.from_hf_config({"model_type": "roformer", "rotary_value": True})
+def test_a_config_that_rotates_v_reads_as_a_spec_that_rotates_v():
+  """RoFormer's rotary_value turns v too, by the key positions: the spec's rotate_value, which the attention honours
+  as its own rotary_value=True (tests/test_hf.py checks that against HF RoFormer); without the key v stays."""
+  assert not rope.from_hf_config({"model_type": "roformer", "rotary_value": False}).rotate_value
+  spec = rope.from_hf_config({"model_type": "roformer", "rotary_value": True})
+  assert spec.rotate_value and spec.layout == "interleaved"
+  q, k, v = (jax.random.normal(jax.random.key(i), (1, 5, 2, 64)) for i in range(3))
+  pos = jnp.arange(5)[None] * 7
+  plain = dataclasses.replace(spec, rotate_value=False)
+  np.testing.assert_array_equal(
+      attention.dot_product_attention(q, k, v, q_positions=pos, k_positions=pos, rotary=spec),
+      attention.dot_product_attention(q, k, v, q_positions=pos, k_positions=pos, rotary=plain, rotary_value=True))
 
 
 def test_keys_the_model_ignores_are_ignored():

@@ -24,7 +24,8 @@ from roformer_jax.attention.linear import (FEATURE_MAPS, LinearAttentionState, f
                                            linear_attention)
 from roformer_jax.attention.masks import make_attention_mask
 from roformer_jax.attention.sharded import context_parallel_attention
-from roformer_jax.attention.softmax import ATTENTION_IMPLEMENTATIONS, dot_product_attention, rotate_qkv
+from roformer_jax.attention.softmax import (ATTENTION_IMPLEMENTATIONS, dot_product_attention, rotate_qkv,
+                                            unrotate_output)
 from roformer_jax.partitioning import partitioned
 from roformer_jax.positional import RotaryConfig
 
@@ -114,7 +115,12 @@ class MultiHeadAttention(nnx.Module):
       head_dim = d_model // num_heads
     self.num_heads, self.head_dim, self.kind = num_heads, head_dim, kind
     self.use_rope, self.rotary = use_rope, rotary or RotaryConfig()
-    self.rotary_value, self.causal, self.feature_map = rotary_value, causal, feature_map
+    # v rotates where the caller asks (HF RoFormer's rotary_value) or the spec says so (CLVP, DeepSeek-V4)
+    self.rotary_value = rotary_value or (use_rope and self.rotary.rotate_value)
+    self.causal, self.feature_map = causal, feature_map
+    if kind == "linear" and use_rope and (self.rotary_value or self.rotary.unrotate_output):
+      raise ValueError("linear attention rotates its feature maps of q and k only: a spec with rotate_value or "
+                       "unrotate_output needs kind='softmax'.")
     if implementation not in ATTENTION_IMPLEMENTATIONS:
       raise ValueError(f"implementation={implementation!r}; expected one of {ATTENTION_IMPLEMENTATIONS}.")
     self.dropout_rate, self.implementation = dropout_rate, implementation
@@ -219,7 +225,7 @@ class MultiHeadAttention(nnx.Module):
                                    dropout_rate=self.dropout_rate if use_dropout else 0.0)
         y = context_parallel_attention(kernel, q, k, v, mask=mask,  # use_dropout: dropout_rate > 0, so self.rngs
                                        dropout_rng=cast(nnx.Rngs, self.rngs).dropout() if use_dropout else None)
-        return self.out(y)
+        return self.out(unrotate_output(y, qp, self.rotary))
       y = dot_product_attention(q, k, v, mask=mask, q_positions=qp, k_positions=kp,
                                 rotary=self.rotary, rotary_value=self.rotary_value and qp is not None,
                                 dropout_rate=self.dropout_rate if use_dropout else 0.0,
@@ -287,7 +293,8 @@ class MultiHeadAttention(nnx.Module):
       if self.rotary_value:
         v = rc.rotate(v, k_cs)
     if self.window is not None:
-      return self._decode_window(q, k, v, cache, index=index, kv_valid=kv_valid, end=end)
+      y, new_cache = self._decode_window(q, k, v, cache, index=index, kv_valid=kv_valid, end=end)
+      return self.out(unrotate_output(y, positions if self.use_rope else None, rc)), new_cache
     ck = jax.lax.dynamic_update_slice_in_dim(cache["k"], k.astype(cache["k"].dtype), index, axis=1)
     cv = jax.lax.dynamic_update_slice_in_dim(cache["v"], v.astype(cache["v"].dtype), index, axis=1)
     s = ck.shape[1]
@@ -295,7 +302,7 @@ class MultiHeadAttention(nnx.Module):
                                q_index=index + jnp.arange(x.shape[1], dtype=jnp.int32),
                                kv_index=jnp.arange(s, dtype=jnp.int32))
     y = dot_product_attention(q, ck.astype(q.dtype), cv.astype(q.dtype), mask=mask)
-    return self.out(y), {"k": ck, "v": cv}
+    return self.out(unrotate_output(y, positions if self.use_rope else None, rc)), {"k": ck, "v": cv}
 
   def _decode_window(self, q, k, v, cache, *, index, kv_valid, end=None):
     """Decode step of a window layer over its ring buffer of R = min(W, max_len) slots.
@@ -306,6 +313,7 @@ class MultiHeadAttention(nnx.Module):
     min(L, R) new keys overwrite their ring slots. A prefill longer than W attends within
     itself, so one step of any length is exact; memory stays O(W + L). With `end` (a rebuild:
     only the new slots before `end` hold tokens), ring slot r takes the latest a < end.
+    Returns (the attention's y [B, L, N, H] before the output projection, the new cache).
     """
     ring, length = cache["k"].shape[1], q.shape[1]
     r = jnp.arange(ring, dtype=jnp.int32)
@@ -323,13 +331,13 @@ class MultiHeadAttention(nnx.Module):
       slots = jnp.mod(new_abs[length - keep:], ring)
       ck = cache["k"].at[:, slots].set(k[:, length - keep:].astype(cache["k"].dtype))
       cv = cache["v"].at[:, slots].set(v[:, length - keep:].astype(cache["v"].dtype))
-      return self.out(y), {"k": ck, "v": cv}
+      return y, {"k": ck, "v": cv}
     target = (end - 1) - jnp.mod(end - 1 - r, ring)  # [R]: the absolute slot ring slot r keeps
     source = jnp.clip(target - index, 0, length - 1)  # its place among the new keys
     fresh = (target >= index)[None, :, None, None]  # else the ring keeps what it has
     ck = jnp.where(fresh, jnp.take(k, source, axis=1).astype(cache["k"].dtype), cache["k"])
     cv = jnp.where(fresh, jnp.take(v, source, axis=1).astype(cache["v"].dtype), cache["v"])
-    return self.out(y), {"k": ck, "v": cv}
+    return y, {"k": ck, "v": cv}
 
 
 def temperature_scale(q: jax.Array, positions, *, scale: float, floor: float) -> jax.Array:

@@ -104,6 +104,21 @@ def dot_product_attention(q, k, v, *, mask=None, q_positions=None, k_positions=N
     float[B, T, N, Hv] in q's dtype.
   """
   q, k, v = rotate_qkv(q, k, v, q_positions, k_positions, rotary, rotary_value)
+  y = _attend(q, k, v, mask=mask, scale=scale, dropout_rate=dropout_rate, dropout_rng=dropout_rng,
+              is_causal=is_causal, implementation=implementation, window=window)
+  return unrotate_output(y, q_positions, rotary)
+
+
+def unrotate_output(y: jax.Array, q_positions, rotary: RotaryConfig | None) -> jax.Array:
+  """The attention output y [B, T, N, Hv] rotated back at its queries' positions where the spec says so
+  (`RotaryConfig.unrotate_output`, DeepSeek-V4); else y unchanged."""
+  if rotary is None or not rotary.unrotate_output or q_positions is None:
+    return y
+  return rotary.unrotate(y, jnp.asarray(q_positions))
+
+
+def _attend(q, k, v, *, mask, scale, dropout_rate, dropout_rng, is_causal, implementation, window):
+  """dot_product_attention after the rotation: the kernel's choice and call."""
   if scale is None:
     scale = 1.0 / math.sqrt(q.shape[-1])
   requested = None if implementation in (None, "auto") else implementation
@@ -196,7 +211,7 @@ def rotate_qkv(q, k, v, q_positions, k_positions, rotary: RotaryConfig | None, r
     q = rotary.apply(q, q_positions, seq_len=lengths)
     k_cs = rotary.cos_sin(jnp.asarray(k_positions), k.shape[-1], seq_len=lengths, key=True)
     k = rotary.rotate(k, k_cs)
-    if rotary_value:
+    if rotary_value or rotary.rotate_value:
       if v.shape[-1] != k.shape[-1]:
         raise ValueError(f"rotary_value needs value head dim == key head dim, got {v.shape[-1]} vs {k.shape[-1]}.")
       v = rotary.rotate(v, k_cs)
@@ -222,4 +237,4 @@ def _xla_attention_with_dropout(q, k, v, mask, scale, rate, rng):
 
 
 __all__ = ["ATTENTION_IMPLEMENTATIONS", "CHUNKED_MIN_LENGTH", "GPU_DENSE_LOGITS_BYTES", "attention_implementation",
-           "dot_product_attention", "rotate_qkv"]
+           "dot_product_attention", "rotate_qkv", "unrotate_output"]

@@ -58,7 +58,7 @@ from roformer_jax.rope.spec import RotaryConfig
 #   per_layer_keys: the keys of transformers' per_layer_config ({layer: overrides}) the model's rotation follows
 #     (Gemma 4: head_dim); another override that could change the rotation is refused
 #   per_layer_config_required: the head dims come from per_layer_config only (refused without it)
-#   rotates_value_key: a key that makes the model rotate v too (RoFormer's rotary_value): refused when set
+#   rotates_value_key: a key that makes the model rotate v too (RoFormer's rotary_value): the spec's rotate_value
 #   last_layer_full: the class makes the last layer full attention (Gemma 4)
 _COMMON = dict(theta=10000.0, head_dim=None, layout="half", partial=None)
 _FAMILIES: dict[str, dict[str, Any]] = {
@@ -709,10 +709,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     sub = cfg.get(fam["sub"])
     cfg = dict(sub) if isinstance(sub, Mapping) else {}
   fam = {**_COMMON, **fam}
-  if fam.get("rotates_value_key") and cfg.get(fam["rotates_value_key"]):  # RoFormer's rotary_value: v turns too
-    raise ValueError(f"model_type {model_type!r}: {fam['rotates_value_key']}=True rotates v as well as q and k (by "
-                     "the key positions), which a RoPE spec does not carry: read the config without it and rotate v "
-                     "with the same spec at the key positions (roformer_jax's attention: rotary_value=True).")
+  # RoFormer's rotary_value: v turns too, at the key positions with the keys' table (the spec's rotate_value)
+  rotate_value = bool(fam.get("rotates_value_key") and cfg.get(fam["rotates_value_key"]))
   for key, default in fam.get("guarded", {}).items():  # observed only at its default (layer_rope_theta, ...)
     if key in cfg and cfg[key] != default:
       raise ValueError(f"model_type {model_type!r}: the config sets {key}={cfg[key]!r}, but the registry observed this "
@@ -854,7 +852,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   spec = RotaryConfig(theta=theta, layout=layout, rotary_dim=rotary_dim, scaling=scaling,
                       sections=None if sections is None else tuple(int(s) for s in sections),
                       section_layout=section_layout, direction=int(fam.get("direction", 1)),
-                      q_temperature=q_temperature, frequencies=frequencies)
+                      q_temperature=q_temperature, frequencies=frequencies, rotate_value=rotate_value)
   spec.check(head_dim)  # sections, factor lists and rotary_dim against the real head dim
   return spec
 

@@ -296,9 +296,12 @@ def xpos_amplitude(positions: ArrayLike, dim: int, *, scale_base: float = 512.0,
 # --------------------------------------------------------------------------------------
 
 
+CHANNELS = ("first", "last")  # which R features of a head rotate (`rotate`'s channels)
+
+
 @jax.named_scope("rope")
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "interleaved",
-           rotary_dim: int | None = None, blocks: int = 1) -> jax.Array:
+           rotary_dim: int | None = None, blocks: int = 1, channels: str = "first") -> jax.Array:
   """Rotates feature pairs of x by precomputed angles (eq. 34): R x = x * cos + x' * sin.
 
   Args:
@@ -311,6 +314,9 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "inter
       (pairs (i, i + R / (2 blocks)) within a block; block b holds pairs [b K / blocks, (b + 1)
       K / blocks)), as Gemma 4's vision encoder rotates its h and w halves. Interleaved pairs
       are already local, so blocks changes nothing there.
+    channels: "first" rotates features [0, R) and passes the rest (partial rotary, GPT-NeoX);
+      "last" rotates the last R, [H - R, H), and passes the leading H - R (DeepSeek-V4's
+      [nope | rope] heads).
 
   Returns:
     Array like x (same shape and dtype); internals in float32 (float64 for float64 x).
@@ -321,6 +327,11 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "inter
     raise TypeError(f"x must be a floating-point array [..., T, N, H], got dtype {x.dtype}; cast it first.")
   rd = 2 * cos.shape[-1] if rotary_dim is None else rotary_dim
   head_dim = x.shape[-1]
+  if channels not in CHANNELS:
+    raise ValueError(f"channels={channels!r}; expected one of {CHANNELS} (which R features of the head rotate).")
+  if channels == "last" and rd < head_dim:  # the same rotation on the trailing R features
+    front = x[..., :head_dim - rd]
+    return jnp.concatenate([front, rotate(x[..., head_dim - rd:], cos, sin, layout=layout, blocks=blocks)], axis=-1)
   if rd != 2 * cos.shape[-1] or rd > head_dim:
     raise ValueError(f"rotary_dim={rd} must equal 2 * cos.shape[-1] = {2 * cos.shape[-1]} "
                      f"and be <= head dim {head_dim}.")

@@ -23,7 +23,7 @@ from jax.typing import ArrayLike
 from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, SECTION_LAYOUTS, check_dim, check_scaling,
                                            frequencies_change, is_length_dependent, mixed_frequencies, pair_axes,
                                            pair_frequencies, row_lengths)
-from roformer_jax.rope.rotation import apply_rotary, rotary_cos_sin, rotate, xpos_amplitude
+from roformer_jax.rope.rotation import CHANNELS, apply_rotary, rotary_cos_sin, rotate, xpos_amplitude
 
 
 def freeze_scaling(scaling: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
@@ -85,6 +85,15 @@ class RotaryConfig:
       scaled). Every channel must rotate (rotary_dim None): the scale rides on cos and sin.
     direction: +1, or -1 to turn every pair by -phi (nanochat's rotate_half is the other way
       round: x_i' = x_i cos + x_j sin). q . k then depends on n - m where +1 gives m - n.
+    channels: which R = rotary_dim features of a head rotate: "first" ([0, R), GPT-NeoX's
+      partial rotary) or "last" ([H - R, H), DeepSeek-V4's [nope | rope] heads).
+    rotate_value: v is rotated too, at the key positions, with the keys' table (HF RoFormer's
+      `rotary_value`, CLVP, DeepSeek-V4 whose shared latent is both k and v). The output
+      sum_n p_mn R(n) v_n then carries each value's absolute rotation.
+    unrotate_output: the attention output o_m is rotated back by R(m)^-1 at its query's
+      position (`unrotate`), after the softmax-weighted sum: with rotate_value, o_m =
+      sum_n p_mn R(n - m) v_n, a function of relative positions only (DeepSeek-V4). Needs
+      rotate_value; the attention calls it (`attention.dot_product_attention`, the layers).
   """
 
   theta: float = 10000.0
@@ -100,6 +109,9 @@ class RotaryConfig:
   xpos_center: int = 0
   direction: int = 1
   q_temperature: tuple[float, float] | None = None
+  channels: str = "first"
+  rotate_value: bool = False
+  unrotate_output: bool = False
 
   # The fields that change no parameter and that a fine-tuning run may therefore set anew
   # (context extension: PI, YaRN, NTK, ABF); `checkpoints.init_from` reports their changes.
@@ -144,6 +156,20 @@ class RotaryConfig:
         raise ValueError(f"rope q_temperature={tuple(qt)!r} scales q through cos and sin, so every channel must "
                          f"rotate; got rotary_dim={self.rotary_dim}. Scale q yourself with `query_temperature`.")
       object.__setattr__(self, "q_temperature", (float(qt[0]), float(qt[1])))
+    if self.channels not in CHANNELS:
+      raise ValueError(f"rope channels={self.channels!r}; expected one of {CHANNELS} (which rotary_dim features of "
+                       "a head rotate: 'last' for DeepSeek-V4's [nope | rope] heads).")
+    for name in ("rotate_value", "unrotate_output"):
+      if not isinstance(getattr(self, name), bool):
+        raise ValueError(f"rope {name}={getattr(self, name)!r} must be True or False.")
+    if self.unrotate_output and not self.rotate_value:
+      raise ValueError("rope unrotate_output=True rotates the attention output back at the query positions, which "
+                       "makes it relative only when the values were rotated at the key positions: set "
+                       "rotate_value=True too (DeepSeek-V4).")
+    if self.unrotate_output and (self.learned or self.xpos_scale_base is not None or self.q_temperature is not None
+                                 or self.length_dependent):
+      raise ValueError("rope unrotate_output=True takes a plain rotation: no learned frequencies, xPos amplitudes, "
+                       "q_temperature or length-dependent scaling (their inverse on the output is not defined here).")
     if self.rotary_dim is not None:  # odd or zero fails here, not at the first forward
       check_dim(self.rotary_dim, "rope rotary_dim")
     # Theta and every scaling key now; what depends on the rotary dim too when it is set (the
@@ -316,14 +342,22 @@ class RotaryConfig:
 
   def rotate(self, x: jax.Array, cos_sin: tuple[jax.Array, jax.Array]) -> jax.Array:
     cos, sin = cos_sin
-    return rotate(x, cos, sin, layout=self.layout, blocks=self.blocks)
+    return rotate(x, cos, sin, layout=self.layout, blocks=self.blocks, channels=self.channels)
+
+  def unrotate(self, x: jax.Array, positions: jax.Array, *, seq_len: int | jax.Array | None = None) -> jax.Array:
+    """The inverse rotation R(n)^-1 x at positions [..., T] (or [..., T, A]): what the
+    attention applies to its output o [..., T, N, H] at the query positions under
+    `unrotate_output` (DeepSeek-V4). R(n)^-1 turns every pair by -phi: unrotate(apply(x, n), n)
+    == x up to rounding."""
+    cos, sin = self.cos_sin(positions, x.shape[-1], seq_len=seq_len)
+    return self.rotate(x, (cos, -sin))
 
   def apply(self, x: jax.Array, positions: jax.Array, *, seq_len: int | jax.Array | None = None, key: bool = False,
             frequencies: jax.Array | None = None) -> jax.Array:
     """Rotates x [..., T, N, H] at positions [..., T] (or [..., T, A] with sections) with these
     settings; key=True for keys under xPos (their inverse amplitudes); frequencies: a learned
     spec's [A, N, R/2]."""
-    if self.learned or self.direction < 0 or self.q_temperature is not None:
+    if self.learned or self.direction < 0 or self.q_temperature is not None or self.channels != "first":
       return self.rotate(x, self.cos_sin(positions, x.shape[-1], seq_len=seq_len, key=key, frequencies=frequencies))
     xpos = None if self.xpos_scale_base is None else {"scale_base": self.xpos_scale_base,
                                                       "center": self.xpos_center, "key": key}
