@@ -220,6 +220,8 @@ def np_inv_freq(rp, head_dim, max_position_embeddings, seq_len=None):
         return 1.0 / base**expo
     if rope_type == "linear":
         return 1.0 / base**expo / rp["factor"]
+    if rope_type == "ntk_alpha":  # HunYuan's fixed-alpha NTK: the base stretched by alpha ** (dim / (dim - 2))
+        return 1.0 / (base * rp["alpha"] ** (dim / (dim - 2)))**expo
     if rope_type == "llama3":
         inv = 1.0 / base**expo
         factor, lo, hi = rp["factor"], rp["low_freq_factor"], rp["high_freq_factor"]

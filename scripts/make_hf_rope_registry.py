@@ -136,6 +136,9 @@ MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_F
 # partial_rotary_factor 0.5 of its 128-channel head (GLM-4.1V-9B's config.json); without it transformers fails.
 # The reader requires the key (`required`): a config without it is refused, as transformers fails on it.
 OBSERVE_AT = {t: {"partial_rotary_factor": 0.5} for t in ("glm4v_text", "glm_image_text")}
+# HunYuan's default config leaves head_dim None, which its attention's scale needs (None ** -0.5 fails in
+# transformers itself); its checkpoints set it (Hunyuan-7B: 128)
+OBSERVE_AT.update({t: {"head_dim": 128} for t in ("hunyuan_v1_dense", "hunyuan_v1_moe")})
 OBSERVE_AT.update({t: {"text_config": {"partial_rotary_factor": 0.5}} for t in ("glm4v", "glm_image")})
 
 TOKENS = [T_META]  # the token count of the current type's forward: T_META, or an audio encoder's frames after its
@@ -1134,7 +1137,9 @@ def config_facts(rotary, module, top_config, head_dim):
   for rp in ({"rope_type": "linear", "factor": 4.0}, {"rope_type": "proportional", "partial_rotary_factor": 0.25},
              {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": max(max_pos // 4, 16)},
              {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-              "original_max_position_embeddings": max(max_pos // 4, 16)}):
+              "original_max_position_embeddings": max(max_pos // 4, 16)},
+             # HunYuan's checkpoints write NTK-alpha as "dynamic" with a fixed alpha; its class computes "ntk_alpha"
+             {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0}):
     try:
       rot = rebuilt("scaling", rp)
     except Exception:  # noqa: BLE001
@@ -1147,12 +1152,13 @@ def config_facts(rotary, module, top_config, head_dim):
         typed = {t: v for t, v in base_params.items() if v is not None}
         base_params = next((v for t, v in typed.items() if n.startswith(t)), next(iter(typed.values())))
       theta = float(base_params.get("rope_theta", 10000.0))
-      want = np_inv_freq({**rp, "rope_theta": theta}, 2 * len(freqs), max_pos)
+      named = {**rp, "rope_type": "ntk_alpha"} if rp.get("alpha") else rp
+      want = np_inv_freq({**named, "rope_theta": theta}, 2 * len(freqs), max_pos)
       ok = ok and np.allclose(freqs, want, rtol=1e-12, atol=0)
     if rp["rope_type"] == "yarn":
       ok = ok and abs(float(getattr(rot, "attention_scaling", 1.0)) - (0.1 * math.log(4.0) + 1.0)) < 1e-12
     if ok:
-      follows["scalings"].append(rp["rope_type"])
+      follows["scalings"].append("ntk_alpha" if rp.get("alpha") else rp["rope_type"])
   head_dim_key = None  # MLA: the rotated head dim is its own key (qk_rope_head_dim); found by perturbing
   sections = (serialized.get("rope_parameters") or {}).get("mrope_section")
   for key, value in serialized.items():

@@ -34,6 +34,7 @@ import pytest
 
 from roformer_jax import attention, rope
 from roformer_jax.rope import hf_config
+from roformer_jax.rope.frequencies import inv_freq_f64
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 REGISTRY = hf_config.registry()
@@ -278,6 +279,24 @@ def test_a_config_that_rotates_v_reads_as_a_spec_that_rotates_v():
   np.testing.assert_array_equal(
       attention.dot_product_attention(q, k, v, q_positions=pos, k_positions=pos, rotary=spec),
       attention.dot_product_attention(q, k, v, q_positions=pos, k_positions=pos, rotary=plain, rotary_value=True))
+
+
+def test_ntk_alpha_reads_where_the_registry_observed_it():
+  """HunYuan's checkpoints write NTK-alpha as rope_type "dynamic" with a fixed alpha, which its class computes as
+  theta * alpha ** (R / (R - 2)) whatever the length (observed by the generator against an independent NumPy
+  transcription): read as the spec's "ntk_alpha" scaling, checked here against that formula in float64. A model not
+  observed to follow it reads "dynamic" as its class does (Llama: transformers' dynamic ignores alpha)."""
+  cfg = {"model_type": "hunyuan_v1_dense", "hidden_size": 4096, "num_attention_heads": 32, "head_dim": 128,
+         "max_position_embeddings": 32768, "rope_parameters": {"rope_type": "dynamic", "alpha": 1000.0,
+                                                                "factor": 1.0, "rope_theta": 10000.0}}
+  spec = rope.from_hf_config(cfg)
+  assert spec.scaling_dict["rope_type"] == "ntk_alpha" and not spec.length_dependent
+  base = 10000.0 * 1000.0 ** (128 / 126)
+  want = base ** (-np.arange(0, 128, 2) / 128)
+  np.testing.assert_allclose(inv_freq_f64(128, spec.theta, spec.scaling_dict, None)[0], want, rtol=1e-12)
+  with pytest.raises(ValueError, match="head_dim"):  # observed at the head_dim its checkpoints set
+    rope.from_hf_config({k: v for k, v in cfg.items() if k != "head_dim"})
+  assert rope.from_hf_config({**cfg, "model_type": "llama"}).scaling_dict["rope_type"] == "dynamic"
 
 
 def test_keys_the_model_ignores_are_ignored():

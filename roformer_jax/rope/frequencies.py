@@ -16,7 +16,7 @@ import numpy as np
 from jax.typing import ArrayLike
 
 LAYOUTS = ("interleaved", "half")
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "longrope", "llama3", "proportional", "ntk_alpha")
 # Scalings whose frequencies depend on the sequence length: every key's rotation changes as
 # the sequence grows, so a KV cache holds them unrotated (attention.MultiHeadAttention.decode).
 LENGTH_DEPENDENT_TYPES = ("dynamic", "longrope")
@@ -321,7 +321,19 @@ def inv_freq_f64(dim: int, theta: float, params: Mapping[str, Any] | None, seq_l
     return _longrope(dim, theta, params, long)
   if rope_type == "proportional":
     return _proportional(dim, theta, params), 1.0
+  if rope_type == "ntk_alpha":
+    return default_inv_freq(dim, ntk_alpha_base(dim, theta, params)), 1.0
   return _llama3(dim, theta, params), 1.0  # llama3
+
+
+def ntk_alpha_base(dim: int, theta: float, p: Mapping[str, Any]) -> float:
+  """NTK-alpha (HunYuan's "dynamic" rope with a fixed `alpha`): the base stretched once,
+  theta * alpha ** (R / (R - 2)), whatever the sequence length (unlike "dynamic", whose stretch
+  grows with the length). transformers' HunYuan models compute it as their `ntk_alpha` type."""
+  require(p, ("alpha",), "ntk_alpha")
+  if dim <= 2:
+    raise ValueError("rope_type 'ntk_alpha' needs a rotary dim > 2 (its exponent is dim / (dim - 2)).")
+  return theta * positive(p, "alpha", "ntk_alpha") ** (dim / (dim - 2))
 
 
 def _proportional(dim: int, theta: float, p: Mapping[str, Any]) -> np.ndarray:
@@ -357,6 +369,7 @@ def rope_frequencies(dim: int, theta: float = 10000.0, *, scaling: Mapping[str, 
       model-config lengths HF reads for that type:
         linear:   factor.
         dynamic:  factor, max_position_embeddings (NTK-aware base, grows with seq_len).
+        ntk_alpha: alpha (the base stretched once, theta * alpha ** (R / (R - 2)): HunYuan).
         yarn:     factor (or max_position_embeddings / original_max_position_embeddings when
                   factor is None), original_max_position_embeddings, optional beta_fast (32),
                   beta_slow (1), mscale, mscale_all_dim, attention_factor, truncate (True).

@@ -774,6 +774,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   rope_type = p["rope_type"]
   if rope_type == fam.get("axial_rope_type"):  # observed: a tower's own rope type, unscaled (Qwen2-VL's "axial")
     rope_type = "default"
+  if rope_type == "dynamic" and p.get("alpha") is not None and "ntk_alpha" in fam.get("scalings", ()):
+    rope_type = "ntk_alpha"  # HunYuan's checkpoints: "dynamic" with a fixed alpha, which its class computes so
   if "scalings" in fam and rope_type not in ("default", *fam["scalings"]):  # the registry's observed families
     raise ValueError(f"model_type {model_type!r} with rope_type {rope_type!r}: its rotary class was observed to "
                      f"compute only {['default', *fam['scalings']]} as transformers' standard functions do "
@@ -815,6 +817,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   scaling = None
   if rope_type != "default":
     scaling = {k: v for k, v in p.items() if k not in _NOT_SCALING}
+    scaling["rope_type"] = rope_type
     if rope_type == "proportional":
       scaling["partial_rotary_factor"] = 1.0 if partial is None else float(partial)
     if cfg.get("max_position_embeddings") is not None:
