@@ -137,6 +137,14 @@ MAPPINGS = ("MODEL_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_F
 # The reader requires the key (`required`): a config without it is refused, as transformers fails on it.
 OBSERVE_AT = {t: {"partial_rotary_factor": 0.5} for t in ("glm4v_text", "glm_image_text")}
 OBSERVE_AT.update({t: {"text_config": {"partial_rotary_factor": 0.5}} for t in ("glm4v", "glm_image")})
+# GLM-4.5V's text model: the same split of 32 pairs, with partial_rotary_factor 0.5 already in its default config
+# but no head_dim, so hidden_size / num_attention_heads = 4096 / 96 = 42 channels give 10 pairs and transformers fails;
+# GLM-4.5V's config.json sets head_dim 128. Observed there, the key required.
+OBSERVE_AT.update({"glm4v_moe_text": {"head_dim": 128}, "glm4v_moe": {"text_config": {"head_dim": 128}}})
+# Step 3.5 / 3.7's text model: its forward builds the sliding-window mask whatever its layer_types say, and fails
+# where sliding_window is None (its default); the value only sizes that mask. Observed with one (512) set, the key
+# required, as transformers fails without it.
+OBSERVE_AT.update({"step3p5": {"sliding_window": 512}, "step3p7": {"text_config": {"sliding_window": 512}}})
 
 TOKENS = [T_META]  # the token count of the current type's forward: T_META, or an audio encoder's frames after its
 # subsampling (read from the position ids its rotary module got)
@@ -1668,8 +1676,8 @@ def main():
             entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
           if mt in OBSERVE_AT:  # the keys it was observed at, which a config must set
             entry["observed_at"] = OBSERVE_AT[mt]
-            entry["family"]["required"] = sorted(next(iter(OBSERVE_AT[mt].values())) if "text_config" in
-                                                 OBSERVE_AT[mt] else OBSERVE_AT[mt])
+            at = OBSERVE_AT[mt]["text_config"] if "text_config" in OBSERVE_AT[mt] else OBSERVE_AT[mt]
+            entry["family"]["required"] = dict(sorted(at.items()))  # {key: the value observed at}
           for r, summary in zip(rotations, entry["rotations"], strict=True):
             summary["layers"] = r["layers"]  # HRM: the layers the config counts, all rotating as its blocks do
           if any(f.get("q_temperature") for f in entry.get("parts", {"": entry.get("family")}).values()):

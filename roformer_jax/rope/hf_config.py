@@ -29,6 +29,7 @@ import difflib
 import functools
 import json
 import math
+import re
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
@@ -547,6 +548,20 @@ def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type:
     for key, ltype in fam.get("legacy", {}).items():
       if ltype == layer_type and key in cfg and not nested:
         p.setdefault("rope_theta", cfg[key])
+    if not nested:
+      # a root rope_theta / partial_rotary_factor(s) beside rope parameters the model keys by layer type, with no
+      # observed reading of which types it sets (Step 3.5's per-layer lists, which its config class turns into
+      # per-type parameters): refused, not ignored
+      unread = sorted(k for k in cfg if _ROOT_ROPE_KEY.fullmatch(k) and k not in fam.get("legacy", {}))
+      if unread:
+        raise ValueError(f"the config sets {', '.join(unread)} at its root, but this model keys its rope parameters "
+                         f"by layer type ({sorted(theta_default)}) and the registry observed no reading of which "
+                         f"layer types a root {unread[0]} sets ({_made_from()}): give rope_parameters per layer "
+                         "type as transformers saves them.")
+    if layer_type not in theta_default:
+      raise ValueError(f"layer type {layer_type!r} has no rope parameters in the config, and the registry observed "
+                       f"this model's only for {sorted(theta_default)} ({_made_from()}): give rope_parameters per "
+                       "layer type as transformers saves them.")
     p.setdefault("rope_theta", theta_default[layer_type])
   else:
     theta_key = fam.get("legacy_theta")
@@ -556,6 +571,8 @@ def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type:
     p["rope_type"] = "default"
   return p
 
+
+_ROOT_ROPE_KEY = re.compile(r"rope_theta|partial_rotary_factors?")
 
 # per_layer_config keys that do not touch q and k's rotation: a layer may override them freely.
 _LAYER_NEUTRAL = frozenset({"num_key_value_heads", "intermediate_size", "moe_intermediate_size", "sliding_window",
@@ -754,9 +771,11 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   for key in fam.get("required", ()):  # observed only at a key its default config lacks (GLM-4.1V's partial factor)
     given = [cfg] + [v for v in (cfg.get("rope_parameters"), cfg.get("rope_scaling")) if isinstance(v, Mapping)]
     if all(g.get(key) is None for g in given):  # the file's own keys, not the registry's defaults
+      required = fam["required"]  # {key: the value observed at} (a list of keys in older registries)
+      seen = required[key] if isinstance(required, Mapping) else fam["default_rope_parameters"].get(key)
       raise ValueError(f"model_type {model_type!r}: the config sets no {key}; transformers builds no working model "
                        f"of this type without it (its default config fails), and the registry observed it with "
-                       f"{key}={fam['default_rope_parameters'].get(key)!r} ({_made_from()}): set {key}.")
+                       f"{key}={seen!r} ({_made_from()}): set {key}.")
   q_temperature = None
   if p.get("llama_4_scaling_beta") is not None:
     if not fam.get("q_temperature"):
