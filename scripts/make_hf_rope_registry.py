@@ -141,6 +141,13 @@ OBSERVE_AT.update({t: {"text_config": {"partial_rotary_factor": 0.5}} for t in (
 # but no head_dim, so hidden_size / num_attention_heads = 4096 / 96 = 42 channels give 10 pairs and transformers fails;
 # GLM-4.5V's config.json sets head_dim 128. Observed there, the key required.
 OBSERVE_AT.update({"glm4v_moe_text": {"head_dim": 128}, "glm4v_moe": {"text_config": {"head_dim": 128}}})
+# Qwen3-Omni's thinker text model: hidden_size 2048 over 28 heads gives 73 channels, an odd head its rotary module
+# cannot rotate (74 channels of cos); Qwen3-Omni-30B-A3B's config.json sets head_dim 128 (32 heads of 128).
+# Its thinker: that text model, and a forward that reads vision_start_token_id, which the thinker's config class does
+# not define (the talker's config defaults it to 151652, the checkpoint's): set too, not required (it moves no
+# rotation of a text-only prompt; only the text model's keys are).
+OBSERVE_AT.update({"qwen3_omni_moe_text": {"head_dim": 128},
+                   "qwen3_omni_moe_thinker": {"vision_start_token_id": 151652, "text_config": {"head_dim": 128}}})
 # Step 3.5 / 3.7's text model: its forward builds the sliding-window mask whatever its layer_types say, and fails
 # where sliding_window is None (its default); the value only sizes that mask. Observed with one (512) set, the key
 # required, as transformers fails without it.
@@ -521,6 +528,7 @@ def meta_forward(model_type, config, module):
       attempts = [kwargs]
       if "use_cache" in params:  # some models' caches need real values: run without one
         attempts.append({**kwargs, "use_cache": False, "attention_mask": torch.ones(1, T_META, dtype=torch.long)})
+      attempts += _embeds_attempts(model, params)
     if stub:
       attempts.append(None)
     for attempt in attempts:
@@ -587,6 +595,18 @@ def meta_forward(model_type, config, module):
   for c in calls:
     c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
   return calls, shapes, model
+
+
+def _embeds_attempts(model, params):
+  """A forward that takes embeddings and refuses token ids (Qwen3-Omni's talker code predictor): T_META zero
+  embeddings of the width its input embedding table gives, tried after the token ids."""
+  if "inputs_embeds" not in params:
+    return []
+  width = None
+  with contextlib.suppress(Exception):
+    width = model.get_input_embeddings().weight.shape[-1]
+  width = width or getattr(model.config, "hidden_size", None)  # its embedding table elsewhere (a ModuleList)
+  return [{"inputs_embeds": torch.zeros(1, T_META, width)}] if isinstance(width, int) else []
 
 
 def merge_order(height, width, merge):
