@@ -473,10 +473,13 @@ def meta_forward(model_type, config, module):
   if cls is None:
     raise Refused("no transformers model class to run")
   calls, outputs, depth, shapes, how, paths = [], {}, [0], {}, [None], {}
+  alive = []  # the rotary outputs recorded by id, kept alive: a freed one's id taken by a later q would read as
+  # a rotary output (Kyutai STT: a rotary module per layer, each output freed after its layer)
 
   def hook(mod, args, kwargs, out):
     for i, t in enumerate(out if isinstance(out, tuple) else (out,)):
       if torch.is_tensor(t):
+        alive.append(t)
         outputs[id(t)] = (paths[id(mod)], [v for v in args if isinstance(v, (str, int, float))],
                           {k: v for k, v in kwargs.items() if isinstance(v, (str, int, float))}, i)
     shapes[paths[id(mod)]] = [list(a.shape) for a in [*args, *kwargs.values()] if torch.is_tensor(a)]
@@ -528,16 +531,22 @@ def meta_forward(model_type, config, module):
       attempts = [kwargs]
       if "use_cache" in params:  # some models' caches need real values: run without one
         attempts.append({**kwargs, "use_cache": False, "attention_mask": torch.ones(1, T_META, dtype=torch.long)})
-      attempts += _embeds_attempts(model, params)
-    if stub:
+      if stub:
+        attempts.append(None)
+      # then inputs of other shapes, each plainly and then stubbed
+      extra = _embeds_attempts(model, params) + _codebook_attempts(model, params)
+      attempts += extra + ([("stubbed", a) for a in extra] if stub else [])
+    elif stub:
       attempts.append(None)
-    for attempt in attempts:
+    for n, attempt in enumerate(attempts):
       calls.clear()
       outputs.clear()
+      alive.clear()
       try:
-        if attempt is None:  # last: data-dependent reads on meta tensors get zeros (MoE routing, mask checks)
+        if attempt is None or isinstance(attempt, tuple):  # data-dependent reads on meta tensors get zeros (MoE
+          # routing, mask checks): the token ids' last plain attempt, or a stubbed one of the other inputs
           with meta_values_stubbed():
-            model(**attempts[-2])
+            model(**(attempts[n - 1] if attempt is None else attempt[1]))
           how[0] = "stubbed"
         else:
           model(**attempt)
@@ -607,6 +616,35 @@ def _embeds_attempts(model, params):
     width = model.get_input_embeddings().weight.shape[-1]
   width = width or getattr(model.config, "hidden_size", None)  # its embedding table elsewhere (a ModuleList)
   return [{"inputs_embeds": torch.zeros(1, T_META, width)}] if isinstance(width, int) else []
+
+
+CODEBOOK_KEY = re.compile(r"^num_(codebooks|channels|quantizers)$")
+
+
+def _codebook_attempts(model, params):
+  """Token ids with a codebook axis (an audio codec's streams): [1, T, K] (Kyutai STT: K = num_codebooks + 1, its
+  text stream first), [1, K, T] (Dia's decoder_input_ids, read as K streams of T tokens), K from the config's (or a
+  sub-config's) codebook or channel count. Only the ids' shape is chosen: the layers and rotations are the model's."""
+  values = json.loads(model.config.to_json_string(use_diff=False))
+  places = [values] + [v for v in values.values() if isinstance(v, dict)]
+  counts = sorted({v for place in places for k, v in place.items() if CODEBOOK_KEY.match(k) and isinstance(v, int)
+                   and not isinstance(v, bool) and 1 < v and v + 1 != T_META and v != T_META})
+  key = "decoder_input_ids" if "decoder_input_ids" in params else "input_ids"
+  context = {}
+  if "encoder_hidden_states" in params and "decoder_input_ids" not in params:  # a decoder alone (Dia's): zero encoder
+    # states of the width its cross-attention takes (cross_hidden_size, else hidden_size)
+    width = next((values[k] for k in ("cross_hidden_size", "encoder_hidden_size", "hidden_size")
+                  if isinstance(values.get(k), int)), None)
+    if width:
+      context = {"encoder_hidden_states": torch.zeros(1, T_META, width)}
+  out = []
+  for k in counts:
+    for shape in ((1, T_META, k), (1, T_META, k + 1), (1, k, T_META)):
+      attempt = {key: torch.zeros(*shape, dtype=torch.long), **context}
+      if key == "decoder_input_ids":
+        attempt["input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
+      out.append(attempt)
+  return out
 
 
 def merge_order(height, width, merge):
