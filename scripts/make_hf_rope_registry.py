@@ -534,7 +534,13 @@ def meta_forward(model_type, config, module):
       if stub:
         attempts.append(None)
       # then inputs of other shapes, each plainly and then stubbed
-      extra = _embeds_attempts(model, params) + _codebook_attempts(model, params)
+      extra = _embeds_attempts(model, params) + _codebook_attempts(model, params) + _series_attempts(model, params)
+      if "patch_lengths" in params:  # BLT: given patch lengths (its patcher's sampled entropies stop the meta
+        # forward; the patcher itself does not run): T_META patches over the T_META + 1 its own fallback covers, one
+        # byte each and two in the last, so that its global transformer too has T_META tokens
+        lengths = torch.ones(1, T_META, dtype=torch.long)
+        lengths[0, -1] = 2
+        extra.append({**kwargs, "patch_lengths": lengths, "use_cache": False})
       attempts += extra + ([("stubbed", a) for a in extra] if stub else [])
     elif stub:
       attempts.append(None)
@@ -616,6 +622,17 @@ def _embeds_attempts(model, params):
     width = model.get_input_embeddings().weight.shape[-1]
   width = width or getattr(model.config, "hidden_size", None)  # its embedding table elsewhere (a ModuleList)
   return [{"inputs_embeds": torch.zeros(1, T_META, width)}] if isinstance(width, int) else []
+
+
+def _series_attempts(model, params):
+  """A time-series model's forward (TimesFM 2.5: past_values [B, L], cut into patches of its patch_length): a
+  random series of T_META patches, so its tokens are T_META as for token ids."""
+  if "past_values" not in params or "input_ids" in params:
+    return []
+  values = json.loads(model.config.to_json_string(use_diff=False))
+  patch = next((values[k] for k in ("patch_length", "patch_len", "patch_size") if isinstance(values.get(k), int)), 1)
+  torch.manual_seed(0)
+  return [{"past_values": torch.randn(1, T_META * patch)}]
 
 
 CODEBOOK_KEY = re.compile(r"^num_(codebooks|channels|quantizers)$")
@@ -1934,6 +1951,14 @@ def delegate(out):
                                              f"from_hf_config(config[{key!r}]) for that part")
 
 
+def _runs_only_inside(sub_type, composite, out):
+  """Whether a sub-config type's own forward failed for want of what its composite gives it (BLT's local encoder
+  takes the patch ids and states BltModel builds), its model class defined in its composite's modeling module: the
+  composite's run is then that class's run."""
+  return out[sub_type]["reason"].startswith("its forward fails") and \
+      model_type_to_module_name(sub_type) == model_type_to_module_name(composite)
+
+
 def inherit_sub_configs(out):
   """A sub-config type with no model class of its own (Ernie 4.5-VL's text model) was observed inside its
   composite, whose family reads that sub-config (`sub`): the sub-config type, read alone, is that family without the
@@ -1949,8 +1974,8 @@ def inherit_sub_configs(out):
       continue
     for part, fam in (entry["parts"].items() if "parts" in entry else [(None, entry["family"])]):
       sub_type = getattr(getattr(config, fam.get("sub") or "", None), "model_type", None)
-      if sub_type in out and out[sub_type]["status"] == "refused" and \
-          out[sub_type]["reason"] == "no transformers model class to run":
+      if sub_type in out and out[sub_type]["status"] == "refused" and (
+          out[sub_type]["reason"] == "no transformers model class to run" or _runs_only_inside(sub_type, mt, out)):
         found.setdefault(sub_type, []).append(({k: v for k, v in fam.items() if k != "sub"}, [mt, fam["sub"], part]))
   for sub_type, seen in found.items():
     if len({json.dumps(f, sort_keys=True) for f, _ in seen}) == 1:
