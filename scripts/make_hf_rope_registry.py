@@ -535,6 +535,7 @@ def meta_forward(model_type, config, module):
         attempts.append(None)
       # then inputs of other shapes, each plainly and then stubbed
       extra = _embeds_attempts(model, params) + _codebook_attempts(model, params) + _series_attempts(model, params)
+      extra += _layer_input_attempts(model, params, kwargs) + _context_attempts(model, params)
       if "patch_lengths" in params:  # BLT: given patch lengths (its patcher's sampled entropies stop the meta
         # forward; the patcher itself does not run): T_META patches over the T_META + 1 its own fallback covers, one
         # byte each and two in the last, so that its global transformer too has T_META tokens
@@ -633,6 +634,50 @@ def _series_attempts(model, params):
   patch = next((values[k] for k in ("patch_length", "patch_len", "patch_size") if isinstance(values.get(k), int)), 1)
   torch.manual_seed(0)
   return [{"past_values": torch.randn(1, T_META * patch)}]
+
+
+def _context_attempts(model, params):
+  """A drafter whose forward takes no token ids but embeddings and a context of another model's hidden states
+  (MuseGlimmer's assistant: noise_embeds [B, T, hidden], context_hidden_states [B, C, k * hidden] that its keys
+  prepend): T_META zero embeddings and an empty context (C = 0), so that its positions are the T_META of its queries;
+  the context's width k * hidden_size tried for k = 1..8 (its own projection decides)."""
+  required = [n for n, p in params.items() if p.default is inspect.Parameter.empty and
+              p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+  width = getattr(model.config, "hidden_size", None)
+  if "input_ids" in params or not required or not isinstance(width, int) or \
+      not all(n.endswith("_embeds") or n.endswith("_hidden_states") for n in required) or \
+      not any(n.endswith("_embeds") for n in required):
+    return []
+  return [{n: torch.zeros(1, T_META, width) if n.endswith("_embeds") else torch.zeros(1, 0, k * width)
+           for n in required} for k in range(1, 9)]
+
+
+LAYER_STANDARD = {"self", "hidden_states", "attention_mask", "position_ids", "position_embeddings", "cache",
+                  "past_key_values", "past_key_value", "use_cache", "cache_position", "output_attentions", "kwargs"}
+
+
+def _layer_inputs(model, params):
+  """The tensor inputs its decoder layers take that its forward does not (Voxtral Realtime's t_cond, a conditioning
+  its composite computes and passes through **kwargs): the names of the numbered layers' forward parameters that
+  default to None, are annotated as tensors, and are neither the usual layer inputs nor the model's own."""
+  names = set()
+  for _, m in model.named_modules():
+    if isinstance(m, torch.nn.ModuleList):
+      for layer in m:
+        for name, p in inspect.signature(layer.forward).parameters.items():
+          if name not in LAYER_STANDARD and name not in params and p.default is None and \
+              "Tensor" in str(p.annotation) and "tuple" not in str(p.annotation):
+            names.add(name)
+  return sorted(names)
+
+
+def _layer_input_attempts(model, params, kwargs):
+  """The token ids with a zero [1, hidden_size] for each tensor its layers take and its forward does not give (the
+  layers' own conditioning, not their positions: what they rotate by is still the model's rotary module's)."""
+  names, width = _layer_inputs(model, params), getattr(model.config, "hidden_size", None)
+  if not names or not isinstance(width, int) or "kwargs" not in params:
+    return []
+  return [{**kwargs, **{n: torch.zeros(1, width) for n in names}}]
 
 
 CODEBOOK_KEY = re.compile(r"^num_(codebooks|channels|quantizers)$")
