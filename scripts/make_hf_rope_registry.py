@@ -153,6 +153,18 @@ OBSERVE_AT.update({"qwen3_omni_moe_text": {"head_dim": 128},
 # required, as transformers fails without it.
 OBSERVE_AT.update({"step3p5": {"sliding_window": 512}, "step3p7": {"text_config": {"sliding_window": 512}}})
 
+# Hand-written refusals (read from the model's code, which this script cannot run): the mechanism, for a type whose
+# forward needs inputs only its processor builds. ESMFold 2: its forward takes a featurized structure (token_index,
+# residue_index, asym_id, sym_id, entity_id, mol_type, res_type, ...); its atom encoder's EsmFold2RotaryEmbedding turns
+# pairs by continuous atom coordinates and a per-atom UID, not token positions.
+REFUSE = {"esmfold2": "its atom encoder's rotary module (EsmFold2RotaryEmbedding) turns its pairs by continuous "
+                      "3-D atom coordinates (ref_pos x, y, z; num_spatial_rope_pairs_per_axis pairs each) and a per-atom "
+                      "space UID, at frequencies base ** (-k / n) of its own (spatial_rope_base_frequency, "
+                      "uid_rope_base_frequency) with the rest of the head's pairs inactive: not token positions, which "
+                      "the spec takes; and its forward needs a featurized structure (token_index, residue_index, "
+                      "asym_id, ...) that only its processor builds. Its language model is ESM C: read "
+                      "from_hf_config(config['esmc_config'])"}
+
 TOKENS = [T_META]  # the token count of the current type's forward: T_META, or an audio encoder's frames after its
 # subsampling (read from the position ids its rotary module got)
 SEEN_IDS = {}  # the position ids each rotary module got in the last real forward (a vision tower's token order)
@@ -536,6 +548,10 @@ def meta_forward(model_type, config, module):
       # then inputs of other shapes, each plainly and then stubbed
       extra = _embeds_attempts(model, params) + _codebook_attempts(model, params) + _series_attempts(model, params)
       extra += _layer_input_attempts(model, params, kwargs) + _context_attempts(model, params)
+      extra += _image_context_attempts(model, params, kwargs)
+      types = {n: torch.zeros(1, T_META, dtype=torch.long) for n in params if n.endswith("token_type_ids")}
+      if types:  # a text-only prompt's token types, all 0 (Molmo 2 requires them in training mode)
+        extra.append({**kwargs, **types})
       if "patch_lengths" in params:  # BLT: given patch lengths (its patcher's sampled entropies stop the meta
         # forward; the patcher itself does not run): T_META patches over the T_META + 1 its own fallback covers, one
         # byte each and two in the last, so that its global transformer too has T_META tokens
@@ -650,6 +666,21 @@ def _context_attempts(model, params):
     return []
   return [{n: torch.zeros(1, T_META, width) if n.endswith("_embeds") else torch.zeros(1, 0, k * width)
            for n in required} for k in range(1, 9)]
+
+
+def _image_context_attempts(model, params, kwargs):
+  """A text model that cross-attends to images and requires some (Idefics: exactly one of pixel_values,
+  image_encoder_embeddings, perceiver_embeddings): one image as 4 zero encoder embeddings of its vision config's
+  width, every token allowed to see it. Its self-attention's rotation does not read them."""
+  if "image_encoder_embeddings" not in params or "image_attention_mask" not in params:
+    return []
+  vision = getattr(model.config, "vision_config", None)
+  width = next((getattr(vision, k) for k in ("embed_dim", "hidden_size") if isinstance(getattr(vision, k, None), int)),
+               None)
+  if width is None:
+    return []
+  return [{**kwargs, "image_encoder_embeddings": torch.zeros(1, 1, 4, width),
+           "image_attention_mask": torch.ones(1, T_META, 1, dtype=torch.long), "use_cache": False}]
 
 
 LAYER_STANDARD = {"self", "hidden_states", "attention_mask", "position_ids", "position_embeddings", "cache",
@@ -1737,6 +1768,8 @@ def main():
     entry = {}
     try:
       module = modeling_module(mt)
+      if mt in REFUSE:
+        raise Refused(REFUSE[mt])
       try:
         config = CONFIG_MAPPING[mt](**OBSERVE_AT.get(mt, {}))
       except Exception as e:  # noqa: BLE001
