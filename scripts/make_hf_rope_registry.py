@@ -141,6 +141,17 @@ OBSERVE_AT.update({t: {"text_config": {"partial_rotary_factor": 0.5}} for t in (
 # but no head_dim, so hidden_size / num_attention_heads = 4096 / 96 = 42 channels give 10 pairs and transformers fails;
 # GLM-4.5V's config.json sets head_dim 128. Observed there, the key required.
 OBSERVE_AT.update({"glm4v_moe_text": {"head_dim": 128}, "glm4v_moe": {"text_config": {"head_dim": 128}}})
+# Hybrid models whose default config has no attention layer (every layer Mamba), though their checkpoints have some:
+# observed with attention layers, the key required (a config without it: refused, not read as rotating nowhere).
+# Bamba: attention at attn_layer_indices (Bamba-9B's [9, 18, 27]).
+OBSERVE_AT.update({"bamba": {"attn_layer_indices": [9, 18, 27]}})
+# Zamba 2: its shared attention blocks rotate only with use_mem_rope (False by default).
+OBSERVE_AT.update({"zamba2": {"use_mem_rope": True}})
+# Granite 4.0 hybrid: RoPE only with position_embedding_type "rope" (None by default), in its full-attention layers
+# (none in the default layer_types): observed with both, attention at every eighth layer, a probe setting (its
+# layer_types are read from the file).
+OBSERVE_AT.update({"granitemoehybrid": {"position_embedding_type": "rope", "layer_types": [
+    "full_attention" if i % 8 == 7 else "linear_attention" for i in range(32)]}})
 # Qwen3-Omni's thinker text model: hidden_size 2048 over 28 heads gives 73 channels, an odd head its rotary module
 # cannot rotate (74 channels of cos); Qwen3-Omni-30B-A3B's config.json sets head_dim 128 (32 heads of 128).
 # Its thinker: that text model, and a forward that reads vision_start_token_id, which the thinker's config class does
@@ -1354,6 +1365,7 @@ def config_facts(rotary, module, top_config, head_dim):
   guarded = {k: v for k, v in serialized.items() if k != "layer_types" and GUARDED_NAME.search(k)
              and GUARDED_PART.search(k)}
   return {"config": where, "config_class": type(cfg).__name__, "follows": follows, "guarded": guarded,
+          "serialized": serialized,
           "rope_parameters": params, "rope_type": getattr(rotary, "rope_type", None),
           "n_freq": {n: len(v) for n, v in base.items()},
           "defaults": {k: serialized.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads",
@@ -1585,7 +1597,7 @@ def classify(rotations):
     if "layer_types_key" in rule:
       key, default = rule["layer_types_key"]
       types = [default[i % len(default)] for i in range(n_layers)]
-  if len(rotating) != n_layers and "nope_layers_key" not in fam and not flags:
+  if len(rotating) != n_layers and "nope_layers_key" not in fam and "rope_layers_key" not in fam and not flags:
     on = sorted({types[i] for i in rotating})
     if [i for i in range(n_layers) if types[i] in on] != rotating:
       raise Refused(f"the layers that rotate ({rotating[:6]}...) are not those of some layer types ({on})")
@@ -1622,11 +1634,48 @@ def classify(rotations):
                  sections_equal=len(sections))
   if q_temperature:
     fam["q_temperature"] = True
+  derived = _derived_keys(fam, f["config_class"], f["serialized"])
+  if derived:
+    fam["derived_keys"] = derived
   if f["config"] is not None:
     fam["sub"] = f["config"]
   if f["guarded"]:
     fam["guarded"] = f["guarded"]
   return fam
+
+
+def _derived_keys(fam, config_class, serialized):
+  """The keys the reading takes from a config.json (a rotated head dim's, a list of rotating layers) that the config
+  class computes from other keys when a file lacks them (Zamba 2's attention_head_dim = 2 * hidden_size /
+  num_attention_heads): {key: the keys whose change moves its computed value}, found by the class assigning it in
+  its own code and by doubling each integer key of a file without it. The reader refuses a file that lacks the key
+  but sets one of those (the registry's default would not be the class's); never read from the source."""
+  cls = next((c for c in CONFIG_MAPPING.values() if c.__name__ == config_class), None)
+  keys = [k for k in (fam.get("rope_head_dim_key"), (fam.get("rope_layers_key") or [None])[0]) if k]
+  try:
+    source = inspect.getsource(cls) if cls is not None else ""
+  except (OSError, TypeError):
+    source = ""
+  out = {}
+  for key in keys:
+    if not re.search(rf"self\.{key}\s*=", source):
+      continue
+    bare = {k: v for k, v in serialized.items() if k != key}
+    moved = []
+    for other, value in sorted(bare.items()):
+      if not isinstance(value, int) or isinstance(value, bool):
+        continue
+      try:
+        with warnings.catch_warnings():
+          warnings.simplefilter("ignore")
+          base = getattr(cls.from_dict(_revived(bare)), key)
+          changed = getattr(cls.from_dict(_revived({**bare, other: 2 * value})), key)
+      except Exception:  # noqa: BLE001  a value the class cannot take
+        continue
+      if changed != base:
+        moved.append(other)
+    out[key] = moved
+  return out
 
 
 def split_parts(rotations):
@@ -1684,6 +1733,9 @@ def _layer_rule(lists, rotating, n_layers):
       on = {types[i] for i in rotating}
       if on and all((types[i] in on) == (i in rotating) for i in range(n_layers)):
         return {"layer_types_key": [key, value]}
+  for key, value in sorted(lists.items()):  # the layers a list names are those that rotate (Bamba's attention layers)
+    if all(isinstance(x, int) for x in value) and sorted(value) == sorted(rotating):
+      return {"rope_layers_key": [key, value]}
   return None
 
 
