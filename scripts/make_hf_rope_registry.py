@@ -140,6 +140,44 @@ OBSERVE_AT = {t: {"partial_rotary_factor": 0.5} for t in ("glm4v_text", "glm_ima
 # transformers itself); its checkpoints set it (Hunyuan-7B: 128)
 OBSERVE_AT.update({t: {"head_dim": 128} for t in ("hunyuan_v1_dense", "hunyuan_v1_moe")})
 OBSERVE_AT.update({t: {"text_config": {"partial_rotary_factor": 0.5}} for t in ("glm4v", "glm_image")})
+# GLM-4.5V's text model: the same split of 32 pairs, with partial_rotary_factor 0.5 already in its default config
+# but no head_dim, so hidden_size / num_attention_heads = 4096 / 96 = 42 channels give 10 pairs and transformers fails;
+# GLM-4.5V's config.json sets head_dim 128. Observed there, the key required.
+OBSERVE_AT.update({"glm4v_moe_text": {"head_dim": 128}, "glm4v_moe": {"text_config": {"head_dim": 128}}})
+# Hybrid models whose default config has no attention layer (every layer Mamba), though their checkpoints have some:
+# observed with attention layers, the key required (a config without it: refused, not read as rotating nowhere).
+# Bamba: attention at attn_layer_indices (Bamba-9B's [9, 18, 27]).
+OBSERVE_AT.update({"bamba": {"attn_layer_indices": [9, 18, 27]}})
+# Zamba 2: its shared attention blocks rotate only with use_mem_rope (False by default).
+OBSERVE_AT.update({"zamba2": {"use_mem_rope": True}})
+# Granite 4.0 hybrid: RoPE only with position_embedding_type "rope" (None by default), in its full-attention layers
+# (none in the default layer_types): observed with both, attention at every eighth layer, a probe setting (its
+# layer_types are read from the file).
+OBSERVE_AT.update({"granitemoehybrid": {"position_embedding_type": "rope", "layer_types": [
+    "full_attention" if i % 8 == 7 else "linear_attention" for i in range(32)]}})
+# Qwen3-Omni's thinker text model: hidden_size 2048 over 28 heads gives 73 channels, an odd head its rotary module
+# cannot rotate (74 channels of cos); Qwen3-Omni-30B-A3B's config.json sets head_dim 128 (32 heads of 128).
+# Its thinker: that text model, and a forward that reads vision_start_token_id, which the thinker's config class does
+# not define (the talker's config defaults it to 151652, the checkpoint's): set too, not required (it moves no
+# rotation of a text-only prompt; only the text model's keys are).
+OBSERVE_AT.update({"qwen3_omni_moe_text": {"head_dim": 128},
+                   "qwen3_omni_moe_thinker": {"vision_start_token_id": 151652, "text_config": {"head_dim": 128}}})
+# Step 3.5 / 3.7's text model: its forward builds the sliding-window mask whatever its layer_types say, and fails
+# where sliding_window is None (its default); the value only sizes that mask. Observed with one (512) set, the key
+# required, as transformers fails without it.
+OBSERVE_AT.update({"step3p5": {"sliding_window": 512}, "step3p7": {"text_config": {"sliding_window": 512}}})
+
+# Hand-written refusals (read from the model's code, which this script cannot run): the mechanism, for a type whose
+# forward needs inputs only its processor builds. ESMFold 2: its forward takes a featurized structure (token_index,
+# residue_index, asym_id, sym_id, entity_id, mol_type, res_type, ...); its atom encoder's EsmFold2RotaryEmbedding turns
+# pairs by continuous atom coordinates and a per-atom UID, not token positions.
+REFUSE = {"esmfold2": "its atom encoder's rotary module (EsmFold2RotaryEmbedding) turns its pairs by continuous "
+                      "3-D atom coordinates (ref_pos x, y, z; num_spatial_rope_pairs_per_axis pairs each) and a per-atom "
+                      "space UID, at frequencies base ** (-k / n) of its own (spatial_rope_base_frequency, "
+                      "uid_rope_base_frequency) with the rest of the head's pairs inactive: not token positions, which "
+                      "the spec takes; and its forward needs a featurized structure (token_index, residue_index, "
+                      "asym_id, ...) that only its processor builds. Its language model is ESM C: read "
+                      "from_hf_config(config['esmc_config'])"}
 
 TOKENS = [T_META]  # the token count of the current type's forward: T_META, or an audio encoder's frames after its
 # subsampling (read from the position ids its rotary module got)
@@ -461,10 +499,13 @@ def meta_forward(model_type, config, module):
   if cls is None:
     raise Refused("no transformers model class to run")
   calls, outputs, depth, shapes, how, paths = [], {}, [0], {}, [None], {}
+  alive = []  # the rotary outputs recorded by id, kept alive: a freed one's id taken by a later q would read as
+  # a rotary output (Kyutai STT: a rotary module per layer, each output freed after its layer)
 
   def hook(mod, args, kwargs, out):
     for i, t in enumerate(out if isinstance(out, tuple) else (out,)):
       if torch.is_tensor(t):
+        alive.append(t)
         outputs[id(t)] = (paths[id(mod)], [v for v in args if isinstance(v, (str, int, float))],
                           {k: v for k, v in kwargs.items() if isinstance(v, (str, int, float))}, i)
     shapes[paths[id(mod)]] = [list(a.shape) for a in [*args, *kwargs.values()] if torch.is_tensor(a)]
@@ -516,15 +557,33 @@ def meta_forward(model_type, config, module):
       attempts = [kwargs]
       if "use_cache" in params:  # some models' caches need real values: run without one
         attempts.append({**kwargs, "use_cache": False, "attention_mask": torch.ones(1, T_META, dtype=torch.long)})
-    if stub:
+      if stub:
+        attempts.append(None)
+      # then inputs of other shapes, each plainly and then stubbed
+      extra = _embeds_attempts(model, params) + _codebook_attempts(model, params) + _series_attempts(model, params)
+      extra += _layer_input_attempts(model, params, kwargs) + _context_attempts(model, params)
+      extra += _image_context_attempts(model, params, kwargs)
+      types = {n: torch.zeros(1, T_META, dtype=torch.long) for n in params if n.endswith("token_type_ids")}
+      if types:  # a text-only prompt's token types, all 0 (Molmo 2 requires them in training mode)
+        extra.append({**kwargs, **types})
+      if "patch_lengths" in params:  # BLT: given patch lengths (its patcher's sampled entropies stop the meta
+        # forward; the patcher itself does not run): T_META patches over the T_META + 1 its own fallback covers, one
+        # byte each and two in the last, so that its global transformer too has T_META tokens
+        lengths = torch.ones(1, T_META, dtype=torch.long)
+        lengths[0, -1] = 2
+        extra.append({**kwargs, "patch_lengths": lengths, "use_cache": False})
+      attempts += extra + ([("stubbed", a) for a in extra] if stub else [])
+    elif stub:
       attempts.append(None)
-    for attempt in attempts:
+    for n, attempt in enumerate(attempts):
       calls.clear()
       outputs.clear()
+      alive.clear()
       try:
-        if attempt is None:  # last: data-dependent reads on meta tensors get zeros (MoE routing, mask checks)
+        if attempt is None or isinstance(attempt, tuple):  # data-dependent reads on meta tensors get zeros (MoE
+          # routing, mask checks): the token ids' last plain attempt, or a stubbed one of the other inputs
           with meta_values_stubbed():
-            model(**attempts[-2])
+            model(**(attempts[n - 1] if attempt is None else attempt[1]))
           how[0] = "stubbed"
         else:
           model(**attempt)
@@ -582,6 +641,117 @@ def meta_forward(model_type, config, module):
   for c in calls:
     c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
   return calls, shapes, model
+
+
+def _embeds_attempts(model, params):
+  """A forward that takes embeddings and refuses token ids (Qwen3-Omni's talker code predictor): T_META zero
+  embeddings of the width its input embedding table gives, tried after the token ids."""
+  if "inputs_embeds" not in params:
+    return []
+  width = None
+  with contextlib.suppress(Exception):
+    width = model.get_input_embeddings().weight.shape[-1]
+  width = width or getattr(model.config, "hidden_size", None)  # its embedding table elsewhere (a ModuleList)
+  return [{"inputs_embeds": torch.zeros(1, T_META, width)}] if isinstance(width, int) else []
+
+
+def _series_attempts(model, params):
+  """A time-series model's forward (TimesFM 2.5: past_values [B, L], cut into patches of its patch_length): a
+  random series of T_META patches, so its tokens are T_META as for token ids."""
+  if "past_values" not in params or "input_ids" in params:
+    return []
+  values = json.loads(model.config.to_json_string(use_diff=False))
+  patch = next((values[k] for k in ("patch_length", "patch_len", "patch_size") if isinstance(values.get(k), int)), 1)
+  torch.manual_seed(0)
+  return [{"past_values": torch.randn(1, T_META * patch)}]
+
+
+def _context_attempts(model, params):
+  """A drafter whose forward takes no token ids but embeddings and a context of another model's hidden states
+  (MuseGlimmer's assistant: noise_embeds [B, T, hidden], context_hidden_states [B, C, k * hidden] that its keys
+  prepend): T_META zero embeddings and an empty context (C = 0), so that its positions are the T_META of its queries;
+  the context's width k * hidden_size tried for k = 1..8 (its own projection decides)."""
+  required = [n for n, p in params.items() if p.default is inspect.Parameter.empty and
+              p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+  width = getattr(model.config, "hidden_size", None)
+  if "input_ids" in params or not required or not isinstance(width, int) or \
+      not all(n.endswith("_embeds") or n.endswith("_hidden_states") for n in required) or \
+      not any(n.endswith("_embeds") for n in required):
+    return []
+  return [{n: torch.zeros(1, T_META, width) if n.endswith("_embeds") else torch.zeros(1, 0, k * width)
+           for n in required} for k in range(1, 9)]
+
+
+def _image_context_attempts(model, params, kwargs):
+  """A text model that cross-attends to images and requires some (Idefics: exactly one of pixel_values,
+  image_encoder_embeddings, perceiver_embeddings): one image as 4 zero encoder embeddings of its vision config's
+  width, every token allowed to see it. Its self-attention's rotation does not read them."""
+  if "image_encoder_embeddings" not in params or "image_attention_mask" not in params:
+    return []
+  vision = getattr(model.config, "vision_config", None)
+  width = next((getattr(vision, k) for k in ("embed_dim", "hidden_size") if isinstance(getattr(vision, k, None), int)),
+               None)
+  if width is None:
+    return []
+  return [{**kwargs, "image_encoder_embeddings": torch.zeros(1, 1, 4, width),
+           "image_attention_mask": torch.ones(1, T_META, 1, dtype=torch.long), "use_cache": False}]
+
+
+LAYER_STANDARD = {"self", "hidden_states", "attention_mask", "position_ids", "position_embeddings", "cache",
+                  "past_key_values", "past_key_value", "use_cache", "cache_position", "output_attentions", "kwargs"}
+
+
+def _layer_inputs(model, params):
+  """The tensor inputs its decoder layers take that its forward does not (Voxtral Realtime's t_cond, a conditioning
+  its composite computes and passes through **kwargs): the names of the numbered layers' forward parameters that
+  default to None, are annotated as tensors, and are neither the usual layer inputs nor the model's own."""
+  names = set()
+  for _, m in model.named_modules():
+    if isinstance(m, torch.nn.ModuleList):
+      for layer in m:
+        for name, p in inspect.signature(layer.forward).parameters.items():
+          if name not in LAYER_STANDARD and name not in params and p.default is None and \
+              "Tensor" in str(p.annotation) and "tuple" not in str(p.annotation):
+            names.add(name)
+  return sorted(names)
+
+
+def _layer_input_attempts(model, params, kwargs):
+  """The token ids with a zero [1, hidden_size] for each tensor its layers take and its forward does not give (the
+  layers' own conditioning, not their positions: what they rotate by is still the model's rotary module's)."""
+  names, width = _layer_inputs(model, params), getattr(model.config, "hidden_size", None)
+  if not names or not isinstance(width, int) or "kwargs" not in params:
+    return []
+  return [{**kwargs, **{n: torch.zeros(1, width) for n in names}}]
+
+
+CODEBOOK_KEY = re.compile(r"^num_(codebooks|channels|quantizers)$")
+
+
+def _codebook_attempts(model, params):
+  """Token ids with a codebook axis (an audio codec's streams): [1, T, K] (Kyutai STT: K = num_codebooks + 1, its
+  text stream first), [1, K, T] (Dia's decoder_input_ids, read as K streams of T tokens), K from the config's (or a
+  sub-config's) codebook or channel count. Only the ids' shape is chosen: the layers and rotations are the model's."""
+  values = json.loads(model.config.to_json_string(use_diff=False))
+  places = [values] + [v for v in values.values() if isinstance(v, dict)]
+  counts = sorted({v for place in places for k, v in place.items() if CODEBOOK_KEY.match(k) and isinstance(v, int)
+                   and not isinstance(v, bool) and 1 < v and v + 1 != T_META and v != T_META})
+  key = "decoder_input_ids" if "decoder_input_ids" in params else "input_ids"
+  context = {}
+  if "encoder_hidden_states" in params and "decoder_input_ids" not in params:  # a decoder alone (Dia's): zero encoder
+    # states of the width its cross-attention takes (cross_hidden_size, else hidden_size)
+    width = next((values[k] for k in ("cross_hidden_size", "encoder_hidden_size", "hidden_size")
+                  if isinstance(values.get(k), int)), None)
+    if width:
+      context = {"encoder_hidden_states": torch.zeros(1, T_META, width)}
+  out = []
+  for k in counts:
+    for shape in ((1, T_META, k), (1, T_META, k + 1), (1, k, T_META)):
+      attempt = {key: torch.zeros(*shape, dtype=torch.long), **context}
+      if key == "decoder_input_ids":
+        attempt["input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
+      out.append(attempt)
+  return out
 
 
 def merge_order(height, width, merge):
@@ -1201,6 +1371,7 @@ def config_facts(rotary, module, top_config, head_dim):
   guarded = {k: v for k, v in serialized.items() if k != "layer_types" and GUARDED_NAME.search(k)
              and GUARDED_PART.search(k)}
   return {"config": where, "config_class": type(cfg).__name__, "follows": follows, "guarded": guarded,
+          "serialized": serialized,
           "rope_parameters": params, "rope_type": getattr(rotary, "rope_type", None),
           "n_freq": {n: len(v) for n, v in base.items()},
           "defaults": {k: serialized.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads",
@@ -1432,7 +1603,7 @@ def classify(rotations):
     if "layer_types_key" in rule:
       key, default = rule["layer_types_key"]
       types = [default[i % len(default)] for i in range(n_layers)]
-  if len(rotating) != n_layers and "nope_layers_key" not in fam and not flags:
+  if len(rotating) != n_layers and "nope_layers_key" not in fam and "rope_layers_key" not in fam and not flags:
     on = sorted({types[i] for i in rotating})
     if [i for i in range(n_layers) if types[i] in on] != rotating:
       raise Refused(f"the layers that rotate ({rotating[:6]}...) are not those of some layer types ({on})")
@@ -1469,11 +1640,48 @@ def classify(rotations):
                  sections_equal=len(sections))
   if q_temperature:
     fam["q_temperature"] = True
+  derived = _derived_keys(fam, f["config_class"], f["serialized"])
+  if derived:
+    fam["derived_keys"] = derived
   if f["config"] is not None:
     fam["sub"] = f["config"]
   if f["guarded"]:
     fam["guarded"] = f["guarded"]
   return fam
+
+
+def _derived_keys(fam, config_class, serialized):
+  """The keys the reading takes from a config.json (a rotated head dim's, a list of rotating layers) that the config
+  class computes from other keys when a file lacks them (Zamba 2's attention_head_dim = 2 * hidden_size /
+  num_attention_heads): {key: the keys whose change moves its computed value}, found by the class assigning it in
+  its own code and by doubling each integer key of a file without it. The reader refuses a file that lacks the key
+  but sets one of those (the registry's default would not be the class's); never read from the source."""
+  cls = next((c for c in CONFIG_MAPPING.values() if c.__name__ == config_class), None)
+  keys = [k for k in (fam.get("rope_head_dim_key"), (fam.get("rope_layers_key") or [None])[0]) if k]
+  try:
+    source = inspect.getsource(cls) if cls is not None else ""
+  except (OSError, TypeError):
+    source = ""
+  out = {}
+  for key in keys:
+    if not re.search(rf"self\.{key}\s*=", source):
+      continue
+    bare = {k: v for k, v in serialized.items() if k != key}
+    moved = []
+    for other, value in sorted(bare.items()):
+      if not isinstance(value, int) or isinstance(value, bool):
+        continue
+      try:
+        with warnings.catch_warnings():
+          warnings.simplefilter("ignore")
+          base = getattr(cls.from_dict(_revived(bare)), key)
+          changed = getattr(cls.from_dict(_revived({**bare, other: 2 * value})), key)
+      except Exception:  # noqa: BLE001  a value the class cannot take
+        continue
+      if changed != base:
+        moved.append(other)
+    out[key] = moved
+  return out
 
 
 def split_parts(rotations):
@@ -1531,6 +1739,9 @@ def _layer_rule(lists, rotating, n_layers):
       on = {types[i] for i in rotating}
       if on and all((types[i] in on) == (i in rotating) for i in range(n_layers)):
         return {"layer_types_key": [key, value]}
+  for key, value in sorted(lists.items()):  # the layers a list names are those that rotate (Bamba's attention layers)
+    if all(isinstance(x, int) for x in value) and sorted(value) == sorted(rotating):
+      return {"rope_layers_key": [key, value]}
   return None
 
 
@@ -1615,6 +1826,8 @@ def main():
     entry = {}
     try:
       module = modeling_module(mt)
+      if mt in REFUSE:
+        raise Refused(REFUSE[mt])
       try:
         config = CONFIG_MAPPING[mt](**OBSERVE_AT.get(mt, {}))
       except Exception as e:  # noqa: BLE001
@@ -1674,8 +1887,8 @@ def main():
             entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
           if mt in OBSERVE_AT:  # the keys it was observed at, which a config must set
             entry["observed_at"] = OBSERVE_AT[mt]
-            entry["family"]["required"] = sorted(next(iter(OBSERVE_AT[mt].values())) if "text_config" in
-                                                 OBSERVE_AT[mt] else OBSERVE_AT[mt])
+            at = OBSERVE_AT[mt]["text_config"] if "text_config" in OBSERVE_AT[mt] else OBSERVE_AT[mt]
+            entry["family"]["required"] = dict(sorted(at.items()))  # {key: the value observed at}
           for r, summary in zip(rotations, entry["rotations"], strict=True):
             summary["layers"] = r["layers"]  # HRM: the layers the config counts, all rotating as its blocks do
           if any(f.get("q_temperature") for f in entry.get("parts", {"": entry.get("family")}).values()):
@@ -1874,6 +2087,14 @@ def delegate(out):
                                              f"from_hf_config(config[{key!r}]) for that part")
 
 
+def _runs_only_inside(sub_type, composite, out):
+  """Whether a sub-config type's own forward failed for want of what its composite gives it (BLT's local encoder
+  takes the patch ids and states BltModel builds), its model class defined in its composite's modeling module: the
+  composite's run is then that class's run."""
+  return out[sub_type]["reason"].startswith("its forward fails") and \
+      model_type_to_module_name(sub_type) == model_type_to_module_name(composite)
+
+
 def inherit_sub_configs(out):
   """A sub-config type with no model class of its own (Ernie 4.5-VL's text model) was observed inside its
   composite, whose family reads that sub-config (`sub`): the sub-config type, read alone, is that family without the
@@ -1889,8 +2110,8 @@ def inherit_sub_configs(out):
       continue
     for part, fam in (entry["parts"].items() if "parts" in entry else [(None, entry["family"])]):
       sub_type = getattr(getattr(config, fam.get("sub") or "", None), "model_type", None)
-      if sub_type in out and out[sub_type]["status"] == "refused" and \
-          out[sub_type]["reason"] == "no transformers model class to run":
+      if sub_type in out and out[sub_type]["status"] == "refused" and (
+          out[sub_type]["reason"] == "no transformers model class to run" or _runs_only_inside(sub_type, mt, out)):
         found.setdefault(sub_type, []).append(({k: v for k, v in fam.items() if k != "sub"}, [mt, fam["sub"], part]))
   for sub_type, seen in found.items():
     if len({json.dumps(f, sort_keys=True) for f, _ in seen}) == 1:

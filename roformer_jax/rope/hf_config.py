@@ -29,6 +29,7 @@ import difflib
 import functools
 import json
 import math
+import re
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any
@@ -49,6 +50,9 @@ from roformer_jax.rope.spec import RotaryConfig
 #   mrope: "chunked" / "interleaved" (M-RoPE); mrope_forced: the class ignores mrope_interleaved
 #   layer_types: (pattern kind, key, default) giving each layer's type when the file has none
 #   rope_on: the layer types that apply RoPE (others are NoPE); None = all
+#   derived_keys: {key: sources}: a key read from the file that the config class computes from `sources` when
+#     absent: refused without it where the file sets one of them
+#   rope_layers_key: [key, default]: the config list of the layer indices that rotate (Bamba's attn_layer_indices)
 #   no_rope_layers: the layer's RoPE flag comes from `no_rope_layers` (1 = RoPE: inverted name)
 #   legacy: {v4 key: layer type} keys that set that layer type's theta
 #   v4_scaling_to: the layer type a v4 `rope_scaling` applies to (Gemma 3: full_attention)
@@ -547,6 +551,20 @@ def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type:
     for key, ltype in fam.get("legacy", {}).items():
       if ltype == layer_type and key in cfg and not nested:
         p.setdefault("rope_theta", cfg[key])
+    if not nested:
+      # a root rope_theta / partial_rotary_factor(s) beside rope parameters the model keys by layer type, with no
+      # observed reading of which types it sets (Step 3.5's per-layer lists, which its config class turns into
+      # per-type parameters): refused, not ignored
+      unread = sorted(k for k in cfg if _ROOT_ROPE_KEY.fullmatch(k) and k not in fam.get("legacy", {}))
+      if unread:
+        raise ValueError(f"the config sets {', '.join(unread)} at its root, but this model keys its rope parameters "
+                         f"by layer type ({sorted(theta_default)}) and the registry observed no reading of which "
+                         f"layer types a root {unread[0]} sets ({_made_from()}): give rope_parameters per layer "
+                         "type as transformers saves them.")
+    if layer_type not in theta_default:
+      raise ValueError(f"layer type {layer_type!r} has no rope parameters in the config, and the registry observed "
+                       f"this model's only for {sorted(theta_default)} ({_made_from()}): give rope_parameters per "
+                       "layer type as transformers saves them.")
     p.setdefault("rope_theta", theta_default[layer_type])
   else:
     theta_key = fam.get("legacy_theta")
@@ -556,6 +574,8 @@ def _rope_parameters(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type:
     p["rope_type"] = "default"
   return p
 
+
+_ROOT_ROPE_KEY = re.compile(r"rope_theta|partial_rotary_factors?")
 
 # per_layer_config keys that do not touch q and k's rotation: a layer may override them freely.
 _LAYER_NEUTRAL = frozenset({"num_key_value_heads", "intermediate_size", "moe_intermediate_size", "sliding_window",
@@ -606,7 +626,7 @@ def _head_dim(cfg: Mapping[str, Any], fam: Mapping[str, Any], layer_type: str | 
   hidden = cfg.get("hidden_size", fam.get("hidden_size"))
   heads = cfg.get("num_attention_heads", fam.get("num_attention_heads"))
   if fam.get("rope_head_dim_key"):
-    return int(cfg.get(fam["rope_head_dim_key"], fam["head_dim"]))
+    return int(cfg.get(fam["rope_head_dim_key"], fam["head_dim"]))  # (a derived key: checked present before)
   if fam.get("head_dim_from"):  # observed: a vision tower's embed_dim / num_heads
     width, count, width_default, count_default = fam["head_dim_from"]
     return int(cfg.get(width) or width_default) // int(cfg.get(count) or count_default)
@@ -716,7 +736,29 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       raise ValueError(f"model_type {model_type!r}: the config sets {key}={cfg[key]!r}, but the registry observed this "
                        f"model only with {key}={default!r} ({_made_from()}); what another value changes (which layers "
                        "rotate, with what) is not observed, so it is not read.")
+  for key in fam.get("required", ()):  # observed only at a key its default config lacks (GLM-4.1V's partial factor)
+    given = [cfg] + [v for v in (cfg.get("rope_parameters"), cfg.get("rope_scaling")) if isinstance(v, Mapping)]
+    if all(g.get(key) is None for g in given):  # the file's own keys, not the registry's defaults
+      required = fam["required"]  # {key: the value observed at} (a list of keys in older registries)
+      seen = required[key] if isinstance(required, Mapping) else fam["default_rope_parameters"].get(key)
+      raise ValueError(f"model_type {model_type!r}: the config sets no {key}; the registry observed this model only "
+                       f"with {key}={seen!r} ({_made_from()}), as its default config either builds no working model in "
+                       f"transformers or has no layer that rotates: set {key}.")
+    required = fam["required"]
+    if isinstance(required, Mapping) and isinstance(required[key], (bool, str)):  # a switch (Zamba 2's use_mem_rope,
+      # Granite 4.0-H's position_embedding_type "rope"): read only at the value observed
+      value = next(g.get(key) for g in given if g.get(key) is not None)
+      if value != required[key]:
+        raise ValueError(f"model_type {model_type!r}: the config sets {key}={value!r}; the registry observed this "
+                         f"model only with {key}={required[key]!r} ({_made_from()}), so what {value!r} does to its "
+                         "rotation is not read.")
 
+  for key, sources in fam.get("derived_keys", {}).items():  # read from the file; computed by the class from
+    # `sources` where a file lacks it: the registry's default holds only where the file sets none of them either
+    if cfg.get(key) is None and any(k in cfg for k in sources):
+      raise ValueError(f"model_type {model_type!r}: the config has no {key}, which its config class computes from "
+                       f"{', '.join(sources)} when a file lacks it; the registry reads {key} only as a file gives it "
+                       f"({_made_from()}): add {key}.")
   num_layers = int(cfg.get(fam.get("layers_key") or "num_hidden_layers", fam.get("num_hidden_layers") or 1))
   index = 0 if layer is None else layer
   if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
@@ -742,6 +784,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
                        f"({num_layers} layers; 1 = the layer rotates).")
     if not flags[index]:
       return None
+  if fam.get("rope_layers_key"):  # observed: only the layers this list names rotate (Bamba's attn_layer_indices)
+    key, default = fam["rope_layers_key"]
+    if index not in (cfg[key] if cfg.get(key) is not None else default):
+      return None
   if fam.get("nope_layers_key"):  # observed: the layers this list names do not rotate (Mllama's cross-attention)
     key, default = fam["nope_layers_key"]
     if index in (cfg[key] if cfg.get(key) is not None else default):
@@ -751,12 +797,6 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   p = _rope_parameters(cfg, fam, layer_type if isinstance(fam["theta"], dict) or nested else None)
   if not p and nested:
     return None  # a None entry of rope_parameters: "possibly a NoPE layer"
-  for key in fam.get("required", ()):  # observed only at a key its default config lacks (GLM-4.1V's partial factor)
-    given = [cfg] + [v for v in (cfg.get("rope_parameters"), cfg.get("rope_scaling")) if isinstance(v, Mapping)]
-    if all(g.get(key) is None for g in given):  # the file's own keys, not the registry's defaults
-      raise ValueError(f"model_type {model_type!r}: the config sets no {key}; transformers builds no working model "
-                       f"of this type without it (its default config fails), and the registry observed it with "
-                       f"{key}={fam['default_rope_parameters'].get(key)!r} ({_made_from()}): set {key}.")
   q_temperature = None
   if p.get("llama_4_scaling_beta") is not None:
     if not fam.get("q_temperature"):
