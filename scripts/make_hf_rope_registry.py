@@ -1837,6 +1837,11 @@ def main():
       pixel_cls = model_class(mt, config, module) if rotary else None
       if not rotary:
         entry = {"status": "no_rope"}
+      elif (reach := _default_reach(mt, config, module)) in ("never", "other_settings"):
+        # no module its default config builds reaches the rotary code, whatever its inputs: "never" (the rotary code
+        # serves another model of its file), or only through a class other settings build (Bamba's attention)
+        entry = {"status": "no_rope", ("unreachable_rotary_code" if reach == "never" else "unused_rotary_code"):
+                 sorted(rotary)[:6]}
       elif pixel_cls is not None and pixel.takes_pixels(pixel_cls, mt):  # a tower on pixels: fitted like a latent grid
         try:
           entry, golden = pixel.observe(mt, config, pixel_cls, shrunk)
@@ -1851,11 +1856,6 @@ def main():
                          "pixel": golden}
         else:  # no rotary call on an image
           entry = {"status": "no_rope", "unused_rotary_code": sorted(rotary)[:6]}
-      elif (reach := _default_reach(mt, config, module)) in ("never", "other_settings"):
-        # no module its default config builds reaches the rotary code, whatever its inputs: "never" (the rotary code
-        # serves another model of its file), or only through a class other settings build (Bamba's attention)
-        entry = {"status": "no_rope", ("unreachable_rotary_code" if reach == "never" else "unused_rotary_code"):
-                 sorted(rotary)[:6]}
       elif getattr(getattr(pixel_cls, "forward", None), "__name__", "") == "_forward_unimplemented":
         # a composite with no forward of its own (Qwen2.5-Omni: generate() runs its parts): its parts are read
         # through its sub-configs (delegate)
