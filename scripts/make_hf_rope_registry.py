@@ -458,6 +458,7 @@ def meta_forward(model_type, config, module):
   if cls is None:
     raise Refused("no transformers model class to run")
   calls, outputs, depth, shapes, how, paths = [], {}, [0], {}, [None], {}
+  tagged = []  # a tower's rotary outputs, kept to find them again reordered by token (_reordered_rotary_output)
 
   def hook(mod, args, kwargs, out):
     for i, t in enumerate(out if isinstance(out, tuple) else (out,)):
@@ -468,6 +469,9 @@ def meta_forward(model_type, config, module):
     ids = [a for a in [*args, *kwargs.values()] if torch.is_tensor(a) and not a.is_meta and not a.is_floating_point()]
     if ids:
       SEEN_IDS[paths[id(mod)]] = ids[0].tolist()
+    if how[0] == "vision":  # a tower: its outputs' token rows made distinct, to follow them through a reorder
+      return _tagged_rotary_output(out, outputs, tagged)
+    return None
 
   saved = candidates(module)
   for name, fn in saved.items():
@@ -475,6 +479,7 @@ def meta_forward(model_type, config, module):
       caller = sys._getframe(1).f_locals.get("self")
       if depth[0]:  # a candidate called by a candidate (rotate_half inside apply_rotary_pos_emb)
         return _fn(*a, **k)
+      order = _reordered_rotary_output([*a, *k.values()], outputs, tagged)
       sources = [outputs.get(id(t))[:3] for t in [*a, *k.values()] if torch.is_tensor(t) and id(t) in outputs]
       calls.append({"fn": _name, "caller": type(caller).__name__ if caller is not None else None,
                     "caller_path": _caller_path(paths.get(id(caller)) if caller is not None else None),
@@ -485,6 +490,8 @@ def meta_forward(model_type, config, module):
                     "tensor_kwargs": {kk: _role(v, outputs) for kk, v in k.items() if torch.is_tensor(v)},
                     "kwargs": {kk: v for kk, v in k.items() if isinstance(v, (str, int, float, bool))},
                     "rotary": next((s for s in sources if s is not None), None)})
+      if order is not None:
+        calls[-1]["token_order"] = order
       depth[0] += 1
       try:
         return _fn(*a, **k)
@@ -518,6 +525,7 @@ def meta_forward(model_type, config, module):
     for attempt in attempts:
       calls.clear()
       outputs.clear()
+      tagged.clear()
       try:
         if attempt is None:  # last: data-dependent reads on meta tensors get zeros (MoE routing, mask checks)
           with meta_values_stubbed():
@@ -581,6 +589,53 @@ def meta_forward(model_type, config, module):
   return calls, shapes, model
 
 
+def _tagged_rotary_output(out, outputs, tagged):
+  """A vision tower's rotary output with every token's row made distinct (token i's values + i / 1024: the forward
+  only has to run), so that an apply that gets its rows reordered can be traced back to it (Qwen2.5-VL permutes
+  cos/sin by its window index between its rotary module and its attention). The token axis: the first of length
+  N_VISION. Returns the output to use, the tagged tensors recorded as `outputs` records the originals."""
+  items = out if isinstance(out, tuple) else (out,)
+  new = []
+  for t in items:
+    axis = next((i for i, n in enumerate(t.shape) if n == N_VISION), None) if torch.is_tensor(t) else None
+    if axis is None or not t.is_floating_point() or t.is_meta:
+      new.append(t)
+      continue
+    shape = [1] * t.dim()
+    shape[axis] = N_VISION
+    tag = t + (torch.arange(N_VISION, dtype=torch.float32) / 1024).reshape(shape).to(t.dtype)
+    outputs[id(tag)] = outputs[id(t)]
+    tagged.append((tag, axis, t))  # the untagged output kept alive too: its id must not be reused while recorded
+    new.append(tag)
+  return tuple(new) if isinstance(out, tuple) else new[0]
+
+
+def _reordered_rotary_output(args, outputs, tagged):
+  """Where an apply gets a tensor that is a tagged rotary output with its tokens reordered (rows t[j] = o[order[j]]
+  along the token axis, every row matched exactly, each once), that tensor is recorded as the rotary output's (its
+  rotation is the same per position) and the order is returned: the tower rotates token j by the position ids of
+  token order[j]. All such tensors of one call must share one order. None where no argument is reordered."""
+  found = set()
+  for t in args:
+    if torch.is_tensor(t) and id(t) in outputs and len(outputs[id(t)]) > 4:  # found reordered by an earlier call
+      found.add(outputs[id(t)][4])
+    if not torch.is_tensor(t) or id(t) in outputs or t.is_meta or not t.is_floating_point():
+      continue
+    for o, axis, _ in tagged:
+      if o.shape != t.shape or o.dtype != t.dtype:
+        continue
+      rows = {o.select(axis, i).double().numpy().tobytes(): i for i in range(N_VISION)}
+      order = [rows.get(t.select(axis, j).double().numpy().tobytes()) for j in range(N_VISION)]
+      if len(rows) == N_VISION and None not in order and sorted(order) != order and \
+          sorted(order) == list(range(N_VISION)):
+        outputs[id(t)] = (*outputs[id(o)][:4], tuple(order), t)  # (the order, and the tensor kept alive)
+        found.add(tuple(order))
+        break
+  if len(found) > 1:
+    raise Refused("an apply gets a rotary module's outputs reordered by two different token orders")
+  return list(found.pop()) if found else None
+
+
 def merge_order(height, width, merge):
   """(row, col) of a height x width grid's patches in m x m merge blocks, raster inside each (Qwen-VL)."""
   rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
@@ -603,8 +658,57 @@ def token_order(ids, config):
     return {"merge_size_key": key}
   if np.array_equal(ids, merge_order(h, w, 1)):
     return {"merge_size": 1}
+  windowed = window_token_order(ids, config)
+  if windowed is not None:
+    return windowed
   raise Refused(f"its tower orders its tokens' (row, col) ids as {ids[:6].tolist()}..., neither raster nor in "
                 "merge blocks")
+
+
+def _reordered_ids(ids, calls):
+  """The ids each token of a tower's attention is rotated by: its rotary module's ids, reordered where every apply
+  got the rotary outputs reordered by one token order (Qwen2.5-VL's window index); Refused where the applies
+  disagree (some reordered, some not, or by different orders)."""
+  orders = {json.dumps(c.get("token_order")) for c in calls}
+  if len(orders) != 1:
+    raise Refused("its layers get the rotary module's outputs in different token orders")
+  order = calls[0].get("token_order")
+  return ids if ids is None or order is None else np.asarray(ids)[order].tolist()
+
+
+def window_merge_order(height, width, merge, window):
+  """(row, col) of a height x width grid's patches in windows of window x window merge blocks (Qwen2.5-VL's window
+  attention, written here from its description: the merge-block grid cut into windows from the top left, the
+  windows at the right and bottom edges partial, windows in raster order, raster order of the blocks inside each
+  window, merge_order inside each block)."""
+  blocks = merge_order(height, width, merge).reshape(height // merge, width // merge, merge * merge, 2)
+  out = []
+  for r0 in range(0, height // merge, window):
+    for c0 in range(0, width // merge, window):
+      out.append(blocks[r0:r0 + window, c0:c0 + window].reshape(-1, 2))
+  return np.concatenate(out)
+
+
+def window_token_order(ids, config):
+  """A tower whose ids are merge_order's reordered into windows (window_merge_order): {"merge_size_key": ...,
+  "window_size_key": ..., "patch_size_key": ...}, the window being window_size // (merge * patch) merge blocks
+  per side, read from the config's int keys that give the observed order; else None. The candidate keys are
+  those named for a window or a patch; the order must be the one these values give and no plain merge order."""
+  ints = {k: v for k, v in json.loads(config.to_json_string(use_diff=False)).items()
+          if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+  _, h, w = VISION_GRID
+  found = []
+  for mkey in ("spatial_merge_size", "merge_size"):
+    for wkey in (k for k in ints if "window" in k):
+      for pkey in (k for k in ints if "patch_size" in k and "temporal" not in k):
+        if mkey not in ints or h % ints[mkey] or w % ints[mkey]:
+          continue
+        window = ints[wkey] // ints[mkey] // ints[pkey]
+        if window >= 1 and np.array_equal(ids, window_merge_order(h, w, ints[mkey], window)):
+          found.append({"merge_size_key": mkey, "window_size_key": wkey, "patch_size_key": pkey})
+  if len({json.dumps(f) for f in found}) > 1 and len({(f["window_size_key"], f["merge_size_key"]) for f in found}) > 1:
+    raise Refused(f"its window order is given by several config keys ({found}): which one is not observed")
+  return found[0] if found else None
 
 
 def _vision_inputs(model, config):
@@ -1657,6 +1761,7 @@ def main():
                          "rotations": rotations}
           if calls and calls[0]["stubbed"] == "vision":  # the token order the tower gave the probe image's ids
             goldens[mt]["vision_ids"] = SEEN_IDS.get(calls[0]["rotary"][0]) if calls[0]["rotary"] else None
+            goldens[mt]["vision_ids"] = _reordered_ids(goldens[mt]["vision_ids"], calls)
           parts = split_parts(rotations)
           if parts is None:
             entry["family"] = classify(rotations)
