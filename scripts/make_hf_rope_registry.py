@@ -123,6 +123,9 @@ T_META = 11  # tokens of the meta forward: a length no default head count or hea
 POSITIONS = np.array([[0, 1, 2, 3, 7, 100, 1023], [1024, 4095, 4096, 8191, 16383, 30000, 32767]])
 VISION_GRID = (1, 4, 10)  # a vision tower's probe image: grid_thw (t, h, w) in patches, 40 tokens
 N_VISION = VISION_GRID[0] * VISION_GRID[1] * VISION_GRID[2]
+MAX_VISION_EXTRA = 4  # the most tokens a tower may add to the image's patches (Inkling 2: a class token in front)
+VISION_TOKENS = [N_VISION]  # the tokens of the current tower's attention: its patches and any class tokens, read
+# from the [tokens, axes] ids its rotary module got
 CANDIDATE = re.compile(r"rot|rope", re.I)
 GUARDED_NAME = re.compile(r"rope|attn|attention|sliding|swa|nope", re.I)
 GUARDED_PART = re.compile(r"layer|interval|period|indices|pattern|offset", re.I)
@@ -469,6 +472,8 @@ def meta_forward(model_type, config, module):
     ids = [a for a in [*args, *kwargs.values()] if torch.is_tensor(a) and not a.is_meta and not a.is_floating_point()]
     if ids:
       SEEN_IDS[paths[id(mod)]] = ids[0].tolist()
+    if ids and how[0] == "vision" and ids[0].dim() == 2 and N_VISION <= len(ids[0]) <= N_VISION + MAX_VISION_EXTRA:
+      VISION_TOKENS[0] = len(ids[0])  # a tower's [tokens, axes] ids: its image's patches and any class tokens
     if how[0] == "vision":  # a tower: its outputs' token rows made distinct, to follow them through a reorder
       return _tagged_rotary_output(out, outputs, tagged)
     return None
@@ -556,7 +561,7 @@ def meta_forward(model_type, config, module):
         how[0] = "audio" if audio else "vision"
         try:
           with torch.no_grad():
-            run(_real(model), stub=False, attempts=audio or vision)
+            run(_real_or_shrunk(model, cls, config), stub=False, attempts=audio or vision)
         except Exception as e:  # noqa: BLE001
           what = "400 feature frames (or 2 s of audio)" if audio else f"a {VISION_GRID} patch grid"
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
@@ -593,17 +598,17 @@ def _tagged_rotary_output(out, outputs, tagged):
   """A vision tower's rotary output with every token's row made distinct (token i's values + i / 1024: the forward
   only has to run), so that an apply that gets its rows reordered can be traced back to it (Qwen2.5-VL permutes
   cos/sin by its window index between its rotary module and its attention). The token axis: the first of length
-  N_VISION. Returns the output to use, the tagged tensors recorded as `outputs` records the originals."""
+  VISION_TOKENS. Returns the output to use, the tagged tensors recorded as `outputs` records the originals."""
   items = out if isinstance(out, tuple) else (out,)
-  new = []
+  new, n = [], VISION_TOKENS[0]
   for t in items:
-    axis = next((i for i, n in enumerate(t.shape) if n == N_VISION), None) if torch.is_tensor(t) else None
+    axis = next((i for i, k in enumerate(t.shape) if k == n), None) if torch.is_tensor(t) else None
     if axis is None or not t.is_floating_point() or t.is_meta:
       new.append(t)
       continue
     shape = [1] * t.dim()
-    shape[axis] = N_VISION
-    tag = t + (torch.arange(N_VISION, dtype=torch.float32) / 1024).reshape(shape).to(t.dtype)
+    shape[axis] = n
+    tag = t + (torch.arange(n, dtype=torch.float32) / 1024).reshape(shape).to(t.dtype)
     outputs[id(tag)] = outputs[id(t)]
     tagged.append((tag, axis, t))  # the untagged output kept alive too: its id must not be reused while recorded
     new.append(tag)
@@ -624,10 +629,10 @@ def _reordered_rotary_output(args, outputs, tagged):
     for o, axis, _ in tagged:
       if o.shape != t.shape or o.dtype != t.dtype:
         continue
-      rows = {o.select(axis, i).double().numpy().tobytes(): i for i in range(N_VISION)}
-      order = [rows.get(t.select(axis, j).double().numpy().tobytes()) for j in range(N_VISION)]
-      if len(rows) == N_VISION and None not in order and sorted(order) != order and \
-          sorted(order) == list(range(N_VISION)):
+      n = o.shape[axis]
+      rows = {o.select(axis, i).double().numpy().tobytes(): i for i in range(n)}
+      order = [rows.get(t.select(axis, j).double().numpy().tobytes()) for j in range(n)]
+      if len(rows) == n and None not in order and sorted(order) != order and sorted(order) == list(range(n)):
         outputs[id(t)] = (*outputs[id(o)][:4], tuple(order), t)  # (the order, and the tensor kept alive)
         found.add(tuple(order))
         break
@@ -651,6 +656,12 @@ def token_order(ids, config):
   ids = np.asarray(ids)
   if ids.ndim == 2 and ids.shape[1] == 3 and not ids[:, 0].any():  # (frame, row, col) of one frame (MiniMax-M3-VL)
     return {**token_order(ids[:, 1:], config), "frame_axis": True}
+  extra = len(ids) - N_VISION
+  if 0 < extra <= MAX_VISION_EXTRA:  # class tokens in front at (0, 0), the patches counted from 1 (Inkling 2)
+    if ids[:extra].any() or ids[extra:].min() != 1:
+      raise Refused(f"its tower adds {extra} token(s) to the image's patches, at ids {ids[:extra].tolist()} before "
+                    f"patches from {ids[extra:].min()}: not class tokens at (0, 0) before 1-based patches")
+    return {**token_order(ids[extra:] - 1, config), "start": 1, "cls_tokens": extra}
   key = next((k for k in ("spatial_merge_size", "merge_size") if isinstance(getattr(config, k, None), int)), None)
   _, h, w = VISION_GRID
   if key and h % getattr(config, key) == 0 and w % getattr(config, key) == 0 and \
@@ -733,10 +744,18 @@ def _vision_inputs(model, config):
   if "merge_sizes" in params:  # VideoLLaMA 3: the merge size per image, its config's
     extra["merge_sizes"] = torch.tensor([size("spatial_merge_size", "merge_size", default=1)])
   # the patches as each tower takes them, tried in turn: flattened (Qwen-VL), [N, C, p, p] (Kimi-K2.5),
-  # [1, N, C, p, p] (PaddleOCR-VL), channels last [N, p, p, C] (Inkling 2)
-  return [{name: torch.randn(*shape, dtype=torch.bfloat16), **extra}
-          for shape in ((N_VISION, channels * temporal * patch * patch), (N_VISION, channels, patch, patch),
-                        (1, N_VISION, channels, patch, patch), (N_VISION, patch, patch, channels))]
+  # [1, N, C, p, p] (PaddleOCR-VL), channels last [N, p, p, C]
+  attempts = [{name: torch.randn(*shape, dtype=torch.bfloat16), **extra}
+              for shape in ((N_VISION, channels * temporal * patch * patch), (N_VISION, channels, patch, patch),
+                            (1, N_VISION, channels, patch, patch), (N_VISION, patch, patch, channels))]
+  # last, a tower whose grid counts merged tokens (Inkling 2's image_grid_thw: its forward multiplies it by the merge
+  # size): the same image as (t, h / m, w / m) merged tokens of m x m patches each, channels last
+  merge = size("spatial_merge_size", "merge_size", default=1)
+  t, h, w = VISION_GRID
+  if merge > 1 and h % merge == 0 and w % merge == 0:
+    attempts.append({name: torch.randn(N_VISION // merge ** 2, merge * patch, merge * patch, channels,
+                                       dtype=torch.bfloat16), **extra, grid_key: torch.tensor([[t, h // merge, w // merge]])})
+  return attempts
 
 
 MAX_BYTES = 8e9  # the largest model the script makes real on the CPU (a 24 GiB machine runs it beside others)
@@ -784,13 +803,36 @@ def _real(meta_model):
   return model
 
 
+def _real_or_shrunk(meta_model, cls, config):
+  """The tower to run for real: the meta model made real (_real), or, where that is too large for the CPU (Dots3's
+  6.9B vision encoder, mostly experts), a model of its config with its MLP and expert widths cut to 64, else of
+  `shrunk(config)` (its head dim, layers and RoPE keys kept; the head count cut too), whose modules sit at the same
+  paths. The meta model of the default config stays the one its
+  rotary modules are rebuilt from."""
+  try:
+    _check_fits(meta_model, 2)
+  except RuntimeError as too_large:
+    narrow = copy.deepcopy(config)  # first its MLP and expert widths alone (the attention's widths all kept)
+    for key, value in list(narrow.to_dict().items()):
+      if WIDTH_KEY.search(key) and isinstance(value, int) and not isinstance(value, bool) and value > 64:
+        setattr(narrow, key, 64)
+    for small in (narrow, shrunk(config)):
+      with torch.device("meta"):
+        small_model = cls(small)
+      if {p for p, _ in small_model.named_modules()} == {p for p, _ in meta_model.named_modules()}:
+        with contextlib.suppress(RuntimeError):
+          return _real(small_model)
+    raise too_large
+  return _real(meta_model)
+
+
 def _probe_shape(shape, heads):
   """A recorded q shape [1, .., T_META, .., H] -> [2, .., 7, .., H] with `heads` on every other axis."""
   tokens = TOKENS[0]
   if tokens not in shape[1:-1]:
-    if len(shape) == 3 and shape[0] == N_VISION:  # a vision tower's q [tokens, heads, D]: no batch axis
+    if len(shape) == 3 and shape[0] == VISION_TOKENS[0]:  # a vision tower's q [tokens, heads, D]: no batch axis
       return [POSITIONS.size, heads, shape[-1]], 0
-    if len(shape) == 4 and shape[0] == 1 and shape[1] == N_VISION:  # [1, tokens, heads, D] (Kimi-K2.5)
+    if len(shape) == 4 and shape[0] == 1 and shape[1] == VISION_TOKENS[0]:  # [1, tokens, heads, D] (Kimi-K2.5)
       return [1, POSITIONS.size, heads, shape[-1]], 1
     raise Refused(f"the apply's q {shape} has no token axis of length {tokens}")
   if shape[1:-1].count(tokens) != 1:
@@ -808,7 +850,7 @@ def _positions(rotary_shapes):
       return torch.stack([pos // (a + 1) for a in range(shape[0])])
     if shape == [1, TOKENS[0]]:
       return pos
-    if len(shape) == 2 and shape[0] == N_VISION and shape[1] in (2, 3):  # a vision tower's [tokens, axes] ids
+    if len(shape) == 2 and shape[0] == VISION_TOKENS[0] and shape[1] in (2, 3):  # a tower's [tokens, axes] ids
       return torch.stack([pos.reshape(-1) // (a + 1) for a in range(shape[1])], -1)
   raise Refused(f"its rotary module gets no position ids of shape [B, T] or [A, B, T] (got {rotary_shapes})")
 
@@ -882,6 +924,20 @@ def pair_axes_observed(maps, facts, axis_positions):
     if np.array_equal(_layout_axes(sections, len(axes), layout), axes):
       return {"sections": sections, "section_layout": layout}
   raise Refused(f"M-RoPE pairs read the position axes in an order no section layout gives ({axes.tolist()[:12]}...)")
+
+
+def _pair_axes_any_order(maps, facts, pos, vision):
+  """pair_axes_observed, and for a vision tower's two axes (row, col) whose pairs read them in no section layout, the
+  same with the axes swapped: Inkling 2's tower turns its first pairs by the column and the rest by the row, which
+  is the chunked layout over (col, row). Returns (the M-RoPE facts, with "axes_swapped" where swapped; the positions
+  in the order the layout reads them, for the golden)."""
+  try:
+    return pair_axes_observed(maps, facts, pos.numpy()), pos
+  except Refused:
+    if not vision or pos.shape[0] != 2:
+      raise
+    swapped = pos.flip(0)
+    return {**pair_axes_observed(maps, facts, swapped.numpy()), "axes_swapped": True}, swapped
 
 
 def _layout_axes(sections, num_pairs, layout):
@@ -1038,7 +1094,8 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
     maps, pos, t_axis = _observed_maps(built[path], module, call, rotary_shapes, x_shape)
     facts = analyse(maps)
     if pos.ndim == 3:  # M-RoPE
-      facts["mrope"] = pair_axes_observed(maps, facts, pos.numpy())
+      facts["mrope"], pos = _pair_axes_any_order(maps, facts, pos, vision=t_axis == 0 or x_shape[0] == 1 and
+                                                 VISION_TOKENS[0] in x_shape[1:2])
       facts["mrope"].update(_mrope_key_order(built[path], module, call, rotary_shapes, x_shape, facts))
     shape1, _ = _probe_shape(x_shape, 1)
     q = torch.tensor(rng.standard_normal(shape1).astype(np.float32).astype(np.float64))  # float32-exact input
@@ -1558,6 +1615,10 @@ def classify(rotations):
       fam["mrope_key_order"] = rotations[0]["mrope"]["key_order"]
     if rotations[0]["mrope"].get("key_ignored"):  # sections fixed in the class, whatever mrope_section says
       fam["mrope_key_ignored"] = True
+    if any(r["mrope"].get("axes_swapped") for r in rotations):  # Inkling 2's tower: its sections read (col, row)
+      if not all(r["mrope"].get("axes_swapped") for r in rotations):
+        raise Refused("its layers read the image's (row, col) axes in different orders")
+      fam["position_axes"] = "wh"
     if rotations[0].get("frequency_kind"):  # a tower's own rope type (Qwen2-VL vision's "axial")
       sections = rotations[0]["mrope"]["sections"]
       if len(set(sections)) != 1 or "mrope_section" in (params or {}):
@@ -1748,6 +1809,7 @@ def main():
       else:
         SEEN_IDS.clear()
         TOKENS[0] = T_META
+        VISION_TOKENS[0] = N_VISION
         calls, rotary_shapes, model = meta_forward(mt, config, module)
         rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
         every_block = every_block_rotates(model, calls)
@@ -1771,6 +1833,8 @@ def main():
               summary["part"] = r["part"]
           if goldens[mt].get("vision_ids") is not None:
             entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
+            if entry["family"].get("position_axes") == "wh":  # the ids as its sections read them: (col, row)
+              goldens[mt]["vision_ids"] = np.asarray(goldens[mt]["vision_ids"])[:, ::-1].tolist()
           if mt in OBSERVE_AT:  # the keys it was observed at, which a config must set
             entry["observed_at"] = OBSERVE_AT[mt]
             entry["family"]["required"] = sorted(next(iter(OBSERVE_AT[mt].values())) if "text_config" in
@@ -1795,10 +1859,12 @@ def main():
     merged = {**copy.deepcopy(registry["model_types"]), **out}
     delegate(merged)
     inherit_sub_configs(merged)
+    towers_own_rotary_code(merged)
     out = {mt: merged[mt] for mt in out}
   else:
     delegate(out)
     inherit_sub_configs(out)
+    towers_own_rotary_code(out)
   for mt, entry in out.items() if only else ():  # as the registry would hold them, the sub-config steps included
     print(mt, entry["status"], entry.get("reason"), entry.get("observed_via") or "",
           json.dumps(entry.get("family") or entry.get("parts"))[:600])
@@ -1971,6 +2037,31 @@ def delegate(out):
       key, sub_type = next(iter(subs.items()))
       entry.update(status="refused", reason=f"its RoPE is in its {key} ({sub_type}), not a text model: read "
                                              f"from_hf_config(config[{key!r}]) for that part")
+
+
+def towers_own_rotary_code(out):
+  """A composite refused because no layer of its default config calls its module's rotary code, where that code is
+  a tower's (a sub-config of the same modeling module, observed exactly, whose layers call those
+  functions: Inkling 2, GLM-5-Next, whose text models rotate nothing in transformers' code): still refused, with that
+  reason, naming the sub-config to read (NeMo SpeechLM: its audio encoder's)."""
+  for mt, entry in out.items():
+    unused = set(entry.get("unused_rotary_code") or ())
+    if entry["status"] != "refused" or not unused:
+      continue
+    try:
+      config = CONFIG_MAPPING[mt]()
+    except Exception:  # noqa: BLE001
+      continue
+    for key in getattr(config, "sub_configs", {}) or {}:
+      sub_type = getattr(getattr(config, key, None), "model_type", None)
+      sub = out.get(sub_type) or {}
+      called = {r.get("fn") for r in sub.get("rotations", [])}
+      if sub.get("status") == "exact" and called and called <= unused and \
+          modeling_module(sub_type) is modeling_module(mt):
+        entry["reason"] = (f"its rotary code ({', '.join(sorted(called))}) is its {key}'s ({sub_type}, observed "
+                           f"there); its other layers call none of it: read from_hf_config(config[{key!r}]) for that "
+                           "part")
+        break
 
 
 def inherit_sub_configs(out):
