@@ -572,7 +572,7 @@ def meta_forward(model_type, config, module):
       else:
         try:
           with torch.device("meta"):
-            run(model, stub=True)
+            run(model, stub=True, attempts=_embeds_inputs(model, config))
         except Exception as meta_error:  # noqa: BLE001
           small = shrunk(config)
           batched_experts(small)
@@ -581,7 +581,8 @@ def meta_forward(model_type, config, module):
               _check_fits(cls(small), 4)
             torch.manual_seed(0)
             with torch.no_grad():
-              run(cls(small), stub=False)
+              small_model = cls(small)
+              run(small_model, stub=False, attempts=_embeds_inputs(small_model, small))
             how[0] = "shrunk"
           except Exception as cpu_error:  # noqa: BLE001
             raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
@@ -801,6 +802,25 @@ def _real(meta_model):
       else:
         b.fill_(0)
   return model
+
+
+def _embeds_inputs(model, config):
+  """The forward inputs of a model that takes embeddings and no token ids (DeepSeek-OCR 2's vision encoder, a
+  decoder over its image's features and queries): T_META zero embeddings of the config's hidden_size, and every
+  other parameter the forward requires that is annotated an int (a token count: num_patches, the image tokens at
+  the front) given T_META, all of them; None for any other forward (token ids, as before)."""
+  params = inspect.signature(model.forward).parameters
+  if "input_ids" in params or "inputs_embeds" not in params or not isinstance(getattr(config, "hidden_size", None),
+                                                                              int):
+    return None
+  kwargs = {"inputs_embeds": torch.zeros(1, T_META, config.hidden_size)}
+  for name, p in params.items():
+    if name not in kwargs and p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                                                  p.KEYWORD_ONLY):
+      if p.annotation not in (int, "int"):
+        return None
+      kwargs[name] = T_META
+  return [kwargs]
 
 
 def _real_or_shrunk(meta_model, cls, config):

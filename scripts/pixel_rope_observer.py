@@ -198,6 +198,28 @@ def _fits(model_cls, config):
   return config
 
 
+def _meta_failure(model_cls, config) -> str | None:
+  """The error of the default config's forward on the meta device (the probe image's shapes, no values: a width
+  one module gives and another does not take, DeepSeek-OCR 2's SAM features of 896 into a 4096-wide encoder), or
+  None where that forward runs (or stops on values, which a meta tensor has none of: not a shape error)."""
+  try:
+    with torch.device("meta"):
+      model = model_cls(copy.deepcopy(config))
+    side = _size(config, "image_size", default=0) // _size(config, "patch_size", default=14)
+    grid = (side, side) if 0 < side <= MAX_SIDE else PIXEL_GRID  # its own image size where it names one
+    inputs = {k: v.to("meta", torch.float32) if torch.is_tensor(v) and v.is_floating_point() else v
+              for k, v in pixel_inputs(config, grid).items()}
+    with torch.no_grad():
+      model(**inputs)
+  except RuntimeError as e:
+    text = str(e)
+    if "size" in text.lower() and "meta" not in text.lower():  # a shape mismatch, not a meta-device limitation
+      return f"{type(e).__name__}: {next((x for x in text.splitlines() if x.strip()), '')[:160]}"
+  except Exception:  # noqa: BLE001
+    return None
+  return None
+
+
 def _tokens(a: np.ndarray, n: int, keep: slice) -> np.ndarray:
   b = fit._to_bthd(a, n)
   return b[:, keep]
@@ -212,7 +234,11 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
     try:
       calls, grid = run(model_cls, _fits(model_cls, small), keep_on_error=keep)
       break
-    except Refused:
+    except Refused as too_large:
+      shapes_fail = _meta_failure(model_cls, config)
+      if shapes_fail is not None:  # too large to run, and its default config fails on shapes alone anyway
+        raise Refused(f"{too_large}; and its default config's forward on the probe image fails on the meta device "
+                      f"(on shapes alone, whatever the weights): {shapes_fail}") from too_large
       raise
     except Exception as e:  # noqa: BLE001
       first_error = first_error or e
