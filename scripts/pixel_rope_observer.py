@@ -37,7 +37,7 @@ import diffusers_rope_observer as fit
 PIXEL_GRID = (5, 6)  # patches per (row, column) of the probe image: 30 tokens, enough near the origin to fit on
 MAX_BYTES = 8e9  # as the registry's: the largest model made real on the CPU
 MAX_PREFIX = 16
-MAX_SIDE = 64  # the largest image side, in patches, a tower that needs its own image size is run at  # the most tokens before (or after) the patches a tower may add (a class token, registers)
+MAX_SIDE = 72  # (SAM 3's 1008 / 14) the largest image side, in patches, a tower that needs its own image size is run at  # the most tokens before (or after) the patches a tower may add (a class token, registers)
 
 
 Refused = fit.Refused
@@ -172,6 +172,7 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   n = tokens[0]
   rotated = [c for c in calls if fit._token_count(c["x"].shape, (n,))]
   if len(rotated) != len(calls):
+    _refuse_windows(calls, rotated, n, grid)
     raise Refused(f"it also rotates tensors of shapes {sorted(shapes)} that hold no {n}-token axis: not observed")
   try:
     return fit.fit_grid(rotated, (n,), _numberings(n, grid))
@@ -187,6 +188,37 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
     raise Refused(f"its patches rotate as 2-D RoPE, but the {n - patches} token(s) {side} them turn by angles of "
                   "their own, at no position of the grid (a learned class-token rotation)")
   return fit.fit_grid(rotated, (n,), _numberings(n, grid))  # refused again, with the fit's own reason
+
+
+def _refuse_windows(calls: list[dict], rotated: list[dict], n: int, grid: tuple[int, int]) -> None:
+  """Where some applies rotate the whole image's n tokens and the others a square window's w * w (SAM 3's windowed
+  layers: 24 x 24 windows), refused naming that: if each window's tokens fit a numbering of their own w x w grid,
+  its windowed layers number the tokens of each window from its own corner, while the others number the image
+  otherwise: per-layer positions, which one numbering of the image cannot give. Returns where that is not the
+  case (the caller refuses as before)."""
+  kept = {id(c) for c in rotated}
+  others = [c for c in calls if id(c) not in kept]
+  sides = {int(round(k ** 0.5)) for c in others for k in c["x"].shape[1:3] if 4 <= k < n and
+           int(round(k ** 0.5)) ** 2 == k}
+  if len(sides) != 1:
+    return
+  w = sides.pop()
+  windowed = [c for c in others if fit._token_count(c["x"].shape, (w * w,))]
+  if len(windowed) != len(others):
+    return
+  try:
+    local = fit.fit_grid(windowed, (w * w,), _numberings(w * w, (w, w)))
+  except Refused:
+    return
+  try:
+    fit.fit_grid(rotated, (n,), _numberings(n, grid))
+    whole = "by integer positions of the image's grid"
+  except Refused:
+    whole = "by positions that no integer numbering of the image's grid gives"
+  raise Refused(f"windowed attention with per-layer positions: {len(windowed)} apply call(s) rotate {w} x {w} "
+                f"windows, each window's tokens numbered from its own corner ({json.loads(local['numbering'])}), "
+                f"and {len(rotated)} rotate the whole {grid[0]} x {grid[1]} image {whole}: one numbering of the "
+                "image cannot give both")
 
 
 def _fits(model_cls, config):
