@@ -497,6 +497,8 @@ def meta_forward(model_type, config, module):
                     "rotary": next((s for s in sources if s is not None), None)})
       if order is not None:
         calls[-1]["token_order"] = order
+      if any(torch.is_tensor(t) and not t.is_floating_point() and not t.is_complex() for t in [*a, *k.values()]):
+        calls[-1]["integer_args"] = True  # position ids handed to the apply itself (V-JEPA 2)
       depth[0] += 1
       try:
         return _fn(*a, **k)
@@ -572,7 +574,7 @@ def meta_forward(model_type, config, module):
       else:
         try:
           with torch.device("meta"):
-            run(model, stub=True, attempts=_embeds_inputs(model, config))
+            run(model, stub=True, attempts=_embeds_inputs(model, config) or _video_inputs(model, config))
         except Exception as meta_error:  # noqa: BLE001
           small = shrunk(config)
           batched_experts(small)
@@ -582,7 +584,7 @@ def meta_forward(model_type, config, module):
             torch.manual_seed(0)
             with torch.no_grad():
               small_model = cls(small)
-              run(small_model, stub=False, attempts=_embeds_inputs(small_model, small))
+              run(small_model, stub=False, attempts=_embeds_inputs(small_model, small) or _video_inputs(small_model, small))
             how[0] = "shrunk"
           except Exception as cpu_error:  # noqa: BLE001
             raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
@@ -821,6 +823,22 @@ def _embeds_inputs(model, config):
         return None
       kwargs[name] = T_META
   return [kwargs]
+
+
+def _video_inputs(model, config):
+  """The forward inputs of a video encoder that requires pixel_values_videos and takes no token ids (V-JEPA 2): a
+  clip of 2 tubelets of 2 x 2 patches, [1, frames, channels, h, w] from the config's patch and tubelet sizes; None
+  for any other forward."""
+  params = inspect.signature(model.forward).parameters
+  p = params.get("pixel_values_videos")
+  if "input_ids" in params or p is None or p.default is not inspect.Parameter.empty:
+    return None
+  values = json.loads(config.to_json_string(use_diff=False))
+  patch, tubelet = values.get("patch_size"), values.get("tubelet_size", 1)
+  channels = values.get("in_chans", values.get("num_channels", 3))
+  if not all(isinstance(v, int) for v in (patch, tubelet, channels)):
+    return None
+  return [{"pixel_values_videos": torch.zeros(1, 2 * tubelet, channels, 2 * patch, 2 * patch)}]
 
 
 def _real_or_shrunk(meta_model, cls, config):
@@ -1097,7 +1115,9 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
   groups = {}
   for c in calls:
     if c["rotary"] is None:
-      raise Refused(f"{c['fn']} (called by {c['caller']}) gets no cos/sin from a rotary module")
+      how = (": it is given integer position ids and computes its angles itself, no rotary module the config's "
+             "rope parameters drive") if c.get("integer_args") else ""
+      raise Refused(f"{c['fn']} (called by {c['caller']}) gets no cos/sin from a rotary module{how}")
     key = json.dumps([c["fn"], c["rotary"], c["args"], c["tensor_kwargs"], c["kwargs"]], sort_keys=True)
     groups.setdefault(key, []).append(c)
   out = []
