@@ -123,6 +123,9 @@ T_META = 11  # tokens of the meta forward: a length no default head count or hea
 POSITIONS = np.array([[0, 1, 2, 3, 7, 100, 1023], [1024, 4095, 4096, 8191, 16383, 30000, 32767]])
 VISION_GRID = (1, 4, 10)  # a vision tower's probe image: grid_thw (t, h, w) in patches, 40 tokens
 N_VISION = VISION_GRID[0] * VISION_GRID[1] * VISION_GRID[2]
+MAX_VISION_EXTRA = 4  # the most tokens a tower may add to the image's patches (Inkling 2: a class token in front)
+VISION_TOKENS = [N_VISION]  # the tokens of the current tower's attention: its patches and any class tokens, read
+# from the [tokens, axes] ids its rotary module got
 CANDIDATE = re.compile(r"rot|rope", re.I)
 GUARDED_NAME = re.compile(r"rope|attn|attention|sliding|swa|nope", re.I)
 GUARDED_PART = re.compile(r"layer|interval|period|indices|pattern|offset", re.I)
@@ -501,6 +504,7 @@ def meta_forward(model_type, config, module):
   calls, outputs, depth, shapes, how, paths = [], {}, [0], {}, [None], {}
   alive = []  # the rotary outputs recorded by id, kept alive: a freed one's id taken by a later q would read as
   # a rotary output (Kyutai STT: a rotary module per layer, each output freed after its layer)
+  tagged = []  # a tower's rotary outputs, kept to find them again reordered by token (_reordered_rotary_output)
 
   def hook(mod, args, kwargs, out):
     for i, t in enumerate(out if isinstance(out, tuple) else (out,)):
@@ -512,6 +516,11 @@ def meta_forward(model_type, config, module):
     ids = [a for a in [*args, *kwargs.values()] if torch.is_tensor(a) and not a.is_meta and not a.is_floating_point()]
     if ids:
       SEEN_IDS[paths[id(mod)]] = ids[0].tolist()
+    if ids and how[0] == "vision" and ids[0].dim() == 2 and N_VISION <= len(ids[0]) <= N_VISION + MAX_VISION_EXTRA:
+      VISION_TOKENS[0] = len(ids[0])  # a tower's [tokens, axes] ids: its image's patches and any class tokens
+    if how[0] == "vision":  # a tower: its outputs' token rows made distinct, to follow them through a reorder
+      return _tagged_rotary_output(out, outputs, tagged)
+    return None
 
   saved = candidates(module)
   for name, fn in saved.items():
@@ -519,6 +528,7 @@ def meta_forward(model_type, config, module):
       caller = sys._getframe(1).f_locals.get("self")
       if depth[0]:  # a candidate called by a candidate (rotate_half inside apply_rotary_pos_emb)
         return _fn(*a, **k)
+      order = _reordered_rotary_output([*a, *k.values()], outputs, tagged)
       sources = [outputs.get(id(t))[:3] for t in [*a, *k.values()] if torch.is_tensor(t) and id(t) in outputs]
       calls.append({"fn": _name, "caller": type(caller).__name__ if caller is not None else None,
                     "caller_path": _caller_path(paths.get(id(caller)) if caller is not None else None),
@@ -529,6 +539,10 @@ def meta_forward(model_type, config, module):
                     "tensor_kwargs": {kk: _role(v, outputs) for kk, v in k.items() if torch.is_tensor(v)},
                     "kwargs": {kk: v for kk, v in k.items() if isinstance(v, (str, int, float, bool))},
                     "rotary": next((s for s in sources if s is not None), None)})
+      if order is not None:
+        calls[-1]["token_order"] = order
+      if any(torch.is_tensor(t) and not t.is_floating_point() and not t.is_complex() for t in [*a, *k.values()]):
+        calls[-1]["integer_args"] = True  # position ids handed to the apply itself (V-JEPA 2)
       depth[0] += 1
       try:
         return _fn(*a, **k)
@@ -579,6 +593,7 @@ def meta_forward(model_type, config, module):
       calls.clear()
       outputs.clear()
       alive.clear()
+      tagged.clear()
       try:
         if attempt is None or isinstance(attempt, tuple):  # data-dependent reads on meta tensors get zeros (MoE
           # routing, mask checks): the token ids' last plain attempt, or a stubbed one of the other inputs
@@ -610,7 +625,7 @@ def meta_forward(model_type, config, module):
         how[0] = "audio" if audio else "vision"
         try:
           with torch.no_grad():
-            run(_real(model), stub=False, attempts=audio or vision)
+            run(_real_or_shrunk(model, cls, config), stub=False, attempts=audio or vision)
         except Exception as e:  # noqa: BLE001
           what = "400 feature frames (or 2 s of audio)" if audio else f"a {VISION_GRID} patch grid"
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
@@ -621,7 +636,7 @@ def meta_forward(model_type, config, module):
       else:
         try:
           with torch.device("meta"):
-            run(model, stub=True)
+            run(model, stub=True, attempts=_embeds_inputs(model, config) or _video_inputs(model, config))
         except Exception as meta_error:  # noqa: BLE001
           small = shrunk(config)
           batched_experts(small)
@@ -630,7 +645,8 @@ def meta_forward(model_type, config, module):
               _check_fits(cls(small), 4)
             torch.manual_seed(0)
             with torch.no_grad():
-              run(cls(small), stub=False)
+              small_model = cls(small)
+              run(small_model, stub=False, attempts=_embeds_inputs(small_model, small) or _video_inputs(small_model, small))
             how[0] = "shrunk"
           except Exception as cpu_error:  # noqa: BLE001
             raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
@@ -754,6 +770,53 @@ def _codebook_attempts(model, params):
   return out
 
 
+def _tagged_rotary_output(out, outputs, tagged):
+  """A vision tower's rotary output with every token's row made distinct (token i's values + i / 1024: the forward
+  only has to run), so that an apply that gets its rows reordered can be traced back to it (Qwen2.5-VL permutes
+  cos/sin by its window index between its rotary module and its attention). The token axis: the first of length
+  VISION_TOKENS. Returns the output to use, the tagged tensors recorded as `outputs` records the originals."""
+  items = out if isinstance(out, tuple) else (out,)
+  new, n = [], VISION_TOKENS[0]
+  for t in items:
+    axis = next((i for i, k in enumerate(t.shape) if k == n), None) if torch.is_tensor(t) else None
+    if axis is None or not t.is_floating_point() or t.is_meta:
+      new.append(t)
+      continue
+    shape = [1] * t.dim()
+    shape[axis] = n
+    tag = t + (torch.arange(n, dtype=torch.float32) / 1024).reshape(shape).to(t.dtype)
+    outputs[id(tag)] = outputs[id(t)]
+    tagged.append((tag, axis, t))  # the untagged output kept alive too: its id must not be reused while recorded
+    new.append(tag)
+  return tuple(new) if isinstance(out, tuple) else new[0]
+
+
+def _reordered_rotary_output(args, outputs, tagged):
+  """Where an apply gets a tensor that is a tagged rotary output with its tokens reordered (rows t[j] = o[order[j]]
+  along the token axis, every row matched exactly, each once), that tensor is recorded as the rotary output's (its
+  rotation is the same per position) and the order is returned: the tower rotates token j by the position ids of
+  token order[j]. All such tensors of one call must share one order. None where no argument is reordered."""
+  found = set()
+  for t in args:
+    if torch.is_tensor(t) and id(t) in outputs and len(outputs[id(t)]) > 4:  # found reordered by an earlier call
+      found.add(outputs[id(t)][4])
+    if not torch.is_tensor(t) or id(t) in outputs or t.is_meta or not t.is_floating_point():
+      continue
+    for o, axis, _ in tagged:
+      if o.shape != t.shape or o.dtype != t.dtype:
+        continue
+      n = o.shape[axis]
+      rows = {o.select(axis, i).double().numpy().tobytes(): i for i in range(n)}
+      order = [rows.get(t.select(axis, j).double().numpy().tobytes()) for j in range(n)]
+      if len(rows) == n and None not in order and sorted(order) != order and sorted(order) == list(range(n)):
+        outputs[id(t)] = (*outputs[id(o)][:4], tuple(order), t)  # (the order, and the tensor kept alive)
+        found.add(tuple(order))
+        break
+  if len(found) > 1:
+    raise Refused("an apply gets a rotary module's outputs reordered by two different token orders")
+  return list(found.pop()) if found else None
+
+
 def merge_order(height, width, merge):
   """(row, col) of a height x width grid's patches in m x m merge blocks, raster inside each (Qwen-VL)."""
   rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
@@ -769,6 +832,12 @@ def token_order(ids, config):
   ids = np.asarray(ids)
   if ids.ndim == 2 and ids.shape[1] == 3 and not ids[:, 0].any():  # (frame, row, col) of one frame (MiniMax-M3-VL)
     return {**token_order(ids[:, 1:], config), "frame_axis": True}
+  extra = len(ids) - N_VISION
+  if 0 < extra <= MAX_VISION_EXTRA:  # class tokens in front at (0, 0), the patches counted from 1 (Inkling 2)
+    if ids[:extra].any() or ids[extra:].min() != 1:
+      raise Refused(f"its tower adds {extra} token(s) to the image's patches, at ids {ids[:extra].tolist()} before "
+                    f"patches from {ids[extra:].min()}: not class tokens at (0, 0) before 1-based patches")
+    return {**token_order(ids[extra:] - 1, config), "start": 1, "cls_tokens": extra}
   key = next((k for k in ("spatial_merge_size", "merge_size") if isinstance(getattr(config, k, None), int)), None)
   _, h, w = VISION_GRID
   if key and h % getattr(config, key) == 0 and w % getattr(config, key) == 0 and \
@@ -776,8 +845,57 @@ def token_order(ids, config):
     return {"merge_size_key": key}
   if np.array_equal(ids, merge_order(h, w, 1)):
     return {"merge_size": 1}
+  windowed = window_token_order(ids, config)
+  if windowed is not None:
+    return windowed
   raise Refused(f"its tower orders its tokens' (row, col) ids as {ids[:6].tolist()}..., neither raster nor in "
                 "merge blocks")
+
+
+def _reordered_ids(ids, calls):
+  """The ids each token of a tower's attention is rotated by: its rotary module's ids, reordered where every apply
+  got the rotary outputs reordered by one token order (Qwen2.5-VL's window index); Refused where the applies
+  disagree (some reordered, some not, or by different orders)."""
+  orders = {json.dumps(c.get("token_order")) for c in calls}
+  if len(orders) != 1:
+    raise Refused("its layers get the rotary module's outputs in different token orders")
+  order = calls[0].get("token_order")
+  return ids if ids is None or order is None else np.asarray(ids)[order].tolist()
+
+
+def window_merge_order(height, width, merge, window):
+  """(row, col) of a height x width grid's patches in windows of window x window merge blocks (Qwen2.5-VL's window
+  attention, written here from its description: the merge-block grid cut into windows from the top left, the
+  windows at the right and bottom edges partial, windows in raster order, raster order of the blocks inside each
+  window, merge_order inside each block)."""
+  blocks = merge_order(height, width, merge).reshape(height // merge, width // merge, merge * merge, 2)
+  out = []
+  for r0 in range(0, height // merge, window):
+    for c0 in range(0, width // merge, window):
+      out.append(blocks[r0:r0 + window, c0:c0 + window].reshape(-1, 2))
+  return np.concatenate(out)
+
+
+def window_token_order(ids, config):
+  """A tower whose ids are merge_order's reordered into windows (window_merge_order): {"merge_size_key": ...,
+  "window_size_key": ..., "patch_size_key": ...}, the window being window_size // (merge * patch) merge blocks
+  per side, read from the config's int keys that give the observed order; else None. The candidate keys are
+  those named for a window or a patch; the order must be the one these values give and no plain merge order."""
+  ints = {k: v for k, v in json.loads(config.to_json_string(use_diff=False)).items()
+          if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+  _, h, w = VISION_GRID
+  found = []
+  for mkey in ("spatial_merge_size", "merge_size"):
+    for wkey in (k for k in ints if "window" in k):
+      for pkey in (k for k in ints if "patch_size" in k and "temporal" not in k):
+        if mkey not in ints or h % ints[mkey] or w % ints[mkey]:
+          continue
+        window = ints[wkey] // ints[mkey] // ints[pkey]
+        if window >= 1 and np.array_equal(ids, window_merge_order(h, w, ints[mkey], window)):
+          found.append({"merge_size_key": mkey, "window_size_key": wkey, "patch_size_key": pkey})
+  if len({json.dumps(f) for f in found}) > 1 and len({(f["window_size_key"], f["merge_size_key"]) for f in found}) > 1:
+    raise Refused(f"its window order is given by several config keys ({found}): which one is not observed")
+  return found[0] if found else None
 
 
 def _vision_inputs(model, config):
@@ -802,10 +920,18 @@ def _vision_inputs(model, config):
   if "merge_sizes" in params:  # VideoLLaMA 3: the merge size per image, its config's
     extra["merge_sizes"] = torch.tensor([size("spatial_merge_size", "merge_size", default=1)])
   # the patches as each tower takes them, tried in turn: flattened (Qwen-VL), [N, C, p, p] (Kimi-K2.5),
-  # [1, N, C, p, p] (PaddleOCR-VL), channels last [N, p, p, C] (Inkling 2)
-  return [{name: torch.randn(*shape, dtype=torch.bfloat16), **extra}
-          for shape in ((N_VISION, channels * temporal * patch * patch), (N_VISION, channels, patch, patch),
-                        (1, N_VISION, channels, patch, patch), (N_VISION, patch, patch, channels))]
+  # [1, N, C, p, p] (PaddleOCR-VL), channels last [N, p, p, C]
+  attempts = [{name: torch.randn(*shape, dtype=torch.bfloat16), **extra}
+              for shape in ((N_VISION, channels * temporal * patch * patch), (N_VISION, channels, patch, patch),
+                            (1, N_VISION, channels, patch, patch), (N_VISION, patch, patch, channels))]
+  # last, a tower whose grid counts merged tokens (Inkling 2's image_grid_thw: its forward multiplies it by the merge
+  # size): the same image as (t, h / m, w / m) merged tokens of m x m patches each, channels last
+  merge = size("spatial_merge_size", "merge_size", default=1)
+  t, h, w = VISION_GRID
+  if merge > 1 and h % merge == 0 and w % merge == 0:
+    attempts.append({name: torch.randn(N_VISION // merge ** 2, merge * patch, merge * patch, channels,
+                                       dtype=torch.bfloat16), **extra, grid_key: torch.tensor([[t, h // merge, w // merge]])})
+  return attempts
 
 
 MAX_BYTES = 8e9  # the largest model the script makes real on the CPU (a 24 GiB machine runs it beside others)
@@ -853,13 +979,71 @@ def _real(meta_model):
   return model
 
 
+def _embeds_inputs(model, config):
+  """The forward inputs of a model that takes embeddings and no token ids (DeepSeek-OCR 2's vision encoder, a
+  decoder over its image's features and queries): T_META zero embeddings of the config's hidden_size, and every
+  other parameter the forward requires that is annotated an int (a token count: num_patches, the image tokens at
+  the front) given T_META, all of them; None for any other forward (token ids, as before)."""
+  params = inspect.signature(model.forward).parameters
+  if "input_ids" in params or "inputs_embeds" not in params or not isinstance(getattr(config, "hidden_size", None),
+                                                                              int):
+    return None
+  kwargs = {"inputs_embeds": torch.zeros(1, T_META, config.hidden_size)}
+  for name, p in params.items():
+    if name not in kwargs and p.default is inspect.Parameter.empty and p.kind in (p.POSITIONAL_OR_KEYWORD,
+                                                                                  p.KEYWORD_ONLY):
+      if p.annotation not in (int, "int"):
+        return None
+      kwargs[name] = T_META
+  return [kwargs]
+
+
+def _video_inputs(model, config):
+  """The forward inputs of a video encoder that requires pixel_values_videos and takes no token ids (V-JEPA 2): a
+  clip of 2 tubelets of 2 x 2 patches, [1, frames, channels, h, w] from the config's patch and tubelet sizes; None
+  for any other forward."""
+  params = inspect.signature(model.forward).parameters
+  p = params.get("pixel_values_videos")
+  if "input_ids" in params or p is None or p.default is not inspect.Parameter.empty:
+    return None
+  values = json.loads(config.to_json_string(use_diff=False))
+  patch, tubelet = values.get("patch_size"), values.get("tubelet_size", 1)
+  channels = values.get("in_chans", values.get("num_channels", 3))
+  if not all(isinstance(v, int) for v in (patch, tubelet, channels)):
+    return None
+  return [{"pixel_values_videos": torch.zeros(1, 2 * tubelet, channels, 2 * patch, 2 * patch)}]
+
+
+def _real_or_shrunk(meta_model, cls, config):
+  """The tower to run for real: the meta model made real (_real), or, where that is too large for the CPU (Dots3's
+  6.9B vision encoder, mostly experts), a model of its config with its MLP and expert widths cut to 64, else of
+  `shrunk(config)` (its head dim, layers and RoPE keys kept; the head count cut too), whose modules sit at the same
+  paths. The meta model of the default config stays the one its
+  rotary modules are rebuilt from."""
+  try:
+    _check_fits(meta_model, 2)
+  except RuntimeError as too_large:
+    narrow = copy.deepcopy(config)  # first its MLP and expert widths alone (the attention's widths all kept)
+    for key, value in list(narrow.to_dict().items()):
+      if WIDTH_KEY.search(key) and isinstance(value, int) and not isinstance(value, bool) and value > 64:
+        setattr(narrow, key, 64)
+    for small in (narrow, shrunk(config)):
+      with torch.device("meta"):
+        small_model = cls(small)
+      if {p for p, _ in small_model.named_modules()} == {p for p, _ in meta_model.named_modules()}:
+        with contextlib.suppress(RuntimeError):
+          return _real(small_model)
+    raise too_large
+  return _real(meta_model)
+
+
 def _probe_shape(shape, heads):
   """A recorded q shape [1, .., T_META, .., H] -> [2, .., 7, .., H] with `heads` on every other axis."""
   tokens = TOKENS[0]
   if tokens not in shape[1:-1]:
-    if len(shape) == 3 and shape[0] == N_VISION:  # a vision tower's q [tokens, heads, D]: no batch axis
+    if len(shape) == 3 and shape[0] == VISION_TOKENS[0]:  # a vision tower's q [tokens, heads, D]: no batch axis
       return [POSITIONS.size, heads, shape[-1]], 0
-    if len(shape) == 4 and shape[0] == 1 and shape[1] == N_VISION:  # [1, tokens, heads, D] (Kimi-K2.5)
+    if len(shape) == 4 and shape[0] == 1 and shape[1] == VISION_TOKENS[0]:  # [1, tokens, heads, D] (Kimi-K2.5)
       return [1, POSITIONS.size, heads, shape[-1]], 1
     raise Refused(f"the apply's q {shape} has no token axis of length {tokens}")
   if shape[1:-1].count(tokens) != 1:
@@ -877,7 +1061,7 @@ def _positions(rotary_shapes):
       return torch.stack([pos // (a + 1) for a in range(shape[0])])
     if shape == [1, TOKENS[0]]:
       return pos
-    if len(shape) == 2 and shape[0] == N_VISION and shape[1] in (2, 3):  # a vision tower's [tokens, axes] ids
+    if len(shape) == 2 and shape[0] == VISION_TOKENS[0] and shape[1] in (2, 3):  # a tower's [tokens, axes] ids
       return torch.stack([pos.reshape(-1) // (a + 1) for a in range(shape[1])], -1)
   raise Refused(f"its rotary module gets no position ids of shape [B, T] or [A, B, T] (got {rotary_shapes})")
 
@@ -951,6 +1135,20 @@ def pair_axes_observed(maps, facts, axis_positions):
     if np.array_equal(_layout_axes(sections, len(axes), layout), axes):
       return {"sections": sections, "section_layout": layout}
   raise Refused(f"M-RoPE pairs read the position axes in an order no section layout gives ({axes.tolist()[:12]}...)")
+
+
+def _pair_axes_any_order(maps, facts, pos, vision):
+  """pair_axes_observed, and for a vision tower's two axes (row, col) whose pairs read them in no section layout, the
+  same with the axes swapped: Inkling 2's tower turns its first pairs by the column and the rest by the row, which
+  is the chunked layout over (col, row). Returns (the M-RoPE facts, with "axes_swapped" where swapped; the positions
+  in the order the layout reads them, for the golden)."""
+  try:
+    return pair_axes_observed(maps, facts, pos.numpy()), pos
+  except Refused:
+    if not vision or pos.shape[0] != 2:
+      raise
+    swapped = pos.flip(0)
+    return {**pair_axes_observed(maps, facts, swapped.numpy()), "axes_swapped": True}, swapped
 
 
 def _layout_axes(sections, num_pairs, layout):
@@ -1090,7 +1288,9 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
   groups = {}
   for c in calls:
     if c["rotary"] is None:
-      raise Refused(f"{c['fn']} (called by {c['caller']}) gets no cos/sin from a rotary module")
+      how = (": it is given integer position ids and computes its angles itself, no rotary module the config's "
+             "rope parameters drive") if c.get("integer_args") else ""
+      raise Refused(f"{c['fn']} (called by {c['caller']}) gets no cos/sin from a rotary module{how}")
     key = json.dumps([c["fn"], c["rotary"], c["args"], c["tensor_kwargs"], c["kwargs"]], sort_keys=True)
     groups.setdefault(key, []).append(c)
   out = []
@@ -1107,7 +1307,8 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
     maps, pos, t_axis = _observed_maps(built[path], module, call, rotary_shapes, x_shape)
     facts = analyse(maps)
     if pos.ndim == 3:  # M-RoPE
-      facts["mrope"] = pair_axes_observed(maps, facts, pos.numpy())
+      facts["mrope"], pos = _pair_axes_any_order(maps, facts, pos, vision=t_axis == 0 or x_shape[0] == 1 and
+                                                 VISION_TOKENS[0] in x_shape[1:2])
       facts["mrope"].update(_mrope_key_order(built[path], module, call, rotary_shapes, x_shape, facts))
     shape1, _ = _probe_shape(x_shape, 1)
     q = torch.tensor(rng.standard_normal(shape1).astype(np.float32).astype(np.float64))  # float32-exact input
@@ -1631,6 +1832,10 @@ def classify(rotations):
       fam["mrope_key_order"] = rotations[0]["mrope"]["key_order"]
     if rotations[0]["mrope"].get("key_ignored"):  # sections fixed in the class, whatever mrope_section says
       fam["mrope_key_ignored"] = True
+    if any(r["mrope"].get("axes_swapped") for r in rotations):  # Inkling 2's tower: its sections read (col, row)
+      if not all(r["mrope"].get("axes_swapped") for r in rotations):
+        raise Refused("its layers read the image's (row, col) axes in different orders")
+      fam["position_axes"] = "wh"
     if rotations[0].get("frequency_kind"):  # a tower's own rope type (Qwen2-VL vision's "axial")
       sections = rotations[0]["mrope"]["sections"]
       if len(set(sections)) != 1 or "mrope_section" in (params or {}):
@@ -1863,6 +2068,7 @@ def main():
       else:
         SEEN_IDS.clear()
         TOKENS[0] = T_META
+        VISION_TOKENS[0] = N_VISION
         calls, rotary_shapes, model = meta_forward(mt, config, module)
         rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
         every_block = every_block_rotates(model, calls)
@@ -1876,6 +2082,7 @@ def main():
                          "rotations": rotations}
           if calls and calls[0]["stubbed"] == "vision":  # the token order the tower gave the probe image's ids
             goldens[mt]["vision_ids"] = SEEN_IDS.get(calls[0]["rotary"][0]) if calls[0]["rotary"] else None
+            goldens[mt]["vision_ids"] = _reordered_ids(goldens[mt]["vision_ids"], calls)
           parts = split_parts(rotations)
           if parts is None:
             entry["family"] = classify(rotations)
@@ -1885,6 +2092,8 @@ def main():
               summary["part"] = r["part"]
           if goldens[mt].get("vision_ids") is not None:
             entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
+            if entry["family"].get("position_axes") == "wh":  # the ids as its sections read them: (col, row)
+              goldens[mt]["vision_ids"] = np.asarray(goldens[mt]["vision_ids"])[:, ::-1].tolist()
           if mt in OBSERVE_AT:  # the keys it was observed at, which a config must set
             entry["observed_at"] = OBSERVE_AT[mt]
             at = OBSERVE_AT[mt]["text_config"] if "text_config" in OBSERVE_AT[mt] else OBSERVE_AT[mt]
@@ -1909,10 +2118,12 @@ def main():
     merged = {**copy.deepcopy(registry["model_types"]), **out}
     delegate(merged)
     inherit_sub_configs(merged)
+    towers_own_rotary_code(merged)
     out = {mt: merged[mt] for mt in out}
   else:
     delegate(out)
     inherit_sub_configs(out)
+    towers_own_rotary_code(out)
   for mt, entry in out.items() if only else ():  # as the registry would hold them, the sub-config steps included
     print(mt, entry["status"], entry.get("reason"), entry.get("observed_via") or "",
           json.dumps(entry.get("family") or entry.get("parts"))[:600])
@@ -2093,6 +2304,31 @@ def _runs_only_inside(sub_type, composite, out):
   composite's run is then that class's run."""
   return out[sub_type]["reason"].startswith("its forward fails") and \
       model_type_to_module_name(sub_type) == model_type_to_module_name(composite)
+
+
+def towers_own_rotary_code(out):
+  """A composite refused because no layer of its default config calls its module's rotary code, where that code is
+  a tower's (a sub-config of the same modeling module, observed exactly, whose layers call those
+  functions: Inkling 2, GLM-5-Next, whose text models rotate nothing in transformers' code): still refused, with that
+  reason, naming the sub-config to read (NeMo SpeechLM: its audio encoder's)."""
+  for mt, entry in out.items():
+    unused = set(entry.get("unused_rotary_code") or ())
+    if entry["status"] != "refused" or not unused:
+      continue
+    try:
+      config = CONFIG_MAPPING[mt]()
+    except Exception:  # noqa: BLE001
+      continue
+    for key in getattr(config, "sub_configs", {}) or {}:
+      sub_type = getattr(getattr(config, key, None), "model_type", None)
+      sub = out.get(sub_type) or {}
+      called = {r.get("fn") for r in sub.get("rotations", [])}
+      if sub.get("status") == "exact" and called and called <= unused and \
+          modeling_module(sub_type) is modeling_module(mt):
+        entry["reason"] = (f"its rotary code ({', '.join(sorted(called))}) is its {key}'s ({sub_type}, observed "
+                           f"there); its other layers call none of it: read from_hf_config(config[{key!r}]) for that "
+                           "part")
+        break
 
 
 def inherit_sub_configs(out):

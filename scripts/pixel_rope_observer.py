@@ -37,7 +37,7 @@ import diffusers_rope_observer as fit
 PIXEL_GRID = (5, 6)  # patches per (row, column) of the probe image: 30 tokens, enough near the origin to fit on
 MAX_BYTES = 8e9  # as the registry's: the largest model made real on the CPU
 MAX_PREFIX = 16
-MAX_SIDE = 64  # the largest image side, in patches, a tower that needs its own image size is run at  # the most tokens before (or after) the patches a tower may add (a class token, registers)
+MAX_SIDE = 72  # (SAM 3's 1008 / 14) the largest image side, in patches, a tower that needs its own image size is run at  # the most tokens before (or after) the patches a tower may add (a class token, registers)
 
 
 Refused = fit.Refused
@@ -172,6 +172,7 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   n = tokens[0]
   rotated = [c for c in calls if fit._token_count(c["x"].shape, (n,))]
   if len(rotated) != len(calls):
+    _refuse_windows(calls, rotated, n, grid)
     raise Refused(f"it also rotates tensors of shapes {sorted(shapes)} that hold no {n}-token axis: not observed")
   try:
     return fit.fit_grid(rotated, (n,), _numberings(n, grid))
@@ -189,6 +190,37 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   return fit.fit_grid(rotated, (n,), _numberings(n, grid))  # refused again, with the fit's own reason
 
 
+def _refuse_windows(calls: list[dict], rotated: list[dict], n: int, grid: tuple[int, int]) -> None:
+  """Where some applies rotate the whole image's n tokens and the others a square window's w * w (SAM 3's windowed
+  layers: 24 x 24 windows), refused naming that: if each window's tokens fit a numbering of their own w x w grid,
+  its windowed layers number the tokens of each window from its own corner, while the others number the image
+  otherwise: per-layer positions, which one numbering of the image cannot give. Returns where that is not the
+  case (the caller refuses as before)."""
+  kept = {id(c) for c in rotated}
+  others = [c for c in calls if id(c) not in kept]
+  sides = {int(round(k ** 0.5)) for c in others for k in c["x"].shape[1:3] if 4 <= k < n and
+           int(round(k ** 0.5)) ** 2 == k}
+  if len(sides) != 1:
+    return
+  w = sides.pop()
+  windowed = [c for c in others if fit._token_count(c["x"].shape, (w * w,))]
+  if len(windowed) != len(others):
+    return
+  try:
+    local = fit.fit_grid(windowed, (w * w,), _numberings(w * w, (w, w)))
+  except Refused:
+    return
+  try:
+    fit.fit_grid(rotated, (n,), _numberings(n, grid))
+    whole = "by integer positions of the image's grid"
+  except Refused:
+    whole = "by positions that no integer numbering of the image's grid gives"
+  raise Refused(f"windowed attention with per-layer positions: {len(windowed)} apply call(s) rotate {w} x {w} "
+                f"windows, each window's tokens numbered from its own corner ({json.loads(local['numbering'])}), "
+                f"and {len(rotated)} rotate the whole {grid[0]} x {grid[1]} image {whole}: one numbering of the "
+                "image cannot give both")
+
+
 def _fits(model_cls, config):
   """`config`, if a model of it fits in float64 in MAX_BYTES; else Refused."""
   with torch.device("meta"):
@@ -196,6 +228,28 @@ def _fits(model_cls, config):
   if size * 8 > MAX_BYTES:
     raise Refused(f"its tower keeps {size / 1e9:.1f}B parameters: too large to run in float64 on the CPU")
   return config
+
+
+def _meta_failure(model_cls, config) -> str | None:
+  """The error of the default config's forward on the meta device (the probe image's shapes, no values: a width
+  one module gives and another does not take, DeepSeek-OCR 2's SAM features of 896 into a 4096-wide encoder), or
+  None where that forward runs (or stops on values, which a meta tensor has none of: not a shape error)."""
+  try:
+    with torch.device("meta"):
+      model = model_cls(copy.deepcopy(config))
+    side = _size(config, "image_size", default=0) // _size(config, "patch_size", default=14)
+    grid = (side, side) if 0 < side <= MAX_SIDE else PIXEL_GRID  # its own image size where it names one
+    inputs = {k: v.to("meta", torch.float32) if torch.is_tensor(v) and v.is_floating_point() else v
+              for k, v in pixel_inputs(config, grid).items()}
+    with torch.no_grad():
+      model(**inputs)
+  except RuntimeError as e:
+    text = str(e)
+    if "size" in text.lower() and "meta" not in text.lower():  # a shape mismatch, not a meta-device limitation
+      return f"{type(e).__name__}: {next((x for x in text.splitlines() if x.strip()), '')[:160]}"
+  except Exception:  # noqa: BLE001
+    return None
+  return None
 
 
 def _tokens(a: np.ndarray, n: int, keep: slice) -> np.ndarray:
@@ -212,7 +266,11 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
     try:
       calls, grid = run(model_cls, _fits(model_cls, small), keep_on_error=keep)
       break
-    except Refused:
+    except Refused as too_large:
+      shapes_fail = _meta_failure(model_cls, config)
+      if shapes_fail is not None:  # too large to run, and its default config fails on shapes alone anyway
+        raise Refused(f"{too_large}; and its default config's forward on the probe image fails on the meta device "
+                      f"(on shapes alone, whatever the weights): {shapes_fail}") from too_large
       raise
     except Exception as e:  # noqa: BLE001
       first_error = first_error or e

@@ -667,8 +667,10 @@ def test_vision_towers_number_their_tokens_as_grid_positions_does():
   gave its rotary module these (h, w) ids, from its own code (get_vision_position_ids and kin). The spec's
   positions for that image are rope.grid_positions(4, 10, merge_size=m), m the config's spatial_merge_size
   where the tower orders its tokens in merge blocks (the registry's merge_size_key) and 1 where it keeps raster
-  order (merge_size 1: PaddleOCR-VL), with axes="thw" where the tower puts the frame index in front (MiniMax-M3-VL):
-  the same ids in the same token order, for every tower the registry reads."""
+  order (merge_size 1: PaddleOCR-VL), with axes="thw" where the tower puts the frame index in front (MiniMax-M3-VL),
+  window=window_size // (merge * patch_size) where the tower reorders its tokens into attention windows
+  (Qwen2.5-VL), and start=1 with cls="first" where class tokens at (0, 0) precede 1-based patches, axes="wh"
+  where its sections read (col, row) (Inkling 2): the same ids in the same token order, for every tower the registry reads."""
   towers = sorted(mt for mt in (k[:-len("/vision_ids")] for k in ARRAYS.files if k.endswith("/vision_ids"))
                   if TYPES[mt]["status"] == "exact")
   assert len(towers) >= 10, towers
@@ -677,9 +679,17 @@ def test_vision_towers_number_their_tokens_as_grid_positions_does():
     ids = np.asarray(ARRAYS[f"{mt}/vision_ids"])
     fam = TYPES[mt]["family"]  # merge blocks of the config's merge size (Qwen2-VL), or raster (PaddleOCR-VL)
     merge = int(CONFIGS[mt][fam["merge_size_key"]]) if "merge_size_key" in fam else fam["merge_size"]
-    want = rope.grid_positions(4, 10, merge_size=merge, axes="thw" if fam.get("frame_axis") else "hw")
+    window = None  # Qwen2.5-VL: its tokens in attention windows of window_size // (merge * patch) merge blocks
+    if "window_size_key" in fam:
+      window = int(CONFIGS[mt][fam["window_size_key"]]) // merge // int(CONFIGS[mt][fam["patch_size_key"]])
+    cls = {"cls": "first", "cls_tokens": fam["cls_tokens"]} if fam.get("cls_tokens") else {}  # Inkling 2: a class
+    # token in front at (0, 0), the patches from 1
+    axes = "thw" if fam.get("frame_axis") else fam.get("position_axes", "hw")  # Inkling 2: (col, row)
+    want = rope.grid_positions(4, 10, merge_size=merge, axes=axes, window=window,
+                               start=fam.get("start", 0), **cls)
     if ids.shape != want.shape or not np.array_equal(ids, want):
-      wrong[mt] = f"ids {ids[:6].tolist()}... vs grid_positions(4, 10, merge_size={merge}) {want[:6].tolist()}..."
+      wrong[mt] = (f"ids {ids[:6].tolist()}... vs grid_positions(4, 10, merge_size={merge}, window={window}) "
+                   f"{want[:6].tolist()}...")
     spec = rope.from_hf_config(CONFIGS[mt], layer=TYPES[mt]["rotations"][0]["layers"][0])
     assert spec is not None and spec.sections is not None and len(spec.sections) == ids.shape[1], mt
   assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())

@@ -399,6 +399,18 @@ def test_grid_positions_orders():
   assert video.tolist() == [[f, *rc] for f in (0, 1) for rc in merged.tolist()]
   with pytest.raises(ValueError, match="axes='thw'"):
     rope.grid_positions(2, 4, axes="thw", cls="first")
+  # Qwen2.5-VL's attention windows (get_window_index, written out by hand): a 2 x 6 grid is 1 x 3 merge blocks;
+  # windows of 2 x 2 blocks from the top left: blocks 0, 1, then the partial window holding block 2; per frame
+  windowed = rope.grid_positions(2, 6, merge_size=2, window=2, frames=2)
+  blocks = rope.grid_positions(2, 6, merge_size=2).reshape(3, 4, 2)
+  assert windowed.tolist() == 2 * blocks.reshape(-1, 2).tolist()  # one row of blocks: windows keep their order
+  tall = rope.grid_positions(4, 4, merge_size=2, window=1)  # 1-block windows: the merge-block order itself
+  assert tall.tolist() == rope.grid_positions(4, 4, merge_size=2).tolist()
+  square = rope.grid_positions(6, 6, merge_size=2, window=2)  # 3 x 3 blocks: windows {0, 1, 3, 4}, {2, 5}, {6, 7}, {8}
+  merged6 = rope.grid_positions(6, 6, merge_size=2).reshape(9, 4, 2)
+  assert square.tolist() == merged6[[0, 1, 3, 4, 2, 5, 6, 7, 8]].reshape(-1, 2).tolist()
+  with pytest.raises(ValueError, match="window"):
+    rope.grid_positions(6, 6, merge_size=2, window=0)
 
 
 def test_a_zero_position_cls_token_is_not_rotated():

@@ -225,7 +225,7 @@ def _check_count(name: str, value: Any, low: int = 1) -> None:
 
 def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw", start: int = 0,
                    merge_size: int = 1, cls: str | None = None, normalize: str | None = None,
-                   cls_tokens: int = 1) -> np.ndarray:
+                   cls_tokens: int = 1, window: int | None = None) -> np.ndarray:
   """Per-token 2-D positions of an image's patch grid, for the 2-D vision layouts.
 
   Args:
@@ -238,6 +238,12 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
     start: 0, or 1 for Llama 4's 1-based grid (which leaves (0, 0) to the CLS token).
     merge_size: tokens in merge-block order (Qwen-VL): m x m windows in raster order, raster
       order inside each window; 1 = plain raster order (row-major, columns fastest).
+    window: tokens in attention windows of window x window merge blocks (Qwen2.5-VL's tower, which
+      reorders its tokens and their cos/sin by get_window_index before its blocks; window =
+      window_size // (spatial_merge_size * patch_size), 4 in Qwen2.5-VL): the merge-block grid
+      cut into windows from the top left (the windows at the right and bottom edges partial),
+      windows in raster order, blocks in raster order inside each window, merge_size's order
+      inside each block; per frame. None: no windows.
     cls: None, "first" or "last": add a class token with position (0, 0), i.e. zero angle, so it
       is not rotated (Llama 4 appends it last; RoPE-ViT leaves its first token unrotated).
     cls_tokens: how many such tokens (DINOv3 and Sapiens 2: a class token and the register
@@ -262,6 +268,8 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
     raise ValueError(f"normalize={normalize!r}: expected None, 'center' (DINOv3) or 'linspace' (pixel).")
   if height % merge_size or width % merge_size:
     raise ValueError(f"the grid {height}x{width} must be divisible by merge_size={merge_size}.")
+  if window is not None:
+    _check_count("window", window)
   if normalize is not None and start != 0:
     raise ValueError("normalized positions take start=0.")
   rows: np.ndarray
@@ -270,9 +278,15 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
   c: np.ndarray
   rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
   m = merge_size
-  if m > 1:  # [H/m, m, W/m, m] -> blocks in raster order, raster inside each block
+  if m > 1 or window is not None:  # [H/m, m, W/m, m] -> blocks in raster order, raster inside each block
     rows = rows.reshape(height // m, m, width // m, m).transpose(0, 2, 1, 3)
     cols = cols.reshape(height // m, m, width // m, m).transpose(0, 2, 1, 3)
+  if window is not None:  # [H/m, W/m, m, m] blocks -> windows of window x window blocks, raster order of both
+    bh, bw = height // m, width // m
+    order = np.arange(bh * bw).reshape(bh, bw)
+    order = np.concatenate([order[r:r + window, c:c + window].reshape(-1)
+                            for r in range(0, bh, window) for c in range(0, bw, window)])
+    rows, cols = rows.reshape(bh * bw, m * m)[order], cols.reshape(bh * bw, m * m)[order]
   rows, cols = rows.reshape(-1), cols.reshape(-1)
   if normalize == "center":
     r, c = ((rows + 0.5) / height) * 2 - 1, ((cols + 0.5) / width) * 2 - 1
