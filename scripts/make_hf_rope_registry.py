@@ -610,7 +610,8 @@ def meta_forward(model_type, config, module):
         how[0] = "audio" if audio else "vision"
         try:
           with torch.no_grad():
-            run(_real(model), stub=False, attempts=audio or vision)
+            run(_real_audio(model, cls, config) if audio else _real(model), stub=False,
+              attempts=audio or vision)
         except Exception as e:  # noqa: BLE001
           what = "400 feature frames (or 2 s of audio)" if audio else f"a {VISION_GRID} patch grid"
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
@@ -817,24 +818,79 @@ def _check_fits(model, bytes_per_parameter):
     raise RuntimeError(f"{n / 1e9:.1f}B parameters: too large to run on the CPU")
 
 
+def _audio_config_int(config, keys, default=None):
+  """The first of `keys` the config sets to a number, in its own keys and then its sub-configs' (Parakeet CTC keeps
+  its mel count in encoder_config, Xcodec2 its semantic feature width in semantic_model_config)."""
+  values = json.loads(config.to_json_string(use_diff=False))
+  places = [values] + [v for v in values.values() if isinstance(v, dict)]
+  for k in keys:
+    for place in places:
+      if isinstance(place.get(k), (int, float)) and not isinstance(place.get(k), bool):
+        return place[k]
+  return default
+
+
+AUDIO_SECONDS = 2  # a waveform probe's length, at the config's own sampling rate
+AUDIO_FRAMES = 400  # a feature probe's frames where the config names no hop to derive them from
+
+
 def _audio_inputs(model, config):
-  """An audio encoder's forward inputs, tried in turn: 400 frames of log-mel features ([B, T, mels] and
-  [B, mels, T]) or 2 s of 16 kHz samples ([B, S] and [B, 1, S]); None for a model that takes token ids."""
+  """An audio model's forward inputs, tried in turn, built from its forward's required arguments and its config's
+  own sizes; None for a model that takes token ids.
+  * a waveform (``input_values``): 2 s at the config's sampling rate, as [B, S] and [B, 1, S];
+  * features (``input_features``): 400 frames of its mel count, as [B, T, mels] and [B, mels, T]; where the forward
+    takes a waveform too (Xcodec2: a semantic encoder beside an acoustic one, their frames concatenated), the
+    features' frames are the waveform's samples over the config's hop_length;
+  * a decoder's ``latents``: 2 s of frames at the config's frame_rate, [B, C, F] with C its latent_dim or its
+    hidden_size (tried in turn);
+  * the waveform sample count of each feature chunk (``chunk_sample_lengths``, Dots3-Note): frames x hop_length;
+  * ``decoder_input_ids`` where the forward takes them (Moonshine), T_META zeros."""
   params = inspect.signature(model.forward).parameters
   if "input_ids" in params:
     return None
+  required = {n for n, p in params.items() if p.default is inspect.Parameter.empty
+              and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
   torch.manual_seed(0)
+  rate = int(_audio_config_int(config, ("sampling_rate", "input_sampling_rate", "sample_rate"), 16000))
+  samples = AUDIO_SECONDS * rate
+  hop = _audio_config_int(config, ("hop_length",))
+  extra = {}
+  if "decoder_input_ids" in params:
+    extra["decoder_input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
+  if "latents" in required:
+    frames = int(AUDIO_SECONDS * _audio_config_int(config, ("frame_rate", "_frame_rate"), 25))
+    widths = dict.fromkeys(int(w) for w in (_audio_config_int(config, (k,)) for k in ("latent_dim", "hidden_size"))
+                           if w)
+    return [{"latents": torch.randn(1, w, frames, dtype=torch.bfloat16), **extra} for w in widths]
+  waves = [torch.randn(1, samples, dtype=torch.bfloat16), torch.randn(1, 1, samples, dtype=torch.bfloat16)]
   if "input_features" in params:
-    values = json.loads(config.to_json_string(use_diff=False))
-    places = [values] + [v for v in values.values() if isinstance(v, dict)]  # its own keys, then a sub-config's
-    mels = next((place[k] for place in places for k in ("num_mel_bins", "feature_size", "input_feat_size", "n_mels")
-                 if isinstance(place.get(k), int)), 128)  # (Parakeet CTC keeps them in its encoder_config)
-    return [{"input_features": torch.randn(1, 400, mels, dtype=torch.bfloat16)},
-            {"input_features": torch.randn(1, mels, 400, dtype=torch.bfloat16)}]
+    mels = int(_audio_config_int(config, ("num_mel_bins", "feature_size", "input_feat_size", "n_mels",
+                                          "feature_projection_input_dim"), 128))
+    both = "input_values" in required
+    frames = samples // hop if both and hop else AUDIO_FRAMES
+    features = [torch.randn(1, frames, mels, dtype=torch.bfloat16), torch.randn(1, mels, frames, dtype=torch.bfloat16)]
+    if "chunk_sample_lengths" in required:  # one chunk of `frames` feature frames, hop_length samples each
+      extra["chunk_sample_lengths"] = torch.tensor([frames * int(hop or 160)])
+    if both:
+      return [{"input_values": w, "input_features": f, **extra} for w in waves[::-1] for f in features]
+    return [{"input_features": f, **extra} for f in features]
   if "input_values" in params:
-    return [{"input_values": torch.randn(1, 32000, dtype=torch.bfloat16)},
-            {"input_values": torch.randn(1, 1, 32000, dtype=torch.bfloat16)}]
+    return [{"input_values": w, **extra} for w in waves]
   return None
+
+
+def _real_audio(meta_model, cls, config):
+  """`_real`, with the buffers the model's own __init__ computes (a conv stack's integer stride, kernel_size and
+  padding_total: Mimi's, zeroed by `_real`, make every conv's output empty)."""
+  model = _real(meta_model)
+  with warnings.catch_warnings(), params_on_meta():
+    warnings.simplefilter("ignore")
+    reference = cls(config)
+  with torch.no_grad():
+    for name, b in reference.named_buffers():
+      with contextlib.suppress(AttributeError, RuntimeError):
+        model.get_buffer(name).copy_(b)
+  return model
 
 
 def _real(meta_model):
@@ -1260,7 +1316,8 @@ def config_facts(rotary, module, top_config, head_dim):
   """Step 4: where the config keeps this rotary module's settings, its defaults, and which keys it follows."""
   cfg = rotary.config
   where = None
-  if cfg is not top_config and not _same(cfg, top_config):
+  derived = _derived_from(cfg, top_config)
+  if cfg is not top_config and not _same(cfg, top_config) and not derived:
     where = next((k for k in getattr(top_config, "sub_configs", {}) if _same(getattr(top_config, k, None), cfg)), "?")
   base = inv_freqs(rotary)
   if not base:
@@ -1370,8 +1427,8 @@ def config_facts(rotary, module, top_config, head_dim):
   # sets one to another value than the default observed here. Found by name, to refuse, never to read.
   guarded = {k: v for k, v in serialized.items() if k != "layer_types" and GUARDED_NAME.search(k)
              and GUARDED_PART.search(k)}
-  return {"config": where, "config_class": type(cfg).__name__, "follows": follows, "guarded": guarded,
-          "serialized": serialized,
+  return {"config": where, "config_class": type(top_config if derived else cfg).__name__, "follows": follows,
+          "guarded": guarded, "serialized": serialized,
           "rope_parameters": params, "rope_type": getattr(rotary, "rope_type", None),
           "n_freq": {n: len(v) for n, v in base.items()},
           "defaults": {k: serialized.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads",
@@ -1422,6 +1479,15 @@ def _per_layer_head_dims(rotary, cfg, serialized, base, rebuilt, module):
         builder = [name, value]
         break
   return dims, builder, {n for n, b in base.items() if lengths[n] != len(b)}
+
+
+def _derived_from(cfg, top_config):
+  """Whether a rotary module's config is the top config's own fields under a subclass of its class (Mimi's
+  encoder_config and decoder_config: MimiEncoderConfig(**self.to_dict())): it reads the top config's keys."""
+  if cfg is None or top_config is None or cfg is top_config or not isinstance(cfg, type(top_config)):
+    return False
+  a, b = cfg.to_dict(), top_config.to_dict()
+  return {k: v for k, v in a.items() if k != "model_type"} == {k: v for k, v in b.items() if k != "model_type"}
 
 
 def _same(a, b):
