@@ -501,6 +501,7 @@ def meta_forward(model_type, config, module):
   calls, outputs, depth, shapes, how, paths = [], {}, [0], {}, [None], {}
   alive = []  # the rotary outputs recorded by id, kept alive: a freed one's id taken by a later q would read as
   # a rotary output (Kyutai STT: a rotary module per layer, each output freed after its layer)
+  attempts_ok = [None]  # the inputs of the forward that ran
 
   def hook(mod, args, kwargs, out):
     for i, t in enumerate(out if isinstance(out, tuple) else (out,)):
@@ -587,6 +588,7 @@ def meta_forward(model_type, config, module):
           how[0] = "stubbed"
         else:
           model(**attempt)
+        attempts_ok[:] = [attempt]
         return
       except Exception:  # noqa: BLE001
         if attempt is attempts[-1]:
@@ -610,13 +612,21 @@ def meta_forward(model_type, config, module):
         how[0] = "audio" if audio else "vision"
         try:
           with torch.no_grad():
-            run(_real_audio(model, cls, config) if audio else _real(model), stub=False,
-              attempts=audio or vision)
+            real = _real_audio(model, cls, config) if audio else _real(model)
+            run(real, stub=False, attempts=audio or vision)
         except Exception as e:  # noqa: BLE001
           what = "400 feature frames (or 2 s of audio)" if audio else f"a {VISION_GRID} patch grid"
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
         # an audio encoder's frames after subsampling: the length of the position ids [1, T] its rotary module got
         frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
+        if audio and len(frames) == 2 and T_META in frames and "decoder_input_ids" in attempts_ok[0]:
+          # an encoder-decoder (Moonshine): its decoder's tokens as many as the encoder's frames, so that every
+          # rotary module runs on one token count
+          frames.discard(T_META)
+          again = {**attempts_ok[0], "decoder_input_ids": torch.zeros(1, next(iter(frames)), dtype=torch.long)}
+          with torch.no_grad():
+            run(real, stub=False, attempts=[again])
+          frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
         if audio and len(frames) == 1:
           TOKENS[0] = frames.pop()
       else:
@@ -824,9 +834,9 @@ def _audio_config_int(config, keys, default=None):
   values = json.loads(config.to_json_string(use_diff=False))
   places = [values] + [v for v in values.values() if isinstance(v, dict)]
   for k in keys:
-    for place in places:
-      if isinstance(place.get(k), (int, float)) and not isinstance(place.get(k), bool):
-        return place[k]
+    for value in [getattr(config, k, None)] + [place.get(k) for place in places]:  # a property first (Xcodec2's
+      if isinstance(value, (int, float)) and not isinstance(value, bool):          # hop_length), then the keys
+        return value
   return default
 
 
@@ -891,6 +901,42 @@ def _real_audio(meta_model, cls, config):
       with contextlib.suppress(AttributeError, RuntimeError):
         model.get_buffer(name).copy_(b)
   return model
+
+
+def check_heads_in_model(model, family):
+  """Where the rotary module alone was seen to take its head dim from width_key / heads_key (head_dim_from), the
+  whole model built on meta with heads_key doubled must halve every rotary module's frequencies too. Where it does
+  not, building the model rewrites the config its rotary modules read (Moonshine's attention sets the shared
+  config's num_attention_heads, its decoder's key, to the encoder's head count while the encoder is built): the key
+  whose doubling halves them all in the built model is the one read instead, when exactly one of the config's keys
+  with that value does; else Refused."""
+  if not family or not family.get("head_dim_from") or family.get("sub"):
+    return
+  width, heads, _, heads_default = family["head_dim_from"]
+  base = {p: len(m.inv_freq) for p, m in model.named_modules() if is_rotary_module(m) and hasattr(m, "inv_freq")}
+
+  def halves(key):
+    config = copy.deepcopy(model.config)
+    try:
+      setattr(config, key, 2 * heads_default)
+      with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        built = type(model)(config)
+    except Exception:  # noqa: BLE001  a model that does not build with the key doubled
+      return None
+    got = {p: len(m.inv_freq) for p, m in built.named_modules() if p in base and hasattr(m, "inv_freq")}
+    return got if got.keys() == base.keys() and all(n in (base[p] // 2, (base[p] + 1) // 2) for p, n in got.items()) \
+        else False
+
+  if halves(heads) is not False:  # it does (or the model does not build with it doubled: nothing to compare)
+    return
+  keys = [k for k, v in model.config.to_dict().items() if v == heads_default and not isinstance(v, bool)
+          and k != heads and halves(k)]
+  if len(keys) != 1:
+    raise Refused(f"its rotary module alone takes its head dim from {width} / {heads}, but in the model built with "
+                  f"{heads} doubled its rotary modules keep their frequencies, and {len(keys)} other keys of value "
+                  f"{heads_default} halve them all: building the model rewrites the config its rotary modules read")
+  family["head_dim_from"] = [width, keys[0], family["head_dim_from"][2], heads_default]
 
 
 def _real(meta_model):
@@ -1949,6 +1995,8 @@ def main():
             entry["parts"] = {name: classify(group) for name, group in parts.items()}
             for r, summary in zip(rotations, entry["rotations"], strict=True):
               summary["part"] = r["part"]
+          if calls[0]["stubbed"] == "audio":  # built for real: what the whole model does with the heads key
+            check_heads_in_model(model, entry.get("family"))
           if goldens[mt].get("vision_ids") is not None:
             entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
           if mt in OBSERVE_AT:  # the keys it was observed at, which a config must set
