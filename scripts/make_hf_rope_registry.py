@@ -532,7 +532,9 @@ def meta_forward(model_type, config, module):
                     "rotary": next((s for s in sources if s is not None), None)})
       depth[0] += 1
       try:
-        return _fn(*a, **k)
+        result = _fn(*a, **k)
+        _note_rotated(calls[-1], a, result, sys._getframe(1))
+        return result
       finally:
         depth[0] -= 1
     _install(module, name, wrapper)
@@ -615,8 +617,11 @@ def meta_forward(model_type, config, module):
             real = _real_audio(model, cls, config) if audio else _real(model)
             run(real, stub=False, attempts=audio or vision)
         except Exception as e:  # noqa: BLE001
+          refuse_rotated_values(calls)  # what the apply calls before the failure showed (CLVP's encoders rotate v)
           what = "400 feature frames (or 2 s of audio)" if audio else f"a {VISION_GRID} patch grid"
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
+        if audio:
+          refuse_foreign_towers(real, calls, shapes)
         # an audio encoder's frames after subsampling: the length of the position ids [1, T] its rotary module got
         frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
         if audio and len(frames) == 2 and T_META in frames and "decoder_input_ids" in attempts_ok[0]:
@@ -651,6 +656,7 @@ def meta_forward(model_type, config, module):
       _install(module, name, fn)
   for c in calls:
     c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
+  refuse_rotated_values(calls)
   return calls, shapes, model
 
 
@@ -765,6 +771,59 @@ def _codebook_attempts(model, params):
   return out
 
 
+def refuse_foreign_towers(model, calls, shapes):
+  """A rotary module that ran in the forward but whose cos/sin no apply of the type's own modeling module took: a
+  tower of another model's code rotates there (PE-Audio's text tower is ModernBERT), unobserved and each its own
+  way. Refused, naming the sub-configs that hold each tower, where the reader can be asked for each."""
+  if not calls:
+    return
+  used = {c["rotary"][0] for c in calls if c["rotary"]}
+  foreign = sorted(set(shapes) - used)
+  if not foreign:
+    return
+  subs = getattr(model.config, "sub_configs", {}) or {}
+
+  def where(path):  # the sub-config (or a sub-config's sub-config) the tower's rotary module reads
+    cfg = getattr(model.get_submodule(path), "config", None)
+    for key in subs:
+      sub = getattr(model.config, key, None)
+      if _same(sub, cfg):
+        return f"its {key} ({cfg.model_type})"
+      inner = next((k for k in getattr(sub, "sub_configs", {}) or {} if _same(getattr(sub, k, None), cfg)), None)
+      if inner:
+        return f"its {key}.{inner} ({cfg.model_type})"
+    return type(model.get_submodule(path)).__name__
+
+  own = sorted({where(c["rotary"][0]) for c in calls if c["rotary"]})
+  other = sorted({where(p) for p in foreign})
+  raise Refused(f"two towers rotate each their own way: {', '.join(own)} with its own apply, and {', '.join(other)} "
+                f"with another model's code ({foreign[0]}): read from_hf_config on each sub-config")
+
+
+def _note_rotated(call, args, result, frame):
+  """What an apply call handed back: how many tensors of its first argument's layout it took and returned (q and k,
+  or more), and the names its caller's frame gives those arguments (what they are, for the refusal's message)."""
+  first = args[0] if args and torch.is_tensor(args[0]) else None
+  if first is None:
+    return
+  alike = [t for t in args if torch.is_tensor(t) and t.dim() == first.dim() and t.shape[-1] == first.shape[-1]]
+  out = result if isinstance(result, tuple) else (result,)
+  call["rotated"] = sum(1 for t in out if torch.is_tensor(t) and t.dim() == first.dim()
+                        and t.shape[-1] == first.shape[-1]) if len(alike) >= 3 else None
+  if call["rotated"]:
+    call["rotated_names"] = [next((n for n, v in frame.f_locals.items() if v is t), "?") for t in alike]
+
+
+def refuse_rotated_values(calls):
+  """An apply that takes and returns three tensors of q's layout rotates a third beside q and k: the values
+  (CLVP's apply_rotary_pos_emb(q, k, v, ...)). A RoPE spec turns q and k only: refused, naming it."""
+  for c in calls:
+    if (c.get("rotated") or 0) >= 3:
+      raise Refused(f"{c['fn']} (called by {c['caller']}) rotates {c['rotated']} tensors per call, not q and k "
+                    f"only ({', '.join(c['rotated_names'])}): it rotates the values too, which a RoPE spec does not "
+                    "carry")
+
+
 def merge_order(height, width, merge):
   """(row, col) of a height x width grid's patches in m x m merge blocks, raster inside each (Qwen-VL)."""
   rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
@@ -856,15 +915,25 @@ def _audio_inputs(model, config):
   * the waveform sample count of each feature chunk (``chunk_sample_lengths``, Dots3-Note): frames x hop_length;
   * ``decoder_input_ids`` where the forward takes them (Moonshine), T_META zeros."""
   params = inspect.signature(model.forward).parameters
-  if "input_ids" in params:
-    return None
   required = {n for n, p in params.items() if p.default is inspect.Parameter.empty
               and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
+  audio_in = {"input_values", "input_features"} & set(params)
+  caches = {"cache", "past_key_values", "use_cache"} & set(params)
+  extra = {}
+  if "input_ids" in params:
+    if not audio_in or caches:  # a text model, or a speech LM generating text: its token ids alone
+      return None
+    # token ids beside audio with no cache: two towers (PE-Audio's text and audio encoders, CLVP's conditioning
+    # encoder on mel features): both run
+    extra["input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
+  if required == {"inputs_embeds"}:  # a head on another model's frame embeddings (Nemotron 3.5's word timestamps)
+    width = int(_audio_config_int(config, ("hidden_size", "d_model"), 512))
+    torch.manual_seed(0)
+    return [{"inputs_embeds": torch.randn(1, T_META, width, dtype=torch.bfloat16)}]
   torch.manual_seed(0)
   rate = int(_audio_config_int(config, ("sampling_rate", "input_sampling_rate", "sample_rate"), 16000))
   samples = AUDIO_SECONDS * rate
   hop = _audio_config_int(config, ("hop_length",))
-  extra = {}
   if "decoder_input_ids" in params:
     extra["decoder_input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
   if "latents" in required:
@@ -891,7 +960,7 @@ def _audio_inputs(model, config):
 
 def _real_audio(meta_model, cls, config):
   """`_real`, with the buffers the model's own __init__ computes (a conv stack's integer stride, kernel_size and
-  padding_total: Mimi's, zeroed by `_real`, make every conv's output empty)."""
+  padding_total: Mimi's, zeroed by `_real`, make every conv's output empty), in eval mode."""
   model = _real(meta_model)
   with warnings.catch_warnings(), params_on_meta():
     warnings.simplefilter("ignore")
@@ -900,7 +969,7 @@ def _real_audio(meta_model, cls, config):
     for name, b in reference.named_buffers():
       with contextlib.suppress(AttributeError, RuntimeError):
         model.get_buffer(name).copy_(b)
-  return model
+  return model.eval()  # no dropout, no layerdrop: in training mode LASR skips layers at random
 
 
 def check_heads_in_model(model, family):
@@ -2192,7 +2261,15 @@ def delegate(out):
     entry, subs = out[mt], rotating(mt)
     if entry["status"] != "no_rope":
       continue
-    if entry.get("unused_rotary_code"):
+    if entry.get("unused_rotary_code") and subs and all(model_type_to_module_name(t) == model_type_to_module_name(mt)
+                                                         for t in subs.values()):
+      # the rotary code its token-id forward leaves unused is its rotating sub-models' own (Nemotron 3.5
+      # Transcribe's audio towers live in its modeling module): its RoPE is in them, not in a text model
+      parts = ", ".join(f"{k} ({t})" for k, t in subs.items())
+      entry.update(status="refused", reason=f"its forward on token ids rotates nothing; its RoPE is in its {parts}, "
+                                            "towers of its own modeling code: read from_hf_config(config[key]) for "
+                                            "each part")
+    elif entry.get("unused_rotary_code"):
       entry.update(status="refused", reason="its modeling code rotates (" + ", ".join(entry["unused_rotary_code"]) +
                    "), but no layer of its default config calls it: the layers other settings add are not observed")
     elif subs:
