@@ -807,6 +807,10 @@ def _note_rotated(call, args, result, frame):
   if first is None:
     return
   alike = [t for t in args if torch.is_tensor(t) and t.dim() == first.dim() and t.shape[-1] == first.shape[-1]]
+  heads = [t.shape[1] for t in frame.f_locals.values() if torch.is_tensor(t) and t.dim() == 4 == first.dim()
+           and t.shape[1] > first.shape[1] and t.shape[:1] + t.shape[2:] == first.shape[:1] + first.shape[2:]]
+  if heads:  # the caller holds q-like tensors with more heads than the apply got: it rotates a slice of the heads
+    call["head_slice"] = [first.shape[1], max(heads)]
   out = result if isinstance(result, tuple) else (result,)
   call["rotated"] = sum(1 for t in out if torch.is_tensor(t) and t.dim() == first.dim()
                         and t.shape[-1] == first.shape[-1]) if len(alike) >= 3 else None
@@ -818,6 +822,10 @@ def refuse_rotated_values(calls):
   """An apply that takes and returns three tensors of q's layout rotates a third beside q and k: the values
   (CLVP's apply_rotary_pos_emb(q, k, v, ...)). A RoPE spec turns q and k only: refused, naming it."""
   for c in calls:
+    if c.get("head_slice") and c.get("stubbed") == "audio":  # (checked where audio models run for real)
+      have, of = c["head_slice"]
+      raise Refused(f"{c['fn']} (called by {c['caller']}) gets {have} of the {of} heads its caller holds: it "
+                    f"rotates only some heads (the others pass unrotated), which a RoPE spec does not carry")
     if (c.get("rotated") or 0) >= 3:
       raise Refused(f"{c['fn']} (called by {c['caller']}) rotates {c['rotated']} tensors per call, not q and k "
                     f"only ({', '.join(c['rotated_names'])}): it rotates the values too, which a RoPE spec does not "
@@ -930,6 +938,9 @@ def _audio_inputs(model, config):
     width = int(_audio_config_int(config, ("hidden_size", "d_model"), 512))
     torch.manual_seed(0)
     return [{"inputs_embeds": torch.randn(1, T_META, width, dtype=torch.bfloat16)}]
+  token2wav = _token2wav_inputs(required, config)
+  if token2wav:
+    return token2wav
   torch.manual_seed(0)
   rate = int(_audio_config_int(config, ("sampling_rate", "input_sampling_rate", "sample_rate"), 16000))
   samples = AUDIO_SECONDS * rate
@@ -955,6 +966,26 @@ def _audio_inputs(model, config):
     return [{"input_features": f, **extra} for f in features]
   if "input_values" in params:
     return [{"input_values": w, **extra} for w in waves]
+  return None
+
+
+def _token2wav_inputs(required, config):
+  """Name-specific, and justified: Qwen2.5-Omni's code-to-mel DiT and its token2wav wrapper take what the Omni
+  pipeline builds upstream (the talker's codec codes, a speaker vector, a reference mel), none of which a processor
+  makes alone; their shapes come from the DiT config (mel_dim, enc_emb_dim, repeats): T_META codes, repeats x
+  T_META mel frames, a 50-frame reference mel. None for any other forward."""
+  torch.manual_seed(0)
+  mel, speaker = (int(_audio_config_int(config, (k,), 0)) for k in ("mel_dim", "enc_emb_dim"))
+  frames = T_META * int(_audio_config_int(config, ("repeats",), 1))
+  reference = torch.randn(1, 50, mel, dtype=torch.bfloat16)
+  codes = torch.zeros(1, T_META, dtype=torch.long)
+  if required == {"hidden_states", "condition_vector", "speaker_embedding", "quantized_code", "time_step"}:
+    return [{"hidden_states": torch.randn(1, frames, mel, dtype=torch.bfloat16), "condition_vector": reference,
+             "speaker_embedding": torch.randn(1, frames, speaker, dtype=torch.bfloat16), "quantized_code": codes,
+             "time_step": torch.tensor(0.5, dtype=torch.bfloat16)}]
+  if required == {"code", "conditioning", "reference_mel"}:
+    return [{"code": codes, "conditioning": torch.randn(1, speaker, dtype=torch.bfloat16), "reference_mel": reference,
+             "num_steps": 2}]
   return None
 
 
