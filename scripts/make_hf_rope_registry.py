@@ -22,7 +22,10 @@ For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
    forward instead (random weights; a model over 8 GB is refused): a copy of the config with narrow
    MLP and expert widths where data-dependent code stops the meta forward (`shrunk`); a vision
    tower that takes ``grid_thw`` on one VISION_GRID image, its token ids kept for the golden; an
-   audio encoder on 400 feature frames or 2 s of samples. A default config from which transformers
+   audio model on inputs built from its forward's required arguments and its config's own sizes (2 s at its
+   sampling rate, 400 feature frames, a decoder's latents at its frame rate: ``_audio_inputs``), in eval mode with
+   the buffers its own __init__ computes. There an apply that rotates v too, or only some heads, is refused, and
+   so is a rotary module whose cos/sin another model's code applies (a second tower). A default config from which transformers
    builds no model is recorded as "no_default_config". A type whose forward calls no candidate, and whose config holds
    a sub-config with its own model type, delegates to that sub-config (``text_config``: Llava's
    Llama); one with no candidate at all has no RoPE. Before any forward, the code of the modules the
@@ -609,7 +612,7 @@ def meta_forward(model_type, config, module):
         raise NoModel(f"its default config builds no model in transformers: {_failure(e)}") from e
       audio = _audio_inputs(model, config)
       vision = None if audio else _vision_inputs(model, config)
-      if audio or vision:  # a tower, for real: an audio encoder on 400 frames (or 2 s of samples), in either
+      if audio or vision:  # a tower, for real: an audio model on its probe inputs (_audio_inputs), in each
         # layout; a vision tower on one VISION_GRID image, its ids from grid_thw's values
         how[0] = "audio" if audio else "vision"
         try:
@@ -618,7 +621,8 @@ def meta_forward(model_type, config, module):
             run(real, stub=False, attempts=audio or vision)
         except Exception as e:  # noqa: BLE001
           refuse_rotated_values(calls)  # what the apply calls before the failure showed (CLVP's encoders rotate v)
-          what = "400 feature frames (or 2 s of audio)" if audio else f"a {VISION_GRID} patch grid"
+          what = "its audio probe (2 s of samples, 400 feature frames or latents)" if audio else \
+              f"a {VISION_GRID} patch grid"
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
         if audio:
           refuse_foreign_towers(real, calls, shapes)
@@ -961,6 +965,9 @@ def _audio_inputs(model, config):
     features = [torch.randn(1, frames, mels, dtype=torch.bfloat16), torch.randn(1, mels, frames, dtype=torch.bfloat16)]
     if "chunk_sample_lengths" in required:  # one chunk of `frames` feature frames, hop_length samples each
       extra["chunk_sample_lengths"] = torch.tensor([frames * int(hop or 160)])
+    if "feature_lens" in params:  # packed features, no batch axis: [mels, T] and each clip's frames (Qwen2.5-Omni)
+      return [{"input_features": torch.randn(mels, frames, dtype=torch.bfloat16),
+               "feature_lens": torch.tensor([frames]), **extra}]
     if both:
       return [{"input_values": w, "input_features": f, **extra} for w in waves[::-1] for f in features]
     return [{"input_features": f, **extra} for f in features]
