@@ -824,7 +824,9 @@ def _note_rotated(call, args, result, frame):
 
 def refuse_rotated_values(calls):
   """An apply that takes and returns three tensors of q's layout rotates a third beside q and k: the values
-  (CLVP's apply_rotary_pos_emb(q, k, v, ...)). A RoPE spec turns q and k only: refused, naming it."""
+  (CLVP's apply_rotary_pos_emb(q, k, v, ...)), on every call. The spec's rotate_value can turn v, but an observed
+  family records no such fact (only RoFormer's hand-written rotary_value key reads it), and the golden checks q
+  only: refused, naming it, rather than read as a rotation of q and k alone."""
   for c in calls:
     if c.get("head_slice") and c.get("stubbed") == "audio":  # (checked where audio models run for real)
       have, of = c["head_slice"]
@@ -832,8 +834,8 @@ def refuse_rotated_values(calls):
                     f"rotates only some heads (the others pass unrotated), which a RoPE spec does not carry")
     if (c.get("rotated") or 0) >= 3:
       raise Refused(f"{c['fn']} (called by {c['caller']}) rotates {c['rotated']} tensors per call, not q and k "
-                    f"only ({', '.join(c['rotated_names'])}): it rotates the values too, which a RoPE spec does not "
-                    "carry")
+                    f"only ({', '.join(c['rotated_names'])}): it rotates the values too, on every call (the spec's "
+                    "rotate_value), which an observed family does not record")
 
 
 def merge_order(height, width, merge):
