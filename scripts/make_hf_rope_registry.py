@@ -625,6 +625,7 @@ def meta_forward(model_type, config, module):
               f"a {VISION_GRID} patch grid"
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
         if audio:
+          refuse_rotated_values(calls)  # CLVP: its apply's own mechanism first
           refuse_foreign_towers(real, calls, shapes)
         # an audio encoder's frames after subsampling: the length of the position ids [1, T] its rotary module got
         frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
@@ -779,9 +780,9 @@ def refuse_foreign_towers(model, calls, shapes):
   """A rotary module that ran in the forward but whose cos/sin no apply of the type's own modeling module took: a
   tower of another model's code rotates there (PE-Audio's text tower is ModernBERT), unobserved and each its own
   way. Refused, naming the sub-configs that hold each tower, where the reader can be asked for each."""
-  if not calls:
+  if not calls or any(c["rotary"] is None for c in calls):  # cos/sin from no rotary module: refused after this
     return
-  used = {c["rotary"][0] for c in calls if c["rotary"]}
+  used = {c["rotary"][0] for c in calls}
   foreign = sorted(set(shapes) - used)
   if not foreign:
     return
@@ -967,9 +968,6 @@ def _audio_inputs(model, config):
     features = [torch.randn(1, frames, mels, dtype=torch.bfloat16), torch.randn(1, mels, frames, dtype=torch.bfloat16)]
     if "chunk_sample_lengths" in required:  # one chunk of `frames` feature frames, hop_length samples each
       extra["chunk_sample_lengths"] = torch.tensor([frames * int(hop or 160)])
-    if "feature_lens" in params:  # packed features, no batch axis: [mels, T] and each clip's frames (Qwen2.5-Omni)
-      return [{"input_features": torch.randn(mels, frames, dtype=torch.bfloat16),
-               "feature_lens": torch.tensor([frames]), **extra}]
     if both:
       return [{"input_values": w, "input_features": f, **extra} for w in waves[::-1] for f in features]
     return [{"input_features": f, **extra} for f in features]
