@@ -536,7 +536,8 @@ def meta_forward(model_type, config, module):
       depth[0] += 1
       try:
         result = _fn(*a, **k)
-        _note_rotated(calls[-1], a, result, sys._getframe(1))
+        with contextlib.suppress(Exception):  # a note for the refusals below: it never stops the forward
+          _note_rotated(calls[-1], a, result, sys._getframe(1))
         return result
       finally:
         depth[0] -= 1
@@ -809,9 +810,10 @@ def _note_rotated(call, args, result, frame):
   """What an apply call handed back: how many tensors of its first argument's layout it took and returned (q and k,
   or more), and the names its caller's frame gives those arguments (what they are, for the refusal's message)."""
   first = args[0] if args and torch.is_tensor(args[0]) else None
-  if first is None:
+  if first is None or first.dim() < 2:
     return
   alike = [t for t in args if torch.is_tensor(t) and t.dim() == first.dim() and t.shape[-1] == first.shape[-1]]
+  # (first's layout: a 0-d or 1-d first argument is no q, and is not looked at)
   heads = [t.shape[1] for t in frame.f_locals.values() if torch.is_tensor(t) and t.dim() == 4 == first.dim()
            and t.shape[1] > first.shape[1] and t.shape[:1] + t.shape[2:] == first.shape[:1] + first.shape[2:]]
   if heads:  # the caller holds q-like tensors with more heads than the apply got: it rotates a slice of the heads
