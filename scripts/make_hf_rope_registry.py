@@ -943,7 +943,9 @@ def _audio_inputs(model, config):
     # token ids beside audio with no cache: two towers (PE-Audio's text and audio encoders, CLVP's conditioning
     # encoder on mel features): both run
     extra["input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
-  if required == {"inputs_embeds"}:  # a head on another model's frame embeddings (Nemotron 3.5's word timestamps)
+  if required == {"inputs_embeds"} and "input_ids" not in params:
+    # a head on another model's frame embeddings (Nemotron 3.5's word timestamps, which upsample them): run for real
+    # here, where the token count is read from the position ids its rotary module gets (not T_META)
     width = int(_audio_config_int(config, ("hidden_size", "d_model"), 512))
     torch.manual_seed(0)
     return [{"inputs_embeds": torch.randn(1, T_META, width, dtype=torch.bfloat16)}]
