@@ -22,7 +22,10 @@ For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
    forward instead (random weights; a model over 8 GB is refused): a copy of the config with narrow
    MLP and expert widths where data-dependent code stops the meta forward (`shrunk`); a vision
    tower that takes ``grid_thw`` on one VISION_GRID image, its token ids kept for the golden; an
-   audio encoder on 400 feature frames or 2 s of samples. A default config from which transformers
+   audio model on inputs built from its forward's required arguments and its config's own sizes (2 s at its
+   sampling rate, 400 feature frames, a decoder's latents at its frame rate: ``_audio_inputs``), in eval mode with
+   the buffers its own __init__ computes. There an apply that rotates v too, or only some heads, is refused, and
+   so is a rotary module whose cos/sin another model's code applies (a second tower). A default config from which transformers
    builds no model is recorded as "no_default_config". A type whose forward calls no candidate, and whose config holds
    a sub-config with its own model type, delegates to that sub-config (``text_config``: Llava's
    Llama); one with no candidate at all has no RoPE. Before any forward, the code of the modules the
@@ -505,6 +508,7 @@ def meta_forward(model_type, config, module):
   alive = []  # the rotary outputs recorded by id, kept alive: a freed one's id taken by a later q would read as
   # a rotary output (Kyutai STT: a rotary module per layer, each output freed after its layer)
   tagged = []  # a tower's rotary outputs, kept to find them again reordered by token (_reordered_rotary_output)
+  attempts_ok = [None]  # the inputs of the forward that ran
 
   def hook(mod, args, kwargs, out):
     for i, t in enumerate(out if isinstance(out, tuple) else (out,)):
@@ -545,7 +549,10 @@ def meta_forward(model_type, config, module):
         calls[-1]["integer_args"] = True  # position ids handed to the apply itself (V-JEPA 2)
       depth[0] += 1
       try:
-        return _fn(*a, **k)
+        result = _fn(*a, **k)
+        with contextlib.suppress(Exception):  # a note for the refusals below: it never stops the forward
+          _note_rotated(calls[-1], a, result, sys._getframe(1))
+        return result
       finally:
         depth[0] -= 1
     _install(module, name, wrapper)
@@ -602,6 +609,7 @@ def meta_forward(model_type, config, module):
           how[0] = "stubbed"
         else:
           model(**attempt)
+        attempts_ok[:] = [attempt]
         return
       except Exception:  # noqa: BLE001
         if attempt is attempts[-1]:
@@ -620,17 +628,31 @@ def meta_forward(model_type, config, module):
         raise NoModel(f"its default config builds no model in transformers: {_failure(e)}") from e
       audio = _audio_inputs(model, config)
       vision = None if audio else _vision_inputs(model, config)
-      if audio or vision:  # a tower, for real: an audio encoder on 400 frames (or 2 s of samples), in either
+      if audio or vision:  # a tower, for real: an audio model on its probe inputs (_audio_inputs), in each
         # layout; a vision tower on one VISION_GRID image, its ids from grid_thw's values
         how[0] = "audio" if audio else "vision"
         try:
           with torch.no_grad():
-            run(_real_or_shrunk(model, cls, config), stub=False, attempts=audio or vision)
+            real = _real_audio(model, cls, config) if audio else _real_or_shrunk(model, cls, config)
+            run(real, stub=False, attempts=audio or vision)
         except Exception as e:  # noqa: BLE001
-          what = "400 feature frames (or 2 s of audio)" if audio else f"a {VISION_GRID} patch grid"
+          refuse_rotated_values(calls)  # what the apply calls before the failure showed (CLVP's encoders rotate v)
+          what = "its audio probe (2 s of samples, 400 feature frames or latents)" if audio else \
+              f"a {VISION_GRID} patch grid"
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
+        if audio:
+          refuse_rotated_values(calls)  # CLVP: its apply's own mechanism first
+          refuse_foreign_towers(real, calls, shapes)
         # an audio encoder's frames after subsampling: the length of the position ids [1, T] its rotary module got
         frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
+        if audio and len(frames) == 2 and T_META in frames and "decoder_input_ids" in attempts_ok[0]:
+          # an encoder-decoder (Moonshine): its decoder's tokens as many as the encoder's frames, so that every
+          # rotary module runs on one token count
+          frames.discard(T_META)
+          again = {**attempts_ok[0], "decoder_input_ids": torch.zeros(1, next(iter(frames)), dtype=torch.long)}
+          with torch.no_grad():
+            run(real, stub=False, attempts=[again])
+          frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
         if audio and len(frames) == 1:
           TOKENS[0] = frames.pop()
       else:
@@ -656,6 +678,7 @@ def meta_forward(model_type, config, module):
       _install(module, name, fn)
   for c in calls:
     c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
+  refuse_rotated_values(calls)
   return calls, shapes, model
 
 
@@ -817,6 +840,70 @@ def _reordered_rotary_output(args, outputs, tagged):
   return list(found.pop()) if found else None
 
 
+def refuse_foreign_towers(model, calls, shapes):
+  """A rotary module that ran in the forward but whose cos/sin no apply of the type's own modeling module took: a
+  tower of another model's code rotates there (PE-Audio's text tower is ModernBERT), unobserved and each its own
+  way. Refused, naming the sub-configs that hold each tower, where the reader can be asked for each."""
+  if not calls or any(c["rotary"] is None for c in calls):  # cos/sin from no rotary module: refused after this
+    return
+  used = {c["rotary"][0] for c in calls}
+  foreign = sorted(set(shapes) - used)
+  if not foreign:
+    return
+  subs = getattr(model.config, "sub_configs", {}) or {}
+
+  def where(path):  # the sub-config (or a sub-config's sub-config) the tower's rotary module reads
+    cfg = getattr(model.get_submodule(path), "config", None)
+    for key in subs:
+      sub = getattr(model.config, key, None)
+      if _same(sub, cfg):
+        return f"its {key} ({cfg.model_type})"
+      inner = next((k for k in getattr(sub, "sub_configs", {}) or {} if _same(getattr(sub, k, None), cfg)), None)
+      if inner:
+        return f"its {key}.{inner} ({cfg.model_type})"
+    return type(model.get_submodule(path)).__name__
+
+  own = sorted({where(c["rotary"][0]) for c in calls if c["rotary"]})
+  other = sorted({where(p) for p in foreign})
+  raise Refused(f"two towers rotate each their own way: {', '.join(own)} with its own apply, and {', '.join(other)} "
+                f"with another model's code ({foreign[0]}): read from_hf_config on each sub-config")
+
+
+def _note_rotated(call, args, result, frame):
+  """What an apply call handed back: how many tensors of its first argument's layout it took and returned (q and k,
+  or more), and the names its caller's frame gives those arguments (what they are, for the refusal's message)."""
+  first = args[0] if args and torch.is_tensor(args[0]) else None
+  if first is None or first.dim() < 2:
+    return
+  alike = [t for t in args if torch.is_tensor(t) and t.dim() == first.dim() and t.shape[-1] == first.shape[-1]]
+  # (first's layout: a 0-d or 1-d first argument is no q, and is not looked at)
+  heads = [t.shape[1] for t in frame.f_locals.values() if torch.is_tensor(t) and t.dim() == 4 == first.dim()
+           and t.shape[1] > first.shape[1] and t.shape[:1] + t.shape[2:] == first.shape[:1] + first.shape[2:]]
+  if heads:  # the caller holds q-like tensors with more heads than the apply got: it rotates a slice of the heads
+    call["head_slice"] = [first.shape[1], max(heads)]
+  out = result if isinstance(result, tuple) else (result,)
+  call["rotated"] = sum(1 for t in out if torch.is_tensor(t) and t.dim() == first.dim()
+                        and t.shape[-1] == first.shape[-1]) if len(alike) >= 3 else None
+  if call["rotated"]:
+    call["rotated_names"] = [next((n for n, v in frame.f_locals.items() if v is t), "?") for t in alike]
+
+
+def refuse_rotated_values(calls):
+  """An apply that takes and returns three tensors of q's layout rotates a third beside q and k: the values
+  (CLVP's apply_rotary_pos_emb(q, k, v, ...)), on every call. The spec's rotate_value can turn v, but an observed
+  family records no such fact (only RoFormer's hand-written rotary_value key reads it), and the golden checks q
+  only: refused, naming it, rather than read as a rotation of q and k alone."""
+  for c in calls:
+    if c.get("head_slice") and c.get("stubbed") == "audio":  # (checked where audio models run for real)
+      have, of = c["head_slice"]
+      raise Refused(f"{c['fn']} (called by {c['caller']}) gets {have} of the {of} heads its caller holds: it "
+                    f"rotates only some heads (the others pass unrotated), which a RoPE spec does not carry")
+    if (c.get("rotated") or 0) >= 3:
+      raise Refused(f"{c['fn']} (called by {c['caller']}) rotates {c['rotated']} tensors per call, not q and k "
+                    f"only ({', '.join(c['rotated_names'])}): it rotates the values too, on every call (the spec's "
+                    "rotate_value), which an observed family does not record")
+
+
 def merge_order(height, width, merge):
   """(row, col) of a height x width grid's patches in m x m merge blocks, raster inside each (Qwen-VL)."""
   rows, cols = np.meshgrid(np.arange(height), np.arange(width), indexing="ij")
@@ -943,24 +1030,150 @@ def _check_fits(model, bytes_per_parameter):
     raise RuntimeError(f"{n / 1e9:.1f}B parameters: too large to run on the CPU")
 
 
+def _audio_config_int(config, keys, default=None):
+  """The first of `keys` the config sets to a number, in its own keys and then its sub-configs' (Parakeet CTC keeps
+  its mel count in encoder_config, Xcodec2 its semantic feature width in semantic_model_config)."""
+  values = json.loads(config.to_json_string(use_diff=False))
+  places = [values] + [v for v in values.values() if isinstance(v, dict)]
+  for k in keys:
+    for value in [getattr(config, k, None)] + [place.get(k) for place in places]:  # a property first (Xcodec2's
+      if isinstance(value, (int, float)) and not isinstance(value, bool):          # hop_length), then the keys
+        return value
+  return default
+
+
+AUDIO_SECONDS = 2  # a waveform probe's length, at the config's own sampling rate
+AUDIO_FRAMES = 400  # a feature probe's frames where the config names no hop to derive them from
+
+
 def _audio_inputs(model, config):
-  """An audio encoder's forward inputs, tried in turn: 400 frames of log-mel features ([B, T, mels] and
-  [B, mels, T]) or 2 s of 16 kHz samples ([B, S] and [B, 1, S]); None for a model that takes token ids."""
+  """An audio model's forward inputs, tried in turn, built from its forward's required arguments and its config's
+  own sizes; None for a model that takes token ids.
+  * a waveform (``input_values``): 2 s at the config's sampling rate, as [B, S] and [B, 1, S];
+  * features (``input_features``): 400 frames of its mel count, as [B, T, mels] and [B, mels, T]; where the forward
+    takes a waveform too (Xcodec2: a semantic encoder beside an acoustic one, their frames concatenated), the
+    features' frames are the waveform's samples over the config's hop_length;
+  * a decoder's ``latents``: 2 s of frames at the config's frame_rate, [B, C, F] with C its latent_dim or its
+    hidden_size (tried in turn);
+  * the waveform sample count of each feature chunk (``chunk_sample_lengths``, Dots3-Note): frames x hop_length;
+  * ``decoder_input_ids`` where the forward takes them (Moonshine), T_META zeros."""
   params = inspect.signature(model.forward).parameters
+  required = {n for n, p in params.items() if p.default is inspect.Parameter.empty
+              and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n != "self"}
+  audio_in = {"input_values", "input_features"} & set(params)
+  caches = {"cache", "past_key_values", "use_cache"} & set(params)
+  extra = {}
   if "input_ids" in params:
-    return None
+    if not audio_in or caches:  # a text model, or a speech LM generating text: its token ids alone
+      return None
+    # token ids beside audio with no cache: two towers (PE-Audio's text and audio encoders, CLVP's conditioning
+    # encoder on mel features): both run
+    extra["input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
+  if required == {"inputs_embeds"} and "input_ids" not in params:
+    # a head on another model's frame embeddings (Nemotron 3.5's word timestamps, which upsample them): run for real
+    # here, where the token count is read from the position ids its rotary module gets (not T_META)
+    width = int(_audio_config_int(config, ("hidden_size", "d_model"), 512))
+    torch.manual_seed(0)
+    return [{"inputs_embeds": torch.randn(1, T_META, width, dtype=torch.bfloat16)}]
+  token2wav = _token2wav_inputs(required, config)
+  if token2wav:
+    return token2wav
   torch.manual_seed(0)
+  rate = int(_audio_config_int(config, ("sampling_rate", "input_sampling_rate", "sample_rate"), 16000))
+  samples = AUDIO_SECONDS * rate
+  hop = _audio_config_int(config, ("hop_length",))
+  if "decoder_input_ids" in params:
+    extra["decoder_input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
+  if "latents" in required:
+    frames = int(AUDIO_SECONDS * _audio_config_int(config, ("frame_rate", "_frame_rate"), 25))
+    widths = dict.fromkeys(int(w) for w in (_audio_config_int(config, (k,)) for k in ("latent_dim", "hidden_size"))
+                           if w)
+    return [{"latents": torch.randn(1, w, frames, dtype=torch.bfloat16), **extra} for w in widths]
+  waves = [torch.randn(1, samples, dtype=torch.bfloat16), torch.randn(1, 1, samples, dtype=torch.bfloat16)]
   if "input_features" in params:
-    values = json.loads(config.to_json_string(use_diff=False))
-    places = [values] + [v for v in values.values() if isinstance(v, dict)]  # its own keys, then a sub-config's
-    mels = next((place[k] for place in places for k in ("num_mel_bins", "feature_size", "input_feat_size", "n_mels")
-                 if isinstance(place.get(k), int)), 128)  # (Parakeet CTC keeps them in its encoder_config)
-    return [{"input_features": torch.randn(1, 400, mels, dtype=torch.bfloat16)},
-            {"input_features": torch.randn(1, mels, 400, dtype=torch.bfloat16)}]
+    mels = int(_audio_config_int(config, ("num_mel_bins", "feature_size", "input_feat_size", "n_mels",
+                                          "feature_projection_input_dim"), 128))
+    both = "input_values" in required
+    frames = samples // hop if both and hop else AUDIO_FRAMES
+    features = [torch.randn(1, frames, mels, dtype=torch.bfloat16), torch.randn(1, mels, frames, dtype=torch.bfloat16)]
+    if "chunk_sample_lengths" in required:  # one chunk of `frames` feature frames, hop_length samples each
+      extra["chunk_sample_lengths"] = torch.tensor([frames * int(hop or 160)])
+    if both:
+      return [{"input_values": w, "input_features": f, **extra} for w in waves[::-1] for f in features]
+    return [{"input_features": f, **extra} for f in features]
   if "input_values" in params:
-    return [{"input_values": torch.randn(1, 32000, dtype=torch.bfloat16)},
-            {"input_values": torch.randn(1, 1, 32000, dtype=torch.bfloat16)}]
+    return [{"input_values": w, **extra} for w in waves]
   return None
+
+
+def _token2wav_inputs(required, config):
+  """Name-specific, and justified: Qwen2.5-Omni's code-to-mel DiT and its token2wav wrapper take what the Omni
+  pipeline builds upstream (the talker's codec codes, a speaker vector, a reference mel), none of which a processor
+  makes alone; their shapes come from the DiT config (mel_dim, enc_emb_dim, repeats): T_META codes, repeats x
+  T_META mel frames, a 50-frame reference mel. None for any other forward."""
+  torch.manual_seed(0)
+  mel, speaker = (int(_audio_config_int(config, (k,), 0)) for k in ("mel_dim", "enc_emb_dim"))
+  frames = T_META * int(_audio_config_int(config, ("repeats",), 1))
+  reference = torch.randn(1, 50, mel, dtype=torch.bfloat16)
+  codes = torch.zeros(1, T_META, dtype=torch.long)
+  if required == {"hidden_states", "condition_vector", "speaker_embedding", "quantized_code", "time_step"}:
+    return [{"hidden_states": torch.randn(1, frames, mel, dtype=torch.bfloat16), "condition_vector": reference,
+             "speaker_embedding": torch.randn(1, frames, speaker, dtype=torch.bfloat16), "quantized_code": codes,
+             "time_step": torch.tensor(0.5, dtype=torch.bfloat16)}]
+  if required == {"code", "conditioning", "reference_mel"}:
+    return [{"code": codes, "conditioning": torch.randn(1, speaker, dtype=torch.bfloat16), "reference_mel": reference,
+             "num_steps": 2}]
+  return None
+
+
+def _real_audio(meta_model, cls, config):
+  """`_real`, with the buffers the model's own __init__ computes (a conv stack's integer stride, kernel_size and
+  padding_total: Mimi's, zeroed by `_real`, make every conv's output empty), in eval mode."""
+  model = _real(meta_model)
+  with warnings.catch_warnings(), params_on_meta():
+    warnings.simplefilter("ignore")
+    reference = cls(config)
+  with torch.no_grad():
+    for name, b in reference.named_buffers():
+      with contextlib.suppress(AttributeError, RuntimeError):
+        model.get_buffer(name).copy_(b)
+  return model.eval()  # no dropout, no layerdrop: in training mode LASR skips layers at random
+
+
+def check_heads_in_model(model, family):
+  """Where the rotary module alone was seen to take its head dim from width_key / heads_key (head_dim_from), the
+  whole model built on meta with heads_key doubled must halve every rotary module's frequencies too. Where it does
+  not, building the model rewrites the config its rotary modules read (Moonshine's attention sets the shared
+  config's num_attention_heads, its decoder's key, to the encoder's head count while the encoder is built): the key
+  whose doubling halves them all in the built model is the one read instead, when exactly one of the config's keys
+  with that value does; else Refused."""
+  if not family or not family.get("head_dim_from") or family.get("sub"):
+    return
+  width, heads, _, heads_default = family["head_dim_from"]
+  base = {p: len(m.inv_freq) for p, m in model.named_modules() if is_rotary_module(m) and hasattr(m, "inv_freq")}
+
+  def halves(key):
+    config = copy.deepcopy(model.config)
+    try:
+      setattr(config, key, 2 * heads_default)
+      with warnings.catch_warnings(), torch.device("meta"):
+        warnings.simplefilter("ignore")
+        built = type(model)(config)
+    except Exception:  # noqa: BLE001  a model that does not build with the key doubled
+      return None
+    got = {p: len(m.inv_freq) for p, m in built.named_modules() if p in base and hasattr(m, "inv_freq")}
+    return got if got.keys() == base.keys() and all(n in (base[p] // 2, (base[p] + 1) // 2) for p, n in got.items()) \
+        else False
+
+  if halves(heads) is not False:  # it does (or the model does not build with it doubled: nothing to compare)
+    return
+  keys = [k for k, v in model.config.to_dict().items() if v == heads_default and not isinstance(v, bool)
+          and k != heads and halves(k)]
+  if len(keys) != 1:
+    raise Refused(f"its rotary module alone takes its head dim from {width} / {heads}, but in the model built with "
+                  f"{heads} doubled its rotary modules keep their frequencies, and {len(keys)} other keys of value "
+                  f"{heads_default} halve them all: building the model rewrites the config its rotary modules read")
+  family["head_dim_from"] = [width, keys[0], family["head_dim_from"][2], heads_default]
 
 
 def _real(meta_model):
@@ -1461,7 +1674,8 @@ def config_facts(rotary, module, top_config, head_dim):
   """Step 4: where the config keeps this rotary module's settings, its defaults, and which keys it follows."""
   cfg = rotary.config
   where = None
-  if cfg is not top_config and not _same(cfg, top_config):
+  derived = _derived_from(cfg, top_config)
+  if cfg is not top_config and not _same(cfg, top_config) and not derived:
     where = next((k for k in getattr(top_config, "sub_configs", {}) if _same(getattr(top_config, k, None), cfg)), "?")
   base = inv_freqs(rotary)
   if not base:
@@ -1571,8 +1785,8 @@ def config_facts(rotary, module, top_config, head_dim):
   # sets one to another value than the default observed here. Found by name, to refuse, never to read.
   guarded = {k: v for k, v in serialized.items() if k != "layer_types" and GUARDED_NAME.search(k)
              and GUARDED_PART.search(k)}
-  return {"config": where, "config_class": type(cfg).__name__, "follows": follows, "guarded": guarded,
-          "serialized": serialized,
+  return {"config": where, "config_class": type(top_config if derived else cfg).__name__, "follows": follows,
+          "guarded": guarded, "serialized": serialized,
           "rope_parameters": params, "rope_type": getattr(rotary, "rope_type", None),
           "n_freq": {n: len(v) for n, v in base.items()},
           "defaults": {k: serialized.get(k) for k in ("head_dim", "hidden_size", "num_attention_heads",
@@ -1623,6 +1837,15 @@ def _per_layer_head_dims(rotary, cfg, serialized, base, rebuilt, module):
         builder = [name, value]
         break
   return dims, builder, {n for n, b in base.items() if lengths[n] != len(b)}
+
+
+def _derived_from(cfg, top_config):
+  """Whether a rotary module's config is the top config's own fields under a subclass of its class (Mimi's
+  encoder_config and decoder_config: MimiEncoderConfig(**self.to_dict())): it reads the top config's keys."""
+  if cfg is None or top_config is None or cfg is top_config or not isinstance(cfg, type(top_config)):
+    return False
+  a, b = cfg.to_dict(), top_config.to_dict()
+  return {k: v for k, v in a.items() if k != "model_type"} == {k: v for k, v in b.items() if k != "model_type"}
 
 
 def _same(a, b):
@@ -2090,6 +2313,8 @@ def main():
             entry["parts"] = {name: classify(group) for name, group in parts.items()}
             for r, summary in zip(rotations, entry["rotations"], strict=True):
               summary["part"] = r["part"]
+          if calls[0]["stubbed"] == "audio":  # built for real: what the whole model does with the heads key
+            check_heads_in_model(model, entry.get("family"))
           if goldens[mt].get("vision_ids") is not None:
             entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
             if entry["family"].get("position_axes") == "wh":  # the ids as its sections read them: (col, row)
@@ -2289,7 +2514,15 @@ def delegate(out):
     entry, subs = out[mt], rotating(mt)
     if entry["status"] != "no_rope":
       continue
-    if entry.get("unused_rotary_code"):
+    if entry.get("unused_rotary_code") and subs and all(model_type_to_module_name(t) == model_type_to_module_name(mt)
+                                                         for t in subs.values()):
+      # the rotary code its token-id forward leaves unused is its rotating sub-models' own (Nemotron 3.5
+      # Transcribe's audio towers live in its modeling module): its RoPE is in them, not in a text model
+      parts = ", ".join(f"{k} ({t})" for k, t in subs.items())
+      entry.update(status="refused", reason=f"its forward on token ids rotates nothing; its RoPE is in its {parts}, "
+                                            "towers of its own modeling code: read from_hf_config(config[key]) for "
+                                            "each part")
+    elif entry.get("unused_rotary_code"):
       entry.update(status="refused", reason="its modeling code rotates (" + ", ".join(entry["unused_rotary_code"]) +
                    "), but no layer of its default config calls it: the layers other settings add are not observed")
     elif subs:
