@@ -1189,7 +1189,7 @@ def _real(meta_model):
         b.zero_()
       else:
         b.fill_(0)
-  return model
+  return model.eval()  # no dropout, no layerdrop: a layer skipped at random would not be observed
 
 
 def _embeds_inputs(model, config):
