@@ -583,7 +583,7 @@ def meta_forward(model_type, config, module):
       # then inputs of other shapes, each plainly and then stubbed
       extra = _embeds_attempts(model, params) + _codebook_attempts(model, params) + _series_attempts(model, params)
       extra += _layer_input_attempts(model, params, kwargs) + _context_attempts(model, params)
-      extra += _image_context_attempts(model, params, kwargs)
+      extra += _image_context_attempts(model, params, kwargs) + _last_hidden_state_attempts(model, params)
       types = {n: torch.zeros(1, T_META, dtype=torch.long) for n in params if n.endswith("token_type_ids")}
       if types:  # a text-only prompt's token types, all 0 (Molmo 2 requires them in training mode)
         extra.append({**kwargs, **types})
@@ -734,6 +734,22 @@ def _image_context_attempts(model, params, kwargs):
     return []
   return [{**kwargs, "image_encoder_embeddings": torch.zeros(1, 1, 4, width),
            "image_attention_mask": torch.ones(1, T_META, 1, dtype=torch.long), "use_cache": False}]
+
+
+def _last_hidden_state_attempts(model, params):
+  """A decoder conditioned on another model's last hidden state, one per step of that model, over a step's codebook
+  tokens (Moshi's depth decoder, as MoshiForConditionalGeneration calls it: input_ids [B, K], a text token then the
+  K - 1 codebooks before the last, and last_hidden_state [B, 1, width], embedded per codebook position): ids [1, K]
+  for each codebook count K of the config, with a zero last_hidden_state [1, 1, w] for w each of its config's
+  input_size and hidden_size (its own projection decides)."""
+  if "last_hidden_state" not in params or "input_ids" not in params:
+    return []
+  values = json.loads(model.config.to_json_string(use_diff=False))
+  counts = sorted({v for k, v in values.items() if CODEBOOK_KEY.match(k) and isinstance(v, int)
+                   and not isinstance(v, bool) and 1 < v})
+  widths = list(dict.fromkeys(values[k] for k in ("input_size", "hidden_size") if isinstance(values.get(k), int)))
+  return [{"input_ids": torch.zeros(1, k, dtype=torch.long), "last_hidden_state": torch.zeros(1, 1, w)}
+          for k in counts for w in widths]
 
 
 LAYER_STANDARD = {"self", "hidden_states", "attention_mask", "position_ids", "position_embeddings", "cache",
