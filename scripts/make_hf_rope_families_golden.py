@@ -80,6 +80,9 @@ Entry points per family (modeling module = ``transformers.models.<family>.modeli
   de-interleaved (half layout) out
 * gptj: ``create_sinusoidal_positions(max(pos)+1, rotary_dim)`` + the gather done in
   ``GPTJAttention.forward`` + ``apply_rotary_pos_emb(q_rot, sin, cos)`` (``rotate_every_two``)
+* codegen: ``CodeGenRotaryEmbedding(cfg)(x, pos)`` (its own ``create_sinusoidal_positions`` table, built with
+  ``n_positions = max(pos)+1``) + ``CodeGenAttention.forward``'s slicing + ``apply_rotary_pos_emb(q_rot, sin, cos)``
+  (``rotate_every_two``): GPT-J's mechanism, in CodeGen's own code
 * llama4: ``Llama4TextRotaryEmbedding`` (complex) + ``apply_rotary_emb`` where
   ``no_rope_layers[i] == 1``; NoPE layers also get ``Llama4TextAttention.forward``'s temperature
   tuning recorded (identity q_proj, stub cache with 8188 past tokens, captured q).
@@ -92,7 +95,7 @@ From the repository root::
 
 with the venv made by::
 
-    python3.11 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install torch==2.13.0 transformers==5.23.0 numpy
+    python3.11 -m venv /tmp/refvenv && /tmp/refvenv/bin/pip install torch==2.13.0 transformers==5.24.0 numpy
 
 (CPU torch; numpy 2.4.6 was used). If the venv also holds an unloadable torchvision (pip's CUDA build
 next to CPU torch, e.g. pulled in by timm), the script hides it from transformers; it uses no image
@@ -453,6 +456,33 @@ def gptj_runner(mod):
     return run
 
 
+def codegen_runner(mod):
+    def run(config, x, pos, i, layer_type):
+        rd = config.rotary_dim
+        # CodeGen's own rotary module, its table of n_positions rows built with max(position_ids)+1 rows (the same
+        # function) so that row 1 (up to 2**20) can be gathered
+        table_config = copy.deepcopy(config)
+        table_config.n_positions = int(pos.max()) + 1
+        sin, cos = mod.CodeGenRotaryEmbedding(table_config)(x, pos)
+        # --- CodeGenAttention.forward (rotary_dim set) ---
+        q_rot, q_pass = x[:, :, :, :rd], x[:, :, :, rd:]
+        k_rot = mod.apply_rotary_pos_emb(x.clone()[:, :, :, :rd], sin, cos)
+        q_rot = mod.apply_rotary_pos_emb(q_rot, sin, cos)
+        assert torch.equal(q_rot, k_rot)
+        qo = torch.cat([q_rot, q_pass], dim=-1)
+        # inv_freq: the same expression as create_sinusoidal_positions (not exposed by transformers)
+        inv = 1.0 / (10000 ** (torch.arange(0, rd, 2, dtype=torch.int64) / rd))
+        entry = (
+            "modeling_codegen.CodeGenRotaryEmbedding(config with n_positions = max(position_ids)+1)(x, position_ids) "
+            "+ CodeGenAttention.forward's slicing + modeling_codegen.apply_rotary_pos_emb(q[..., :rotary_dim], sin, "
+            "cos) (rotate_every_two); inv_freq_f64 recomputed by the script with create_sinusoidal_positions' "
+            "expression"
+        )
+        return qo, inv, 1.0, entry, layout_desc("interleaved", rd)
+
+    return run
+
+
 # ----------------------------------------------------------------------------- layer plans
 
 
@@ -528,7 +558,7 @@ def rotary_cases():
         for n in (
             "llama", "mistral", "qwen2", "qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_5", "gemma2",
             "gemma3", "gemma4", "phi3", "deepseek_v2", "deepseek_v3", "gpt_neox", "gptj", "llama4", "smollm3",
-            "cohere2", "modernbert", "glm", "glm4",
+            "cohere2", "modernbert", "glm", "glm4", "codegen",
         )
     }  # fmt: skip
     tf = transformers
@@ -841,6 +871,16 @@ def rotary_cases():
         "v4", std_runner(m, "Glm4RotaryEmbedding", pairing="interleaved"),
         notes="GLM-4-0414: same rotary as glm (partial 0.5, interleaved inside the rotary block).",
     )  # fmt: skip
+    m = M["codegen"]  # last: the cases before it draw the same inputs as before it was added
+    add(
+        "codegen_2b", "codegen", m, tf.CodeGenConfig,
+        {"n_embd": 2560, "n_head": 32, "n_layer": 2, "n_positions": 2048, "rotary_dim": 64},
+        "v4", codegen_runner(m),
+        notes="CodeGen-2B (Salesforce/codegen-2B-mono's geometry): GPT-J's mechanism in CodeGen's own code: theta "
+        "fixed 10000 (no config key), rotary_dim 64 of head 80, interleaved (rotate_every_two). The real model's "
+        "table has n_positions = 2048 rows; here CodeGenRotaryEmbedding is built with max(position_ids)+1 rows so "
+        "row 1 (up to 2**20) can be computed.",
+    )  # fmt: skip
     return C
 
 
@@ -854,7 +894,7 @@ class _StubCache:
     def get_seq_length(self, layer_idx=0):
         return self.past
 
-    def update(self, k, v, layer_idx):
+    def update(self, k, v, layer_idx, **kwargs):  # 5.24 passes kwargs=
         return k, v
 
 
@@ -930,7 +970,7 @@ def run_rotary_case(case, rng, store, xs_cache):
             return config.qk_nope_head_dim + config.qk_rope_head_dim
         if case.get("per_layer_head_dim"):
             return config.per_layer_config[i].head_dim
-        if case["model_type"] == "gptj":
+        if case["model_type"] in ("gptj", "codegen"):
             return config.n_embd // config.n_head
         return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
@@ -1036,7 +1076,7 @@ def check_case_layer(case, config, lt, hd, pos, x, q64, q32, inv64, inv32, att, 
     name = case["name"]
     # (1) inv_freq really float64: differs from the float32 result and matches a float64 NumPy transcription
     assert np.any(inv64 != inv32.astype(np.float64)), name
-    if case["model_type"] == "gptj":
+    if case["model_type"] in ("gptj", "codegen"):
         rp = {"rope_type": "default", "rope_theta": 10000.0}
         rdim = config.rotary_dim
     else:

@@ -2,7 +2,7 @@
 by layer, and `rope.multimodal_positions` against transformers' `get_rope_index`.
 
 The goldens (tests/golden/hf_rope_families.{npz,json}) come from
-scripts/make_hf_rope_families_golden.py: transformers 5.23.0's rotary embedding class and apply
+scripts/make_hf_rope_families_golden.py: transformers 5.24.0's rotary embedding class and apply
 function of each family, run in float64 (its own init functions computing inv_freq in float64),
 on tiny configs with the real rope parameters and head dims and positions up to 2^20. Each
 case's config is the config.json-style dict the HF config class was built from, with the keys
@@ -35,8 +35,8 @@ def test_the_goldens_cover_every_listed_family():
   types = {c["model_type"] for c in ROTARY}
   assert {"llama", "mistral", "qwen2", "qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma2", "gemma3_text",
           "phi3", "deepseek_v2", "deepseek_v3", "gpt_neox", "gptj", "llama4_text", "smollm3", "cohere2",
-          "modernbert", "glm"} <= types
-  assert META["meta"]["versions"]["transformers"] == "5.23.0"
+          "modernbert", "glm", "codegen"} <= types
+  assert META["meta"]["versions"]["transformers"] == "5.24.0"
 
 
 def config_json(case):

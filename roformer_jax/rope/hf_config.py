@@ -101,6 +101,11 @@ _FAMILIES: dict[str, dict[str, Any]] = {
                      legacy_theta="rotary_emb_base", legacy_partial="rotary_pct"),
     "gptj": dict(hidden_size=4096, num_attention_heads=16, num_hidden_layers=28, layout="interleaved",
                  rotary_dim_key="rotary_dim", rotary_dim_default=64),
+    # CodeGen: GPT-J's mechanism in its own code (CodeGenRotaryEmbedding builds create_sinusoidal_positions' table,
+    # theta 10000 fixed, and keeps no config, so the registry cannot rebuild it): hand-written as GPT-J's is, checked
+    # against CodeGen's own rotary module and apply function (tests/golden/hf_rope_families, case codegen_2b)
+    "codegen": dict(hidden_size=4096, num_attention_heads=16, num_hidden_layers=28, layout="interleaved",
+                    rotary_dim_key="rotary_dim", rotary_dim_default=64),
     "llama4_text": dict(theta=5e5, head_dim=128, hidden_size=5120, num_attention_heads=40, num_hidden_layers=48,
                         layout="interleaved", no_rope_layers=("no_rope_layer_interval", 4)),
     "smollm3": dict(theta=2e6, hidden_size=2048, num_attention_heads=16, num_hidden_layers=36,
@@ -835,7 +840,12 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     partial = fam["partial"]
   rotary_dim = None
   if fam.get("rotary_dim_key"):
-    rotary_dim = int(cfg.get(fam["rotary_dim_key"]) or fam["rotary_dim_default"])
+    key = fam["rotary_dim_key"]
+    if key in cfg and cfg[key] is None:  # GPT-J, CodeGen: a table of hidden_size channels, applied to each head
+      raise ValueError(f"model_type {model_type!r}: the config sets {key}=None; transformers then builds its sin/cos "
+                       "table over hidden_size channels and applies it to each whole head, which runs only where a "
+                       f"head is the whole hidden size; that is not read: set {key}.")
+    rotary_dim = int(cfg.get(key) or fam["rotary_dim_default"])
   elif partial is not None and rope_type != "proportional":
     rotary_dim = int(head_dim * float(partial))
   if fam.get("rotary_per_axis_floor"):  # observed: each of n axes rotates 2 * ((head_dim // n) // 2) channels
