@@ -397,14 +397,32 @@ def _composite_part(mt):
     cls = model_class(parent, config, module)
     if cls is None:
       continue
+    given = []  # the modules whose constructor was handed a config of type mt (SAM 2 video's prompt encoder keeps none)
+    sub_class = CONFIG_MAPPING[mt]
+
+    def profile(frame, event, arg):
+      if event == "call" and frame.f_code.co_name == "__init__" and \
+          isinstance(frame.f_locals.get("self"), torch.nn.Module) and \
+          any(isinstance(v, sub_class) for k, v in frame.f_locals.items() if k != "self"):
+        given.append(frame.f_locals["self"])
+
     try:
       with warnings.catch_warnings(), torch.device("meta"):
         warnings.simplefilter("ignore")
-        model = cls(config)
+        sys.setprofile(profile)
+        try:
+          model = cls(config)
+        finally:
+          sys.setprofile(None)
     except Exception:  # noqa: BLE001
       continue
     built = [m for m in model.modules() if getattr(m, "config", None) is not None and
              getattr(m.config, "model_type", None) == mt]
+    if not built:  # else the outermost modules built from such a config, where the model holds them
+      held = {id(m) for m in model.modules()}
+      given = [m for m in given if id(m) in held]
+      inner = {id(sub) for m in given for sub in m.modules() if sub is not m}
+      built = [m for m in given if id(m) not in inner]
     if built:
       return [sub for m in built for sub in m.modules()], parent
   return None
@@ -626,6 +644,7 @@ def meta_forward(model_type, config, module):
         raise Refused(f"its model needs a library the reference venv lacks: {_failure(e)}") from e
       except Exception as e:  # noqa: BLE001  building modules reads sizes only: it fails on any device alike
         raise NoModel(f"its default config builds no model in transformers: {_failure(e)}") from e
+      _state_required(model)
       audio = _audio_inputs(model, config)
       vision = None if audio else _vision_inputs(model, config)
       if audio or vision:  # a tower, for real: an audio model on its probe inputs (_audio_inputs), in each
@@ -680,6 +699,24 @@ def meta_forward(model_type, config, module):
     c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
   refuse_rotated_values(calls)
   return calls, shapes, model
+
+
+def _state_required(model):
+  """A forward that requires a state object, not tensors (SAM 2 video's inference_session, which its processor builds
+  from a whole video and its prompts): no input of ours builds one, so it is refused, naming that argument and the
+  rotary modules its model holds, unobserved. The required parameters annotated with a class that is no tensor."""
+  needs = [(n, p.annotation) for n, p in inspect.signature(model.forward).parameters.items()
+           if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
+           and isinstance(p.annotation, type) and p.annotation is not inspect.Parameter.empty
+           and not issubclass(p.annotation, (torch.Tensor, int, float, str, bool, list, tuple, dict))]
+  if needs:
+    parts = {}  # the model's top-level parts that hold rotary modules, with those modules' classes
+    for path, m in model.named_modules():
+      if path and is_rotary_module(m):
+        parts.setdefault(path.split(".")[0], set()).add(type(m).__name__)
+    held = "; ".join(f"{p} ({', '.join(sorted(c))})" for p, c in parts.items())
+    raise Refused(f"its forward requires {needs[0][0]} ({needs[0][1].__name__}), a state object its processor builds, "
+                  "not tensors, so no forward is observed" + (f": its rotary code in {held} is not read" if held else ""))
 
 
 def _embeds_attempts(model, params):
