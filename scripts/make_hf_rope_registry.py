@@ -400,7 +400,7 @@ def _composite_part(mt):
     given = []  # the modules whose constructor was handed a config of type mt (SAM 2 video's prompt encoder keeps none)
     sub_class = CONFIG_MAPPING[mt]
 
-    def profile(frame, event, arg):
+    def profile(frame, event, arg, given=given, sub_class=sub_class):
       if event == "call" and frame.f_code.co_name == "__init__" and \
           isinstance(frame.f_locals.get("self"), torch.nn.Module) and \
           any(isinstance(v, sub_class) for k, v in frame.f_locals.items() if k != "self"):
