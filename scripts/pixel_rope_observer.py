@@ -151,11 +151,18 @@ def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tup
     return fit._applies(model, pixel_inputs(config, grid), library="transformers"), grid
   except Exception as small_error:  # noqa: BLE001  a learned position table or a window sized for its image
     side = _size(config, "image_size", default=0) // _size(config, "patch_size", default=14)
-    if not 0 < side <= MAX_SIDE:
-      raise small_error
-    calls = fit._applies(model, pixel_inputs(config, (side, side)), library="transformers",
-                         keep_on_error=keep_on_error)
-    return calls, (side, side)
+    try:
+      if not 0 < side <= MAX_SIDE:
+        raise small_error
+      calls = fit._applies(model, pixel_inputs(config, (side, side)), library="transformers",
+                           keep_on_error=keep_on_error)
+      return calls, (side, side)
+    except Exception:  # noqa: BLE001  last, where one image fails at either size: an image matcher's forward on a
+      # pair of images [B, 2, C, H, W] (LightGlue, EfficientLoFTR); its failure too raises the first error
+      try:
+        return fit._applies(model, _paired(pixel_inputs(config, grid)), library="transformers"), grid
+      except Exception:  # noqa: BLE001
+        raise small_error from None
 
 
 def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
@@ -219,6 +226,12 @@ def _refuse_windows(calls: list[dict], rotated: list[dict], n: int, grid: tuple[
                 f"windows, each window's tokens numbered from its own corner ({json.loads(local['numbering'])}), "
                 f"and {len(rotated)} rotate the whole {grid[0]} x {grid[1]} image {whole}: one numbering of the "
                 "image cannot give both")
+
+
+def _paired(inputs: dict) -> dict:
+  """The probe image and a second random one of its shape as one pair [1, 2, C, H, W]."""
+  image = inputs["pixel_values"]
+  return {**inputs, "pixel_values": torch.stack([image, torch.randn_like(image)], dim=1)}
 
 
 def _fits(model_cls, config):
