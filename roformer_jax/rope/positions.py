@@ -152,6 +152,279 @@ def multimodal_positions(runs: Sequence[tuple[Any, ...]], *, spatial_merge_size:
   return out.astype(np.int32)
 
 
+_OMNI_MODELS = ("qwen2.5-omni", "qwen3-omni")
+_OMNI_KINDS = ("text", "image", "video", "audio", "video_audio")
+
+
+def omni_audio_tokens(mel_frames: int, *, model: str = "qwen2.5-omni", n_window: int = 50) -> int:
+  """The number of audio tokens an Omni thinker puts in its prompt for an audio of `mel_frames` mel frames
+  (transformers' `audio_seqlens` / `audio_feature_lengths`), the audio encoder's output length.
+
+  qwen2.5-omni: a = (L - 1) // 2 + 1, then (a - 2) // 2 + 1 (the formula its get_rope_index inlines).
+  qwen3-omni: with c = 2 * n_window (its audio_config.n_window, 50): r = L mod c, f = (r - 1) // 2 + 1,
+  then ((f - 1) // 2 + 1 - 1) // 2 + 1 + (L // c) * 13 (`_get_feat_extract_output_lengths`, floor division
+  throughout: an exact multiple of c, r = 0, still adds 1 token, as the model computes it).
+  """
+  _check_count("mel_frames", mel_frames)
+  if model == "qwen2.5-omni":
+    return ((int(mel_frames) - 1) // 2 + 1 - 2) // 2 + 1
+  if model == "qwen3-omni":
+    _check_count("n_window", n_window)
+    c = 2 * int(n_window)
+    f = (int(mel_frames) % c - 1) // 2 + 1
+    return ((f - 1) // 2 + 1 - 1) // 2 + 1 + (int(mel_frames) // c) * 13
+  raise ValueError(f"model={model!r}: expected one of {_OMNI_MODELS}.")
+
+
+def _chunk_bounds(values: np.ndarray, per_chunk: float, base: float) -> list[tuple[int, int]]:
+  """Qwen2.5-Omni's get_chunked_index: cut before token i when values[i] - base >= k * per_chunk, k = 1, 2, ...
+  advancing k by one per cut (so a jump over several chunks cuts at several successive tokens)."""
+  bounds, start, k = [], 0, 1
+  for i, v in enumerate(values):
+    if v - base >= k * per_chunk:
+      bounds.append((start, i))
+      start, k = i, k + 1
+  bounds.append((start, len(values)))
+  return bounds
+
+
+def omni_positions(runs: Sequence[tuple[Any, ...]], *, model: str = "qwen2.5-omni", spatial_merge_size: int = 2,
+                   position_id_per_seconds: float = 25, seconds_per_chunk: float = 2) -> np.ndarray:
+  """TMRoPE position ids (t, h, w) of one Qwen2.5-Omni or Qwen3-Omni thinker sequence: text, image, video,
+  audio and audio-in-video runs, as transformers 5.24's `get_rope_index` of
+  Qwen2_5OmniPreTrainedModelForConditionalGeneration / Qwen3OmniMoePreTrainedModelForConditionalGeneration
+  computes them (tests/golden/multimodal_positions.npz, made by scripts/make_multimodal_positions_golden.py).
+
+  Runs, in sequence order (grids (t, h, w) in patches before merging, m = spatial_merge_size, p =
+  position_id_per_seconds):
+  - ("text", n): n tokens at s, s + 1, ..., on all three axes. The wrapper tokens of image, video and audio
+    runs (<|vision_bos|>, <|vision_eos|>, <|audio_bos|>, <|audio_eos|>) are text tokens: put them in the text
+    runs (not those of a "video_audio" run, below).
+  - ("image", (t, h, w)): t * (h / m) * (w / m) tokens, t-major then h then w, at (s + tau(i_t), s + i_h,
+    s + i_w) with tau(i) = i * p (an image's temporal step is one second).
+  - ("video", (t, h, w), seconds_per_grid): the same with tau(i) = i * seconds_per_grid * p, computed in
+    float32 (torch: arange(t) * float32(seconds) * p); qwen2.5-omni truncates it to an integer (`.long()`),
+    qwen3-omni keeps the float (fractional ids, and every later id carries the fraction).
+  - ("audio", n): n audio tokens (`omni_audio_tokens` of the mel length) at s, s + 1, ... on all axes.
+  - ("video_audio", (t, h, w), seconds_per_grid, n): a video with its audio (`use_audio_in_video=True`), as
+    the tokens <|vision_bos|> <|audio_bos|>, the video's and audio's tokens interleaved, <|audio_eos|>
+    <|vision_eos|> (the four wrappers are part of this run). The video's ids V are as a "video" run's and the
+    audio's A are s, ..., s + n - 1 on all axes, both from the same s (after the two bos tokens).
+    qwen2.5-omni: with chunk c = int(p * seconds_per_chunk), V and A are each cut into chunks where the
+    temporal id minus s reaches c, 2c, 3c, ... -- one cut per token, so when the temporal id jumps over
+    several multiples of c (seconds_per_grid * p > c) the next tokens are cut one by one, as the model's
+    get_chunked_index does; the tokens are video chunk 0, audio chunk 0, video chunk 1, audio chunk 1, ...
+    qwen3-omni: V and A are merged by temporal id (video first on ties; a stable merge in token order).
+    Oddities reproduced: qwen2.5-omni gives the two bos tokens one id and the two eos tokens one id;
+    qwen3-omni gives them consecutive ids. Both start the eos tokens at (the largest id of the last piece
+    appended) + 1 -- the last chunk (qwen2.5-omni) or the last unmerged tail (qwen3-omni) -- not at the
+    largest id of the whole run, so the eos and the text after it can reuse ids the video's h and w axes
+    already hold.
+  Every other run starts at s = (the largest id so far) + 1 (0 first). transformers' `use_audio_in_video`
+  holds for a whole call, so a sequence mixes no "video" and "video_audio" runs (ValueError).
+  Without any image or video grid transformers falls back to plain 1-D positions; these rules give the same.
+
+  Args:
+    runs: the runs above.
+    model: "qwen2.5-omni" or "qwen3-omni".
+    spatial_merge_size: m (2 in both).
+    position_id_per_seconds: p (the thinker config's, 25 in both).
+    seconds_per_chunk: qwen2.5-omni's config value (2); qwen3-omni does not use it.
+
+  Returns:
+    int32[T, 3] (qwen2.5-omni) or float32[T, 3] (qwen3-omni, whose ids are float32 in transformers).
+  """
+  if model not in _OMNI_MODELS:
+    raise ValueError(f"model={model!r}: expected one of {_OMNI_MODELS}.")
+  if isinstance(spatial_merge_size, bool) or not isinstance(spatial_merge_size, int) or spatial_merge_size < 1:
+    raise ValueError(f"spatial_merge_size must be a positive int, got {spatial_merge_size!r}.")
+  if not (np.isfinite(float(position_id_per_seconds)) and float(position_id_per_seconds) > 0):
+    raise ValueError(f"position_id_per_seconds must be a positive number, got {position_id_per_seconds!r}.")
+  q3 = model == "qwen3-omni"
+  chunk = 0
+  if not q3:
+    chunk = int(float(position_id_per_seconds) * float(seconds_per_chunk))
+    if chunk < 1:
+      raise ValueError(f"position_id_per_seconds * seconds_per_chunk = {position_id_per_seconds} * "
+                       f"{seconds_per_chunk} must be at least 1 (the chunk length in temporal ids).")
+  kinds = {r[0] for r in runs if isinstance(r, (tuple, list)) and r}
+  if "video" in kinds and "video_audio" in kinds:
+    raise ValueError("runs mix 'video' and 'video_audio': transformers' use_audio_in_video holds for the whole "
+                     "sequence, so every video has its audio or none does.")
+  dt = np.float32 if q3 else np.int64
+  p32 = np.float32(position_id_per_seconds)
+  pieces: list[np.ndarray] = []
+
+  def nxt() -> Any:  # the largest id of the last piece appended, + 1 (the models' st_idx)
+    return pieces[-1].max() + dt(1) if pieces else dt(0)
+
+  def seq(n: int, s: Any) -> np.ndarray:
+    base: np.ndarray = np.arange(n).astype(dt)
+    return np.repeat((base + dt(s))[:, None], 3, axis=1).astype(dt)
+
+  def vision(t: int, h: int, w: int, tau: np.ndarray, s: Any) -> np.ndarray:
+    ids = np.stack(np.broadcast_arrays(tau.astype(dt)[:, None, None], np.arange(h, dtype=dt)[None, :, None],
+                                       np.arange(w, dtype=dt)[None, None, :]), axis=-1).reshape(-1, 3)
+    return (ids + dt(s)).astype(dt)
+
+  media = ("image", "video", "audio")
+  cur: Any = None  # the models' st_idx where a text run hands over to the next run (exact float32 steps)
+  for i, run in enumerate(runs):
+    if not isinstance(run, (tuple, list)) or not run or run[0] not in _OMNI_KINDS:
+      raise ValueError(f"run {i} = {run!r}: expected ('text', n), ('image', (t, h, w)), ('video', (t, h, w), "
+                       "seconds_per_grid), ('audio', n) or ('video_audio', (t, h, w), seconds_per_grid, n).")
+    kind = run[0]
+    want = {"text": 2, "image": 2, "video": 3, "audio": 2, "video_audio": 4}[kind]
+    if len(run) != want:
+      raise ValueError(f"run {i} = {run!r}: a {kind!r} run has {want} fields.")
+    if kind == "text":
+      _check_count(f"run {i} (text) length", run[1], 0)
+      lead = int(i > 0 and runs[i - 1][0] in media)  # the previous run's eos token
+      tail = int(i + 1 < len(runs) and runs[i + 1][0] in media)  # the next run's bos token
+      if run[1] < lead + tail:
+        raise ValueError(f"run {i} = {run!r}: this text run must hold at least {lead + tail} token(s): the eos of "
+                         "the run before it and the bos of the run after it.")
+      if lead:
+        pieces.append(seq(1, nxt()))
+      body, st = int(run[1]) - lead - tail, nxt()
+      if body:  # text_len tokens, then st_idx += text_len, as the models step
+        pieces.append(seq(body, st))
+        st = dt(st + dt(body))
+      if tail:
+        pieces.append(seq(1, st))
+        st = dt(st + dt(1))
+      cur = st
+      continue
+    if kind in media and not (0 < i < len(runs) - 1 and runs[i - 1][0] == "text" and runs[i + 1][0] == "text"):
+      raise ValueError(f"run {i} = {run!r}: an {kind!r} run needs a text run before it (ending in its bos token) "
+                       "and one after it (starting with its eos token).")
+    s, cur = (nxt() if cur is None else cur), None
+    if kind == "audio":
+      _check_count(f"run {i} (audio) length", run[1])
+      pieces.append(seq(int(run[1]), s))
+      continue
+    if kind == "video_audio":
+      _check_count(f"run {i} (video_audio) audio tokens", run[3])
+    t, h, w = _merged_grid(run[1], spatial_merge_size, f"run {i} ({kind})")
+    it = np.arange(t, dtype=np.float32)
+    if kind == "image":
+      tau = it * p32
+    else:
+      seconds = float(run[2])
+      if not (np.isfinite(seconds) and seconds >= 0):
+        raise ValueError(f"run {i}: seconds_per_grid must be a finite number >= 0, got {run[2]!r}.")
+      tau = (it * np.float32(seconds)).astype(np.float32) * p32
+    tau = tau.astype(np.float32) if q3 else np.trunc(tau).astype(np.int64)
+    if kind != "video_audio":
+      pieces.append(vision(t, h, w, tau, s))
+      continue
+    if q3:  # two bos tokens at s, s + 1; the run from s + 2
+      pieces.append(seq(2, s))
+      s = dt(s + dt(2))
+    else:  # both bos tokens at s; the run from s + 1
+      pieces.extend([seq(1, s), seq(1, s)])
+      s = nxt()
+    video = vision(t, h, w, tau, s)
+    audio = seq(int(run[3]), s)
+    if q3:  # merge by temporal id, video first on ties; each token its own piece, then the rest of the other
+      vi = ai = 0
+      while vi < len(video) and ai < len(audio):
+        if video[vi, 0] <= audio[ai, 0]:
+          pieces.append(video[vi:vi + 1])
+          vi += 1
+        else:
+          pieces.append(audio[ai:ai + 1])
+          ai += 1
+      pieces.append(video[vi:] if vi < len(video) else audio[ai:])
+      pieces.append(seq(2, nxt()))
+    else:
+      vc, ac = _chunk_bounds(video[:, 0], chunk, s), _chunk_bounds(audio[:, 0], chunk, s)
+      for j in range(max(len(vc), len(ac))):
+        if j < len(vc):
+          pieces.append(video[vc[j][0]:vc[j][1]])
+        if j < len(ac):
+          pieces.append(audio[ac[j][0]:ac[j][1]])
+      e = nxt()
+      pieces.extend([seq(1, e), seq(1, e)])
+  out = np.concatenate(pieces, axis=0) if pieces else np.zeros((0, 3), dt)
+  if q3:
+    return out.astype(np.float32)
+  if out.size and out.max() >= 2**31:
+    raise ValueError(f"position ids reach {int(out.max())}, past int32.")
+  return out.astype(np.int32)
+
+
+def xdrope_positions(runs: Sequence[tuple[Any, ...]], *, axes: int = 4, spatial_merge_size: int = 2,
+                     extra_tokens: bool = True, first_image: int = 0) -> np.ndarray:
+  """HunyuanVL's XD-RoPE position ids, as transformers 5.24's `HunYuanVLModel.get_rope_index` computes them
+  (tests/golden/multimodal_positions.npz, made by scripts/make_multimodal_positions_golden.py).
+
+  Every token starts at its index in the sequence, i, on all `axes` axes (len(rope_parameters["mrope_section"]),
+  its checkpoints' xdrope_section: 4). An image run ("image", (t, h, w)), grid in patches before merging, is
+  the span of image-placeholder tokens (mm_token_type_ids == 1): H = h // m rows of W + 1 tokens, W = w // m
+  (m = spatial_merge_size; floor division, as the model does; t is not read), the last token of each row the
+  merger's row break; with extra_tokens (the processor's cat_extra_token, default True) one more token before
+  and one after, which keep their index i. Token (r, c) of the grid gets, on the last three axes,
+  (c, r, k) -- width, height, the image's ordinal k = first_image, first_image + 1, ... -- and its index i on
+  every axis before those. Nothing else moves: text after an image keeps its own index (no offset), and the
+  image's start/end tokens are text. Odd points reproduced: transformers counts k over the whole batch, not per
+  sequence (pass first_image = the images in the rows before this one), and two image runs with no text
+  between them are one span there (an error), so they are refused here.
+
+  Args:
+    runs: ("text", n) and ("image", (t, h, w)) runs in sequence order.
+    axes: the number of position axes (>= 3).
+    spatial_merge_size: m (2).
+    extra_tokens: the two extra tokens around each image's grid.
+    first_image: k of the first image.
+
+  Returns:
+    int32[T, axes]. The continuation for decoding is T + j on every axis (rope_delta = max + 1 - T, 0 unless an
+    image's ordinal or grid outgrows its index).
+  """
+  _check_count("axes", axes, 3)
+  _check_count("spatial_merge_size", spatial_merge_size)
+  _check_count("first_image", first_image, 0)
+  pieces, k, prev = [], int(first_image), None
+  start = 0
+  for i, run in enumerate(runs):
+    if not isinstance(run, (tuple, list)) or len(run) != 2 or run[0] not in ("text", "image"):
+      raise ValueError(f"run {i} = {run!r}: expected ('text', n) or ('image', (t, h, w)).")
+    if run[0] == "text":
+      _check_count(f"run {i} (text) length", run[1], 0)
+      n = int(run[1])
+      pieces.append(np.repeat((start + np.arange(n))[:, None], axes, 1))
+      start += n
+      if n:
+        prev = "text"
+      continue
+    if prev == "image":
+      raise ValueError(f"run {i} = {run!r}: two image runs with no text between them form one placeholder span "
+                       "in transformers' get_rope_index; put the image's start/end tokens between them as text.")
+    try:
+      _, h, w = (int(v) for v in run[1])
+    except (TypeError, ValueError):
+      raise ValueError(f"run {i} (image) grid must be (t, h, w) in patches, got {run[1]!r}.") from None
+    rows, cols = h // spatial_merge_size, w // spatial_merge_size + 1
+    if rows < 1 or cols < 2:
+      raise ValueError(f"run {i} (image) grid {run[1]!r} gives {rows} x {cols - 1} merged tokens with "
+                       f"spatial_merge_size={spatial_merge_size}; expected at least 1 x 1.")
+    extra = 1 if extra_tokens else 0
+    n = rows * cols + 2 * extra
+    ids = np.repeat((start + np.arange(n))[:, None], axes, 1)
+    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
+    grid = slice(extra, extra + rows * cols)
+    ids[grid, axes - 3] = c.reshape(-1)
+    ids[grid, axes - 2] = r.reshape(-1)
+    ids[grid, axes - 1] = k
+    pieces.append(ids)
+    k += 1
+    start += n
+    prev = "image"
+  out = np.concatenate(pieces, axis=0) if pieces else np.zeros((0, axes), np.int64)
+  return out.astype(np.int32)
+
+
 def videorope_positions(runs: Sequence[tuple[Any, ...]], *, spatial_merge_size: int = 2,
                         temporal_scale: float = 2.0) -> np.ndarray:
   """VideoRoPE's positions (Wei et al. 2025, `get_t_scale_rope_index`): the diagonal layout.
