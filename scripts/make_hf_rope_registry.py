@@ -183,7 +183,19 @@ REFUSE = {"esmfold2": "its atom encoder's rotary module (EsmFold2RotaryEmbedding
                       "uid_rope_base_frequency) with the rest of the head's pairs inactive: not token positions, which "
                       "the spec takes; and its forward needs a featurized structure (token_index, residue_index, "
                       "asym_id, ...) that only its processor builds. Its language model is ESM C: read "
-                      "from_hf_config(config['esmc_config'])"}
+                      "from_hf_config(config['esmc_config'])",
+          # its observation stops inside its compressors' shape handling (a 4-D / 5-D concatenation) before any layer
+          # runs, so what follows is read from its code, stated here so the refusal names the mechanism
+          "deepseek_v4": "every layer's attention rotates the last rotary_dim channels of each head in interleaved "
+                         "pairs (the spec's channels='last'), uses its one rotated latent as both k and v and rotates "
+                         "the attention output back at the query positions (rotate_value, unrotate_output: "
+                         "tests/test_rope_output_rotation.py checks that spec against its code); but its compressed "
+                         "layers (compressed_sparse_attention, heavily_compressed_attention) also attend to entries "
+                         "pooled over windows of compress_rates tokens, rotated at their windows' positions with "
+                         "compress_rope_theta, and its indexer rotates its own queries: not one rotation per token "
+                         "position, which a spec read from config.json gives. Build RotaryConfig(theta=..., "
+                         "layout='interleaved', rotary_dim=..., channels='last', rotate_value=True, "
+                         "unrotate_output=True) yourself for its sliding-window layers"}
 
 TOKENS = [T_META]  # the token count of the current type's forward: T_META, or an audio encoder's frames after its
 # subsampling (read from the position ids its rotary module got)
