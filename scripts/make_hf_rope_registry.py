@@ -24,8 +24,12 @@ For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
    tower that takes ``grid_thw`` on one VISION_GRID image, its token ids kept for the golden; an
    audio model on inputs built from its forward's required arguments and its config's own sizes (2 s at its
    sampling rate, 400 feature frames, a decoder's latents at its frame rate: ``_audio_inputs``), in eval mode with
-   the buffers its own __init__ computes. There an apply that rotates v too, or only some heads, is refused, and
-   so is a rotary module whose cos/sin another model's code applies (a second tower). A default config from which transformers
+   the buffers its own __init__ computes. There an apply that rotates only some heads is refused, and so is a
+   rotary module whose cos/sin another model's code applies (a second tower). An apply that takes three tensors of
+   q's layout and rotates them alike (q, k and v: CLVP) is recorded as rotating v (the spec's rotate_value). Tensors
+   the attention computes from a rotary module's output alone (CLVP's cos() and sin() of its angle table) are
+   followed as that output (`_DerivedRotaryOutputs`); a rotary module that keeps no config is rebuilt from its
+   holder's. A default config from which transformers
    builds no model is recorded as "no_default_config". A type whose forward calls no candidate, and whose config holds
    a sub-config with its own model type, delegates to that sub-config (``text_config``: Llava's
    Llama); one with no candidate at all has no RoPE. Before any forward, the code of the modules the
@@ -39,7 +43,8 @@ For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
    buffers on the CPU (so each rotary module holds its real inverse frequencies), inside the
    float64 mode of scripts/make_hf_rope_families_golden.py. Each distinct (rotary module, its
    call's keyword arguments, apply function) of step 2 is run on real positions and a random q:
-   that is the golden. Probing the apply function with basis vectors gives the linear map at one
+   that is the golden (where the module builds a table over the tokens and the apply is handed the
+   position ids it indexes it by, CLVP's, the table over 0 .. the largest position and those ids). Probing the apply function with basis vectors gives the linear map at one
    position, from which the registry records the pairing ("half": channel i with i + R/2;
    "interleaved": 2i with 2i + 1), the direction (+1: x_i' = x_i cos - x_j sin for the first of a
    pair), which channels rotate (the first R, the last R), and whether the output is permuted.
@@ -556,6 +561,7 @@ def meta_forward(model_type, config, module):
       return _tagged_rotary_output(out, outputs, tagged)
     return None
 
+  derived = _DerivedRotaryOutputs(outputs, alive)  # cos/sin computed from a rotary output in the attention (CLVP)
   saved = candidates(module)
   for name, fn in saved.items():
     def wrapper(*a, _fn=fn, _name=name, **k):
@@ -578,6 +584,7 @@ def meta_forward(model_type, config, module):
       if any(torch.is_tensor(t) and not t.is_floating_point() and not t.is_complex() for t in [*a, *k.values()]):
         calls[-1]["integer_args"] = True  # position ids handed to the apply itself (V-JEPA 2)
       depth[0] += 1
+      derived.paused += 1  # inside the apply: its own use of cos/sin is the model's code, rerun whole
       try:
         result = _fn(*a, **k)
         with contextlib.suppress(Exception):  # a note for the refusals below: it never stops the forward
@@ -585,6 +592,7 @@ def meta_forward(model_type, config, module):
         return result
       finally:
         depth[0] -= 1
+        derived.paused -= 1
     _install(module, name, wrapper)
 
   def batched_experts(cfg):  # MoE: the experts' batched matmul has no data-dependent shapes
@@ -646,7 +654,7 @@ def meta_forward(model_type, config, module):
           raise
 
   try:
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), derived:
       warnings.simplefilter("ignore")
       batched_experts(config)
       try:
@@ -711,6 +719,56 @@ def meta_forward(model_type, config, module):
     c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
   refuse_rotated_values(calls)
   return calls, shapes, model
+
+
+_DTYPES = {str(d): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64)}
+
+
+class _DerivedRotaryOutputs(torch.overrides.TorchFunctionMode):
+  """Follows a rotary module's output through the tensor ops its model applies to it alone before an apply gets it
+  (CLVP's attention takes cos() and sin() of its module's angle table, then squeeze(0)): a result whose only tensor
+  input is a recorded rotary output (or one derived from it) is recorded as that output with the ops appended, which
+  run_group replays on the rebuilt module's output. Only ops of torch or torch.Tensor whose other arguments are plain
+  values (ints, floats, a float dtype) are followed, and none in place: anything else stays unfollowed, as before."""
+
+  def __init__(self, outputs, alive):
+    super().__init__()
+    self.outputs, self.alive, self.paused = outputs, alive, 0
+
+  def __torch_function__(self, func, types, args=(), kwargs=None):
+    kwargs = kwargs or {}
+    result = func(*args, **kwargs)
+    if self.paused or not torch.is_tensor(result) or not args or not torch.is_tensor(args[0]):
+      return result
+    src = self.outputs.get(id(args[0]))
+    name = getattr(func, "__name__", "")
+    if src is None or len(src) < 4 or id(result) in self.outputs or name.endswith("_") or name.startswith("__"):
+      return result
+    where = "Tensor" if getattr(torch.Tensor, name, None) is func else "torch" if getattr(torch, name, None) is func \
+        else None
+    rest = [*args[1:], *kwargs.values()]
+
+    def plain(v):
+      return isinstance(v, (int, float, bool)) or v is None or (isinstance(v, (list, tuple)) and all(map(plain, v)))
+
+    if where is None or not all(plain(v) or str(v) in _DTYPES for v in rest):
+      return result
+    enc = lambda v: {"dtype": str(v)} if str(v) in _DTYPES and not plain(v) else v  # noqa: E731
+    op = [where, name, [enc(v) for v in args[1:]], {k: enc(v) for k, v in kwargs.items()}]
+    ops = list(src[6]) if len(src) > 6 else []
+    # (index 4, 5: a token order and the tensor kept alive, where _reordered_rotary_output found one)
+    self.outputs[id(result)] = (*src[:4], *(src[4:6] if len(src) > 5 else (None, None)), [*ops, op])
+    self.alive.append(result)
+    return result
+
+
+def _replay(t, ops):
+  """A rotary output put through the ops _DerivedRotaryOutputs recorded."""
+  dec = lambda v: _DTYPES[v["dtype"]] if isinstance(v, dict) and "dtype" in v else v  # noqa: E731
+  for where, name, args, kwargs in ops or ():
+    fn = getattr(torch.Tensor if where == "Tensor" else torch, name)
+    t = fn(t, *[dec(v) for v in args], **{k: dec(v) for k, v in kwargs.items()})
+  return t
 
 
 def _state_required(model):
@@ -886,7 +944,8 @@ def _reordered_rotary_output(args, outputs, tagged):
   token order[j]. All such tensors of one call must share one order. None where no argument is reordered."""
   found = set()
   for t in args:
-    if torch.is_tensor(t) and id(t) in outputs and len(outputs[id(t)]) > 4:  # found reordered by an earlier call
+    if torch.is_tensor(t) and id(t) in outputs and len(outputs[id(t)]) > 4 and outputs[id(t)][4] is not None:
+      # found reordered by an earlier call
       found.add(outputs[id(t)][4])
     if not torch.is_tensor(t) or id(t) in outputs or t.is_meta or not t.is_floating_point():
       continue
@@ -963,10 +1022,17 @@ def refuse_rotated_values(calls):
       have, of = c["head_slice"]
       raise Refused(f"{c['fn']} (called by {c['caller']}) gets {have} of the {of} heads its caller holds: it "
                     f"rotates only some heads (the others pass unrotated), which a RoPE spec does not carry")
-    if (c.get("rotated") or 0) >= 3:
+    if (c.get("rotated") or 0) >= 3 and not _rotates_value(c):
       raise Refused(f"{c['fn']} (called by {c['caller']}) rotates {c['rotated']} tensors per call, not q and k "
-                    f"only ({', '.join(c['rotated_names'])}): it rotates the values too, on every call (the spec's "
-                    "rotate_value), which an observed family does not record")
+                    f"only ({', '.join(c['rotated_names'])}), and not q, k and v (three tensors of q's layout handed "
+                    "in and rotated back)")
+
+
+def _rotates_value(call):
+  """An apply call that takes three tensors of q's layout (q, k and the attention's third per-head tensor, v) and
+  hands three back rotated (CLVP's apply_rotary_pos_emb(q, k, v, ...)): the spec's rotate_value. run_group checks
+  that all three turn alike, by the same positions; the golden checks q."""
+  return (call.get("rotated") or 0) == 3 and sum("x" in r for r in call["args"]) == 3
 
 
 def merge_order(height, width, merge):
@@ -1344,22 +1410,45 @@ def _positions(rotary_shapes):
   raise Refused(f"its rotary module gets no position ids of shape [B, T] or [A, B, T] (got {rotary_shapes})")
 
 
+def _table_positions(call, rotary_shapes):
+  """The probe positions [2, 7] where the rotary module builds a table over the tokens 0 .. T - 1 from their hidden
+  states alone (one [1, T, C] tensor, no position ids) and the apply is handed the position ids it indexes that
+  table by (CLVP: cos[position_ids]): the golden gets the module's table over 0 .. max and those ids. Else None."""
+  roles = [*call["args"], *call["tensor_kwargs"].values()]
+  if sum("ids" in r for r in roles) != 1 or len(rotary_shapes) != 1 or len(rotary_shapes[0]) != 3 or \
+      rotary_shapes[0][:2] != [1, TOKENS[0]] or next(r for r in roles if "ids" in r)["ids"] != [1, TOKENS[0]]:
+    return None
+  return torch.tensor(POSITIONS)
+
+
 def run_group(rotary, module, call, rotary_shapes, q):
   """The group's apply on probe q (shape of the recorded q with heads moved): the model's own code, float64."""
   path, rot_args, rot_kwargs = call["rotary"]
-  pos = _positions(rotary_shapes[path])
+  table = _table_positions(call, rotary_shapes[path])
+  pos = _positions(rotary_shapes[path]) if table is None else table
   vision = pos.ndim == 2 and pos.shape[0] == POSITIONS.size
   hidden = torch.zeros(*(pos.shape[:1] if vision else POSITIONS.shape), rotary_shapes[path][0][-1],
                        dtype=torch.float64)
   with float64_transformers(modeling_rope_utils, module), torch.no_grad():
-    out = rotary(hidden, pos, *rot_args, **rot_kwargs)
+    if table is None:
+      try:
+        out = rotary(hidden, pos, *rot_args, **rot_kwargs)
+      except IndexError as e:  # GPT-J's module indexes a table of max_position_embeddings rows it precomputed
+        raise Refused(f"its rotary module {type(rotary).__name__} fails on the probe positions (up to "
+                      f"{int(POSITIONS.max())}): {_failure(e)}") from e
+    else:  # a table over positions 0 .. L - 1 from the module, which the apply indexes by the position ids it gets
+      width = rotary_shapes[path][0][-1]
+      out = rotary(torch.zeros(1, 1, width, dtype=torch.float64).expand(1, int(POSITIONS.max()) + 1, width),
+                   *rot_args, **rot_kwargs)
     out = out if isinstance(out, tuple) else (out,)
     args, xs = [], 0
     for role in call["args"]:
       if "rotary" in role:
         if role["rotary"] != path:
           raise Refused(f"{call['fn']} mixes two rotary modules' outputs")
-        args.append(out[role["index"]])
+        args.append(_replay(out[role["index"]], role.get("ops")))
+      elif "ids" in role and table is not None:
+        args.append(pos.clone())
       elif "x" in role:
         args.append(q[..., :role["x"][-1]].clone())  # the model hands its apply the first R of the head's channels
         xs += 1
@@ -1369,9 +1458,12 @@ def run_group(rotary, module, call, rotary_shapes, q):
         raise Refused(f"{call['fn']} takes a {role['opaque']}")
     kwargs = dict(call["kwargs"])
     for k, role in call["tensor_kwargs"].items():
+      if "ids" in role and table is not None:
+        kwargs[k] = pos.clone()
+        continue
       if "rotary" not in role:
         raise Refused(f"{call['fn']} takes a tensor keyword {k!r} that is not a rotary module's output")
-      kwargs[k] = out[role["index"]]
+      kwargs[k] = _replay(out[role["index"]], role.get("ops"))
     result = candidates(module)[call["fn"]](*args, **kwargs)
   result = result if isinstance(result, tuple) else (result,)
   if xs and q.shape[-1] > result[0].shape[-1]:  # the channels after the slice pass unrotated
@@ -1518,17 +1610,36 @@ def _analyse(maps):
           "attention_factor": [float(scale.min()), float(scale.max())], "frequencies": freqs}
 
 
-def rebuild(rotary, module):
-  """The meta model's rotary module built again on the CPU in float64 from its own config: real frequencies."""
+def rebuild(rotary, module, owner=None):
+  """The meta model's rotary module built again on the CPU in float64 from its own config: real frequencies. One that
+  keeps no config (CLVP's) is built from the config of the module that holds it, `owner`, where that gives it
+  buffers of the same names and shapes as the model's; the config is then kept on it, as config_facts reads it."""
   config = getattr(rotary, "config", None)
-  if config is None:
+  if config is None and owner is None:
     raise Refused(f"its rotary module {type(rotary).__name__} keeps no config to rebuild it from")
   with float64_transformers(modeling_rope_utils, module), warnings.catch_warnings():
     warnings.simplefilter("ignore")
     try:
-      return type(rotary)(config=config)
+      built = type(rotary)(config=config if config is not None else owner)
     except TypeError as e:
       raise Refused(f"its rotary module {type(rotary).__name__} is not built from a config alone: {e}") from None
+  if config is None:
+    shapes = lambda m: {n: tuple(b.shape) for n, b in m.named_buffers()}  # noqa: E731
+    if shapes(built) != shapes(rotary) or not shapes(built):
+      raise Refused(f"its rotary module {type(rotary).__name__} keeps no config, and the config of the module "
+                    "holding it does not rebuild it")
+    built.config = owner
+  return built
+
+
+def _owner_config(model, path):
+  """The config of the innermost module holding the one at `path` (CLVP's encoder, for its rotary module)."""
+  parts = path.split(".") if path else []
+  for n in range(len(parts) - 1, -1, -1):
+    cfg = getattr(model.get_submodule(".".join(parts[:n])), "config", None)
+    if cfg is not None:
+      return cfg
+  return None
 
 
 def _perturbed_golden(rotary, module, top_config, facts, call, rotary_shapes, q):
@@ -1572,39 +1683,64 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
     key = json.dumps([c["fn"], c["rotary"], c["args"], c["tensor_kwargs"], c["kwargs"]], sort_keys=True)
     groups.setdefault(key, []).append(c)
   out = []
+  tokens = TOKENS[0]
   for calls_of in groups.values():
     call = calls_of[0]
     path = call["rotary"][0]
-    if path not in built:
-      built[path] = rebuild(meta_model.get_submodule(path), module)
-    x_role = next(r for r in call["args"] if "x" in r)
-    x_shape = list(x_role["x"])
-    if x_role.get("slice_of") and x_role["slice_of"][0] == 0 and x_role["slice_of"][1] in _head_dims(built[path]):
-      x_shape[-1] = x_role["slice_of"][1]  # the first R of a head's D channels (Phi): probe all D
-    h = x_shape[-1]
-    maps, pos, t_axis = _observed_maps(built[path], module, call, rotary_shapes, x_shape)
-    facts = analyse(maps)
-    if pos.ndim == 3:  # M-RoPE
-      facts["mrope"], pos = _pair_axes_any_order(maps, facts, pos, vision=t_axis == 0 or x_shape[0] == 1 and
-                                                 VISION_TOKENS[0] in x_shape[1:2])
-      facts["mrope"].update(_mrope_key_order(built[path], module, call, rotary_shapes, x_shape, facts))
-    shape1, _ = _probe_shape(x_shape, 1)
-    q = torch.tensor(rng.standard_normal(shape1).astype(np.float32).astype(np.float64))  # float32-exact input
-    q_out, _ = run_group(built[path], module, call, rotary_shapes, q)
-    facts["config_facts"] = config_facts(built[path], module, meta_model.config, h)
-    perturbed = _perturbed_golden(built[path], module, meta_model.config, facts["config_facts"], call, rotary_shapes,
-                                  q)
-    if perturbed is not None:
-      facts["perturbed_config"], q_perturbed = perturbed
-      facts["q_out_perturbed"] = _bt(q_perturbed, t_axis).numpy()
-    out.append({**facts, "layers": sorted({c["layer"] for c in calls_of}), "fn": call["fn"],
-                "callers": sorted({c.get("caller_path") or "?" for c in calls_of}),
-                "slice_of": x_role.get("slice_of"),
-                "stubbed": call["stubbed"] or None,
-                "rotary_module": type(built[path]).__name__,
-                "rotary_args": call["rotary"][1:], "t_axis": t_axis,
-                "positions": pos.numpy(), "q": _bt(q, t_axis).numpy(), "q_out": _bt(q_out, t_axis).numpy()})
+    TOKENS[0] = _table_tokens(call, rotary_shapes[path]) or tokens  # CLVP: its two encoders, 11 and 13 tokens
+    out.append(_observe_group(meta_model, module, calls_of, rotary_shapes, rng, built))
+  TOKENS[0] = tokens
   return out
+
+
+def _table_tokens(call, rotary_shapes):
+  """The tokens T of an apply that indexes its rotary module's table by the position ids [1, T] it is handed, where
+  that module got only one [1, T, C] tensor (CLVP's encoders, each on its own token count); else None."""
+  ids = [r["ids"] for r in [*call["args"], *call["tensor_kwargs"].values()] if "ids" in r]
+  if len(ids) == 1 and len(rotary_shapes) == 1 and len(rotary_shapes[0]) == 3 and rotary_shapes[0][0] == 1 and \
+      ids[0] == rotary_shapes[0][:2]:
+    return rotary_shapes[0][1]
+  return None
+
+
+def _observe_group(meta_model, module, calls_of, rotary_shapes, rng, built):
+  """observe_rotations for one group of alike calls."""
+  call = calls_of[0]
+  path = call["rotary"][0]
+  if path not in built:
+    built[path] = rebuild(meta_model.get_submodule(path), module, _owner_config(meta_model, path))
+  x_role = next(r for r in call["args"] if "x" in r)
+  x_shape = list(x_role["x"])
+  if x_role.get("slice_of") and x_role["slice_of"][0] == 0 and x_role["slice_of"][1] in _head_dims(built[path]):
+    x_shape[-1] = x_role["slice_of"][1]  # the first R of a head's D channels (Phi): probe all D
+  h = x_shape[-1]
+  maps, pos, t_axis = _observed_maps(built[path], module, call, rotary_shapes, x_shape)
+  facts = analyse(maps)
+  if pos.ndim == 3:  # M-RoPE
+    facts["mrope"], pos = _pair_axes_any_order(maps, facts, pos, vision=t_axis == 0 or x_shape[0] == 1 and
+                                               VISION_TOKENS[0] in x_shape[1:2])
+    facts["mrope"].update(_mrope_key_order(built[path], module, call, rotary_shapes, x_shape, facts))
+  shape1, _ = _probe_shape(x_shape, 1)
+  q = torch.tensor(rng.standard_normal(shape1).astype(np.float32).astype(np.float64))  # float32-exact input
+  q_out, _ = run_group(built[path], module, call, rotary_shapes, q)
+  facts["config_facts"] = config_facts(built[path], module, meta_model.config, h)
+  perturbed = _perturbed_golden(built[path], module, meta_model.config, facts["config_facts"], call, rotary_shapes,
+                                q)
+  if perturbed is not None:
+    facts["perturbed_config"], q_perturbed = perturbed
+    facts["q_out_perturbed"] = _bt(q_perturbed, t_axis).numpy()
+  value = {_rotates_value(c) for c in calls_of}
+  if len(value) > 1:
+    raise Refused(f"{call['fn']} rotates v on some calls and not on others")
+  if value.pop():
+    facts["rotates_value"] = True
+  return {**facts, "layers": sorted({c["layer"] for c in calls_of}), "fn": call["fn"],
+              "callers": sorted({c.get("caller_path") or "?" for c in calls_of}),
+              "slice_of": x_role.get("slice_of"),
+              "stubbed": call["stubbed"] or None,
+              "rotary_module": type(built[path]).__name__,
+              "rotary_args": call["rotary"][1:], "t_axis": t_axis,
+              "positions": pos.numpy(), "q": _bt(q, t_axis).numpy(), "q_out": _bt(q_out, t_axis).numpy()}
 
 
 def _observed_maps(rotary, module, call, rotary_shapes, x_shape):
@@ -1741,7 +1877,10 @@ def config_facts(rotary, module, top_config, head_dim):
   where = None
   derived = _derived_from(cfg, top_config)
   if cfg is not top_config and not _same(cfg, top_config) and not derived:
-    where = next((k for k in getattr(top_config, "sub_configs", {}) if _same(getattr(top_config, k, None), cfg)), "?")
+    subs = getattr(top_config, "sub_configs", {})  # the very object first: two equal sub-configs (CLVP's text_config
+    # and speech_config) are each read by its own tower
+    where = next((k for k in subs if getattr(top_config, k, None) is cfg), None) or \
+        next((k for k in subs if _same(getattr(top_config, k, None), cfg)), "?")
   base = inv_freqs(rotary)
   if not base:
     raise Refused(f"its rotary module {type(rotary).__name__} holds no inv_freq buffer")
@@ -1759,6 +1898,10 @@ def config_facts(rotary, module, top_config, head_dim):
   current = serialized.get("partial_rotary_factor") or (serialized.get("rope_parameters") or {}).get(
       "partial_rotary_factor")
   partial = 0.25 if current == 0.5 else 0.5
+  own_base = {len(b) for b in base.values()}
+  if (int(head_dim * partial) + 1) // 2 in own_base and current is None:  # a width the module has already (CLVP
+    # rotates 32 of its 64 channels with no factor): a factor that would give it tells nothing; one that would not
+    partial = next((x for x in (0.25, 0.75) if (int(head_dim * x) + 1) // 2 not in own_base), partial)
   halve = head_dim % 4 == 0  # else double it (GLM-4.5's default 42): either way every width changes
   if per_layer_names and isinstance(serialized.get("head_dim"), int):  # the root's head dim, not per_layer_config's
     halve = serialized["head_dim"] % 4 == 0
@@ -1844,6 +1987,22 @@ def config_facts(rotary, module, top_config, head_dim):
             continue
           if all(len(new[x]) == 2 * len(b) for x, b in base.items()):
             head_dim_from = [w, n, wv, nv]
+  rotary_dim_keys = None  # where neither head_dim nor partial_rotary_factor moves the rotated width (CLVP): the keys
+  # whose doubling or halving does, found by rebuilding the module; None where the width follows either
+  if follows.get("partial_rotary_factor") is not True and follows.get("head_dim") is not True and \
+      all(2 * len(b) < head_dim for b in base.values()):
+    rotary_dim_keys = []
+    for key, value in sorted(serialized.items()):
+      if not isinstance(value, int) or isinstance(value, bool) or value < 2:
+        continue
+      for changed in (value * 2, value // 2):
+        try:
+          new = inv_freqs(rebuilt(key, changed))
+        except Exception:  # noqa: BLE001  a value the class cannot take: it cannot be set so either
+          continue
+        if any(len(new.get(n, ())) != len(b) for n, b in base.items()):
+          rotary_dim_keys.append(key)
+          break
   params = serialized.get("rope_parameters")
   # Keys that may change which layers rotate, or with what, and that the generic reading does not read (Granite's
   # layer_rope_theta, Molmo 2's rope_scaling_layers, a sliding-window pattern): from_hf_config refuses a config that
@@ -1860,7 +2019,7 @@ def config_facts(rotary, module, top_config, head_dim):
           "layer_types": list(serialized.get("layer_types") or []) or None,
           "lists": {k: v for k, v in serialized.items() if isinstance(v, list) and v
                     and all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in v)},
-          "head_dim_key": head_dim_key, "head_dim_from": head_dim_from,
+          "head_dim_key": head_dim_key, "head_dim_from": head_dim_from, "rotary_dim_keys": rotary_dim_keys,
           "layer_head_dims": layer_head_dims, "builder_head_dim": builder_head_dim,
           "ints": {k: v for k, v in serialized.items() if isinstance(v, int) and not isinstance(v, bool)}}
 
@@ -1950,6 +2109,29 @@ def _check_default_frequencies(r):
                   f"(theta {theta}): frequencies of its own")
 
 
+def _fixed_theta(rotations):
+  """The theta of a rotary module that reads none from its config (CLVP's 10000 in its class): where the config holds
+  no rope key at all (rope_parameters, rope_theta), the class follows no rope_theta, and every rotation's frequencies
+  are theta ** (-2k / R) for one theta fitted from them (rounded where that is as exact). Else None."""
+  thetas = set()
+  for r in rotations:
+    f = r["config_facts"]
+    if f["rope_parameters"] or "rope_theta" in f["serialized"] or f["rope_type"] is not None or r.get("mrope"):
+      return None
+    got = np.asarray(r["frequencies"]) * r["direction"]
+    n = len(got)
+    if n < 2 or got[1] <= 0:
+      return None
+    theta = float(got[1] ** (-n))  # pair 1 turns by theta ** (-2 / R), R = 2n
+    for t in (float(round(theta)), theta):
+      if np.allclose(got, t ** (-np.arange(0, 2 * n, 2) / (2 * n)), rtol=1e-9, atol=1e-12):
+        thetas.add(t)
+        break
+    else:
+      return None
+  return thetas.pop() if len(thetas) == 1 else None
+
+
 def _frequency_kind(r):
   """Which spectrum a tower's own rope type turns its M-RoPE pairs by, against independent formulas: "shared"
   (theta ** (-2k / R) over all R / 2 pairs) or "per_axis" (each axis's s pairs theta ** (-2j / 2s), Qwen2-VL vision's
@@ -1977,15 +2159,19 @@ def classify(rotations):
     raise Refused(f"layers pair channels differently ({sorted(pairing)})")
   if len({r["direction"] for r in rotations}) > 1:
     raise Refused("its layers turn their pairs in opposite directions")
+  if len({bool(r.get("rotates_value")) for r in rotations}) > 1:
+    raise Refused("some of its layers rotate v too, others not")
   for r in rotations:
     if r["block"][0] != 0:
       raise Refused(f"rotates the last {r['rotary_dim']} of {r['head_dim']} channels")
     if r.get("mrope") and "mrope_interleaved" in (r["config_facts"]["rope_parameters"] or {}):
       raise Refused("M-RoPE whose layout a config key (mrope_interleaved) may change: not observed both ways")
-    if r["config_facts"]["rope_type"] == "default":
+    if r["config_facts"]["rope_type"] == "default" or (r["config_facts"]["rope_type"] is None and
+                                                        not r["config_facts"]["rope_parameters"]):
       if not np.allclose(r["attention_factor"], 1.0, atol=1e-12):
         raise Refused(f"scales cos/sin by {r['attention_factor']} with default RoPE")
-      _check_default_frequencies(r)
+      if r["config_facts"]["rope_type"] == "default":
+        _check_default_frequencies(r)
     elif isinstance(r["config_facts"]["rope_type"], str) and \
         r["config_facts"]["rope_type"] not in transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS:
       if not r.get("mrope"):  # a tower's own rope type (Kimi-K2.5's "axial") whose pairs this reading did not map
@@ -1998,8 +2184,11 @@ def classify(rotations):
   if len({json.dumps([f["config"], f["config_class"], f["follows"]], sort_keys=True) for f in facts}) > 1:
     raise Refused("its layers' rotary modules read different configs")
   f = facts[0]
+  fixed_theta = None
   if f["follows"].get("rope_theta") is not True:
-    raise Refused("its rotary module does not follow rope_parameters' rope_theta")
+    fixed_theta = _fixed_theta(rotations)  # CLVP: no rope key in its config at all, theta fixed in its class
+    if fixed_theta is None:
+      raise Refused("its rotary module does not follow rope_parameters' rope_theta")
   d = f["defaults"]
   params = f["rope_parameters"] or {}
   # Hand-written (the q scaling happens in the attention, outside the apply function this script observes):
@@ -2060,6 +2249,12 @@ def classify(rotations):
     if expected != r["rotary_dim"] and n_axes and r.get("frequency_kind") and \
         r["rotary_dim"] == n_axes * 2 * ((h // n_axes) // 2) and len(set(r["mrope"]["sections"])) == 1:
       fam["rotary_per_axis_floor"] = True  # MiniMax-M3-VL's tower: 2 * ((80 // 3) // 2) = 26 channels per axis, 2 pass
+    elif expected != r["rotary_dim"] and not follows_partial and f.get("rotary_dim_keys") is not None and \
+        fam.get("rotary_dim_fixed", r["rotary_dim"]) == r["rotary_dim"]:
+      # CLVP: its class computes the rotated width from other keys (max(projection_dim // (2 * heads), 32)): read
+      # as observed, with the keys whose change moves it (found by rebuilding the module) guarded at their defaults
+      fam["rotary_dim_fixed"] = r["rotary_dim"]
+      f["guarded"].update({k: f["serialized"][k] for k in f["rotary_dim_keys"]})
     elif expected != r["rotary_dim"]:
       raise Refused(f"rotates {r['rotary_dim']} of {h} channels where partial_rotary_factor gives {expected}")
     if partial is not None and not nested:
@@ -2133,6 +2328,10 @@ def classify(rotations):
                  sections_equal=len(sections))
   if q_temperature:
     fam["q_temperature"] = True
+  if fixed_theta is not None:
+    fam["theta"], fam["theta_fixed"] = fixed_theta, True
+  if rotations[0].get("rotates_value"):  # observed: the apply rotates v too (CLVP), the spec's rotate_value
+    fam["rotates_value"] = True
   derived = _derived_keys(fam, f["config_class"], f["serialized"])
   if derived:
     fam["derived_keys"] = derived
@@ -2263,7 +2462,9 @@ def _role(t, outputs):
   if torch.is_tensor(t):
     src = outputs.get(id(t))
     if src:
-      return {"rotary": src[0], "index": src[3]}
+      return {"rotary": src[0], "index": src[3], **({"ops": src[6]} if len(src) > 6 else {})}
+    if not t.is_floating_point() and not t.is_complex():  # integer position ids handed to the apply (CLVP)
+      return {"ids": list(t.shape)}
     role = {"x": list(t.shape)}
     sliced = _slice_of(t)
     if sliced:
@@ -2289,7 +2490,7 @@ def _slice_of(t):
 def _summary(r):
   """A rotation as the registry records it (the arrays go to the golden file)."""
   keep = ("pairing", "direction", "block", "head_dim", "attention_factor", "output", "mrope", "layers", "fn",
-          "rotary_module", "rotary_args", "stubbed", "part")
+          "rotary_module", "rotary_args", "stubbed", "part", "rotates_value")
   out = {k: r[k] for k in keep if r.get(k) is not None}
   out["follows"] = r["config_facts"]["follows"]
   out["config"] = r["config_facts"]["config"]

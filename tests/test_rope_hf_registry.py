@@ -56,6 +56,8 @@ def _check_rotation(mt, i, r, config, golden="q_out", part=""):
     return f"refused: {e}"
   if spec is None:
     return "None for a layer that rotates"
+  if spec.rotate_value != bool(r.get("rotates_value")):  # observed: the apply rotates v too (CLVP), or not
+    return f"rotate_value={spec.rotate_value}, but the model {'rotates' if r.get('rotates_value') else 'keeps'} v"
   got = np.asarray(spec.apply(q, pos.astype(np.int32)), np.float64)
   if r.get("output") == "half":  # DeepSeek-V3: interleaved pairs written out in half order
     h, (start, stop) = q.shape[-1], r["block"]
@@ -279,6 +281,22 @@ def test_a_config_that_rotates_v_reads_as_a_spec_that_rotates_v():
   np.testing.assert_array_equal(
       attention.dot_product_attention(q, k, v, q_positions=pos, k_positions=pos, rotary=spec),
       attention.dot_product_attention(q, k, v, q_positions=pos, k_positions=pos, rotary=plain, rotary_value=True))
+
+
+def test_a_model_observed_to_rotate_v_reads_as_a_spec_that_rotates_v():
+  """CLVP's apply rotates q, k and v on every call (the registry observed three tensors of q's layout rotated alike):
+  the spec's rotate_value, in each of its encoders (parts); its class reads no rope key (theta 10000 and a width of
+  max(projection_dim // (2 * heads), 32) in its code), so a config that sets one, or changes those keys, is refused.
+  The golden walk above checks each entry's q and that its spec rotates v exactly where the model does."""
+  assert TYPES["clvp_encoder"]["family"]["rotates_value"]
+  spec = rope.from_hf_config({"model_type": "clvp_encoder"})
+  assert spec.rotate_value and spec.rotary_dim == 32 and spec.theta == 10000.0 and spec.layout == "half"
+  for part in ("text_config", "speech_config"):
+    assert rope.from_hf_config({"model_type": "clvp"}, part=part) == spec
+  with pytest.raises(ValueError, match="reads no rope key"):
+    rope.from_hf_config({"model_type": "clvp_encoder", "rope_theta": 5e5})
+  with pytest.raises(ValueError, match="projection_dim"):
+    rope.from_hf_config({"model_type": "clvp_encoder", "projection_dim": 2048})
 
 
 def test_ntk_alpha_reads_where_the_registry_observed_it():

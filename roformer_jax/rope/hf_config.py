@@ -63,6 +63,9 @@ from roformer_jax.rope.spec import RotaryConfig
 #     (Gemma 4: head_dim); another override that could change the rotation is refused
 #   per_layer_config_required: the head dims come from per_layer_config only (refused without it)
 #   rotates_value_key: a key that makes the model rotate v too (RoFormer's rotary_value): the spec's rotate_value
+#   rotates_value: observed: every call rotates v too (CLVP), the spec's rotate_value
+#   theta_fixed: observed: the class reads no rope key, theta is fixed (CLVP); a config that sets one is refused
+#   rotary_dim_fixed: observed: the rotated width, computed by the class from keys guarded at their defaults (CLVP)
 #   last_layer_full: the class makes the last layer full attention (Gemma 4)
 _COMMON = dict(theta=10000.0, head_dim=None, layout="half", partial=None)
 _FAMILIES: dict[str, dict[str, Any]] = {
@@ -102,8 +105,9 @@ _FAMILIES: dict[str, dict[str, Any]] = {
     "gptj": dict(hidden_size=4096, num_attention_heads=16, num_hidden_layers=28, layout="interleaved",
                  rotary_dim_key="rotary_dim", rotary_dim_default=64),
     # CodeGen: GPT-J's mechanism in its own code (CodeGenRotaryEmbedding builds create_sinusoidal_positions' table,
-    # theta 10000 fixed, and keeps no config, so the registry cannot rebuild it): hand-written as GPT-J's is, checked
-    # against CodeGen's own rotary module and apply function (tests/golden/hf_rope_families, case codegen_2b)
+    # theta 10000 fixed, of max_position_embeddings rows, which the registry's probe positions pass): hand-written as
+    # GPT-J's is, checked against CodeGen's own rotary module and apply function (tests/golden/hf_rope_families, case
+    # codegen_2b)
     "codegen": dict(hidden_size=4096, num_attention_heads=16, num_hidden_layers=28, layout="interleaved",
                     rotary_dim_key="rotary_dim", rotary_dim_default=64),
     "llama4_text": dict(theta=5e5, head_dim=128, hidden_size=5120, num_attention_heads=40, num_hidden_layers=48,
@@ -734,8 +738,16 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     sub = cfg.get(fam["sub"])
     cfg = dict(sub) if isinstance(sub, Mapping) else {}
   fam = {**_COMMON, **fam}
-  # RoFormer's rotary_value: v turns too, at the key positions with the keys' table (the spec's rotate_value)
-  rotate_value = bool(fam.get("rotates_value_key") and cfg.get(fam["rotates_value_key"]))
+  # v turns too, at the key positions with the keys' table (the spec's rotate_value): RoFormer's rotary_value key, or
+  # observed on every call (CLVP's apply rotates q, k and v)
+  rotate_value = bool(fam.get("rotates_value") or (fam.get("rotates_value_key") and cfg.get(fam["rotates_value_key"])))
+  if fam.get("theta_fixed"):  # observed: the class reads no rope key (CLVP's theta 10000 is in its code)
+    unread = sorted(k for k in ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
+                    if cfg.get(k) is not None)
+    if unread:
+      raise ValueError(f"model_type {model_type!r}: the config sets {', '.join(unread)}, but this model's rotary "
+                       f"class reads no rope key: it turns by theta {fam['theta']} over {fam.get('rotary_dim_fixed')} "
+                       f"channels whatever the config says ({_made_from()}); remove {unread[0]}.")
   for key, default in fam.get("guarded", {}).items():  # observed only at its default (layer_rope_theta, ...)
     if key in cfg and cfg[key] != default:
       raise ValueError(f"model_type {model_type!r}: the config sets {key}={cfg[key]!r}, but the registry observed this "
@@ -839,7 +851,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   if partial is None:
     partial = fam["partial"]
   rotary_dim = None
-  if fam.get("rotary_dim_key"):
+  if fam.get("rotary_dim_fixed"):  # observed: a width its class computes from keys guarded at their defaults (CLVP)
+    rotary_dim = int(fam["rotary_dim_fixed"])
+  elif fam.get("rotary_dim_key"):
     key = fam["rotary_dim_key"]
     if key in cfg and cfg[key] is None:  # GPT-J, CodeGen: a table of hidden_size channels, applied to each head
       raise ValueError(f"model_type {model_type!r}: the config sets {key}=None; transformers then builds its sin/cos "
