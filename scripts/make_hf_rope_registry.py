@@ -24,8 +24,10 @@ For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
    tower that takes ``grid_thw`` on one VISION_GRID image, its token ids kept for the golden; an
    audio model on inputs built from its forward's required arguments and its config's own sizes (2 s at its
    sampling rate, 400 feature frames, a decoder's latents at its frame rate: ``_audio_inputs``), in eval mode with
-   the buffers its own __init__ computes. There an apply that rotates only some heads is refused, and so is a
-   rotary module whose cos/sin another model's code applies (a second tower). An apply that takes three tensors of
+   the buffers its own __init__ computes. There an apply that rotates only some heads is refused. A rotary module
+   whose cos/sin another model's code applies (a second tower: PE-Audio's ModernBERT text tower) is observed again
+   with the applies of every sub-config's modeling module wrapped too, each tower then a part of its own sub-config
+   (a dotted key for a sub-config's sub-config); one that still no apply takes is refused. An apply that takes three tensors of
    q's layout and rotates them alike (q, k and v: CLVP) is recorded as rotating v (the spec's rotate_value). Tensors
    the attention computes from a rotary module's output alone (CLVP's cos() and sin() of its angle table) are
    followed as that output (`_DerivedRotaryOutputs`); a rotary module that keeps no config is rebuilt from its
@@ -532,7 +534,42 @@ def _failure(e):
   return f"{type(e).__name__}: {next((x for x in str(e).splitlines() if x.strip()), '')[:160]}"
 
 
-def meta_forward(model_type, config, module):
+class ForeignTowers(Refused):
+  """A tower of another model's code rotates in the forward (refuse_foreign_towers): observed again with that code's
+  candidates wrapped too (`meta_forward(..., towers=True)`), each tower then a part of its own sub-config."""
+
+
+def _tower_modules(config, module):
+  """The modeling modules of the config's sub-configs (and theirs, two deep) other than `module` that hold candidates:
+  the code a second tower may rotate with (PE-Audio's text tower: ModernBERT's)."""
+  found = {}
+  for sub in _sub_configs(config, depth=2).values():
+    mod = modeling_module(sub.model_type) if getattr(sub, "model_type", None) else None
+    if mod is not None and mod is not module and candidates(mod):
+      found[mod.__name__] = mod
+  return list(found.values())
+
+
+def _sub_configs(config, depth):
+  """{dotted key: sub-config} of a config, `depth` levels down (Nemotron 3.5 Transcribe's
+  "diarization_config.audio_config")."""
+  out = {}
+  for key in getattr(config, "sub_configs", {}) or {}:
+    sub = getattr(config, key, None)
+    if sub is None or not hasattr(sub, "to_dict"):
+      continue
+    out[key] = sub
+    if depth > 1:
+      out.update({f"{key}.{k}": v for k, v in _sub_configs(sub, depth - 1).items()})
+  return out
+
+
+def _call_module(call, module):
+  """The modeling module whose apply a call ran: a second tower's (`meta_forward(..., towers=True)`), or `module`."""
+  return importlib.import_module(call["module"]) if call.get("module") else module
+
+
+def meta_forward(model_type, config, module, towers=False):
   """Step 2: which layers call which candidate, with which rotary module's cos/sin. On the meta device from the
   default config; where that forward stops on data-dependent code, for real on the CPU from `shrunk(config)`
   (the same modules at the same paths, so the rotary modules are still rebuilt from the default config)."""
@@ -563,37 +600,41 @@ def meta_forward(model_type, config, module):
 
   derived = _DerivedRotaryOutputs(outputs, alive)  # cos/sin computed from a rotary output in the attention (CLVP)
   saved = candidates(module)
-  for name, fn in saved.items():
-    def wrapper(*a, _fn=fn, _name=name, **k):
-      caller = sys._getframe(1).f_locals.get("self")
-      if depth[0]:  # a candidate called by a candidate (rotate_half inside apply_rotary_pos_emb)
-        return _fn(*a, **k)
-      order = _reordered_rotary_output([*a, *k.values()], outputs, tagged)
-      sources = [outputs.get(id(t))[:3] for t in [*a, *k.values()] if torch.is_tensor(t) and id(t) in outputs]
-      calls.append({"fn": _name, "caller": type(caller).__name__ if caller is not None else None,
-                    "caller_path": _caller_path(paths.get(id(caller)) if caller is not None else None),
-                    "caller_block": _block(paths.get(id(caller)) if caller is not None else None),
-                    "layer": _caller_layer(sys._getframe(1), paths),
-                    "shapes": [list(t.shape) for t in a if torch.is_tensor(t)],
-                    "args": [_role(t, outputs) for t in a],
-                    "tensor_kwargs": {kk: _role(v, outputs) for kk, v in k.items() if torch.is_tensor(v)},
-                    "kwargs": {kk: v for kk, v in k.items() if isinstance(v, (str, int, float, bool))},
-                    "rotary": next((s for s in sources if s is not None), None)})
-      if order is not None:
-        calls[-1]["token_order"] = order
-      if any(torch.is_tensor(t) and not t.is_floating_point() and not t.is_complex() for t in [*a, *k.values()]):
-        calls[-1]["integer_args"] = True  # position ids handed to the apply itself (V-JEPA 2)
-      depth[0] += 1
-      derived.paused += 1  # inside the apply: its own use of cos/sin is the model's code, rerun whole
-      try:
-        result = _fn(*a, **k)
-        with contextlib.suppress(Exception):  # a note for the refusals below: it never stops the forward
-          _note_rotated(calls[-1], a, result, sys._getframe(1))
-        return result
-      finally:
-        depth[0] -= 1
-        derived.paused -= 1
-    _install(module, name, wrapper)
+  wrapped = [(module, saved)] + [(m, candidates(m)) for m in (_tower_modules(config, module) if towers else ())]
+  for mod, cands in wrapped:
+    for name, fn in cands.items():
+      def wrapper(*a, _fn=fn, _name=name, _mod=None if mod is module else mod.__name__, **k):
+        caller = sys._getframe(1).f_locals.get("self")
+        if depth[0]:  # a candidate called by a candidate (rotate_half inside apply_rotary_pos_emb)
+          return _fn(*a, **k)
+        order = _reordered_rotary_output([*a, *k.values()], outputs, tagged)
+        sources = [outputs.get(id(t))[:3] for t in [*a, *k.values()] if torch.is_tensor(t) and id(t) in outputs]
+        calls.append({"fn": _name, "caller": type(caller).__name__ if caller is not None else None,
+                      "caller_path": _caller_path(paths.get(id(caller)) if caller is not None else None),
+                      "caller_block": _block(paths.get(id(caller)) if caller is not None else None),
+                      "layer": _caller_layer(sys._getframe(1), paths),
+                      "shapes": [list(t.shape) for t in a if torch.is_tensor(t)],
+                      "args": [_role(t, outputs) for t in a],
+                      "tensor_kwargs": {kk: _role(v, outputs) for kk, v in k.items() if torch.is_tensor(v)},
+                      "kwargs": {kk: v for kk, v in k.items() if isinstance(v, (str, int, float, bool))},
+                      "rotary": next((s for s in sources if s is not None), None)})
+        if _mod:  # a second tower's own apply (towers=True)
+          calls[-1]["module"] = _mod
+        if order is not None:
+          calls[-1]["token_order"] = order
+        if any(torch.is_tensor(t) and not t.is_floating_point() and not t.is_complex() for t in [*a, *k.values()]):
+          calls[-1]["integer_args"] = True  # position ids handed to the apply itself (V-JEPA 2)
+        depth[0] += 1
+        derived.paused += 1  # inside the apply: its own use of cos/sin is the model's code, rerun whole
+        try:
+          result = _fn(*a, **k)
+          with contextlib.suppress(Exception):  # a note for the refusals below: it never stops the forward
+            _note_rotated(calls[-1], a, result, sys._getframe(1))
+          return result
+        finally:
+          depth[0] -= 1
+          derived.paused -= 1
+      _install(mod, name, wrapper)
 
   def batched_experts(cfg):  # MoE: the experts' batched matmul has no data-dependent shapes
     with contextlib.suppress(Exception):
@@ -681,7 +722,13 @@ def meta_forward(model_type, config, module):
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
         if audio:
           refuse_rotated_values(calls)  # CLVP: its apply's own mechanism first
-          refuse_foreign_towers(real, calls, shapes)
+          if towers:  # every tower's code wrapped: a rotary module still unused by any apply is refused as such
+            try:
+              refuse_foreign_towers(real, calls, shapes)
+            except ForeignTowers as e:
+              raise Refused(f"{e} (a tower's cos/sin applied by no candidate of any sub-config's code)") from None
+          else:
+            refuse_foreign_towers(real, calls, shapes)
         # an audio encoder's frames after subsampling: the length of the position ids [1, T] its rotary module got
         frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
         if audio and len(frames) == 2 and T_META in frames and "decoder_input_ids" in attempts_ok[0]:
@@ -713,8 +760,9 @@ def meta_forward(model_type, config, module):
             raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
                           f"({_failure(cpu_error)})") from cpu_error
   finally:
-    for name, fn in saved.items():
-      _install(module, name, fn)
+    for mod, cands in wrapped:
+      for name, fn in cands.items():
+        _install(mod, name, fn)
   for c in calls:
     c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
   refuse_rotated_values(calls)
@@ -989,8 +1037,9 @@ def refuse_foreign_towers(model, calls, shapes):
 
   own = sorted({where(c["rotary"][0]) for c in calls if c["rotary"]})
   other = sorted({where(p) for p in foreign})
-  raise Refused(f"two towers rotate each their own way: {', '.join(own)} with its own apply, and {', '.join(other)} "
-                f"with another model's code ({foreign[0]}): read from_hf_config on each sub-config")
+  raise ForeignTowers(f"two towers rotate each their own way: {', '.join(own)} with its own apply, and "
+                      f"{', '.join(other)} with another model's code ({foreign[0]}): read from_hf_config on each "
+                      "sub-config")
 
 
 def _note_rotated(call, args, result, frame):
@@ -1649,7 +1698,9 @@ def _perturbed_golden(rotary, module, top_config, facts, call, rotary_shapes, q)
   changed config.json with from_hf_config: the keys a user changes are read as the model reads them."""
   top = json.loads(top_config.to_json_string(use_diff=False))
   key = facts["config"]
-  sub = top if key is None else top.get(key)
+  sub = top
+  for k in (key.split(".") if key else ()):  # a dotted key: a sub-config's sub-config
+    sub = sub.get(k) if isinstance(sub, dict) else None
   if not isinstance(sub, dict):
     return None
   changed = _perturbed(sub, "rope_theta", None)
@@ -1668,7 +1719,12 @@ def _perturbed_golden(rotary, module, top_config, facts, call, rotary_shapes, q)
     return None
   if key is None:
     return changed, q_out
-  return {**top, key: changed}, q_out
+  out = copy.deepcopy(top)
+  holder = out
+  for k in key.split(".")[:-1]:
+    holder = holder[k]
+  holder[key.split(".")[-1]] = changed
+  return out, q_out
 
 
 def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
@@ -1680,14 +1736,16 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
       how = (": it is given integer position ids and computes its angles itself, no rotary module the config's "
              "rope parameters drive") if c.get("integer_args") else ""
       raise Refused(f"{c['fn']} (called by {c['caller']}) gets no cos/sin from a rotary module{how}")
-    key = json.dumps([c["fn"], c["rotary"], c["args"], c["tensor_kwargs"], c["kwargs"]], sort_keys=True)
+    key = json.dumps([c["fn"], c.get("module"), c["rotary"], c["args"], c["tensor_kwargs"], c["kwargs"]],
+                     sort_keys=True)
     groups.setdefault(key, []).append(c)
   out = []
   tokens = TOKENS[0]
   for calls_of in groups.values():
     call = calls_of[0]
     path = call["rotary"][0]
-    TOKENS[0] = _table_tokens(call, rotary_shapes[path]) or tokens  # CLVP: its two encoders, 11 and 13 tokens
+    # CLVP: its two encoders, 11 and 13 tokens; PE-Audio: its audio frames and its text tower's tokens
+    TOKENS[0] = _table_tokens(call, rotary_shapes[path]) or _own_tokens(call, rotary_shapes[path], tokens) or tokens
     out.append(_observe_group(meta_model, module, calls_of, rotary_shapes, rng, built))
   TOKENS[0] = tokens
   return out
@@ -1703,9 +1761,21 @@ def _table_tokens(call, rotary_shapes):
   return None
 
 
+def _own_tokens(call, rotary_shapes, tokens):
+  """The tokens T of a call whose q has no axis of the forward's `tokens` where its rotary module got position ids
+  [1, T] alone of that form and q has an axis of T (a second tower on a count of its own); else None."""
+  x = next((r["x"] for r in call["args"] if "x" in r), None)
+  ids = {s[1] for s in rotary_shapes if len(s) == 2 and s[0] == 1}
+  if x is None or tokens in x[1:-1] or len(ids) != 1:
+    return None
+  t = ids.pop()
+  return t if x[1:-1].count(t) == 1 else None
+
+
 def _observe_group(meta_model, module, calls_of, rotary_shapes, rng, built):
   """observe_rotations for one group of alike calls."""
   call = calls_of[0]
+  module = _call_module(call, module)  # a second tower's calls: its own modeling module
   path = call["rotary"][0]
   if path not in built:
     built[path] = rebuild(meta_model.get_submodule(path), module, _owner_config(meta_model, path))
@@ -1879,8 +1949,10 @@ def config_facts(rotary, module, top_config, head_dim):
   if cfg is not top_config and not _same(cfg, top_config) and not derived:
     subs = getattr(top_config, "sub_configs", {})  # the very object first: two equal sub-configs (CLVP's text_config
     # and speech_config) are each read by its own tower
+    nested = _sub_configs(top_config, depth=2)  # a sub-config's sub-config: "diarization_config.audio_config"
     where = next((k for k in subs if getattr(top_config, k, None) is cfg), None) or \
-        next((k for k in subs if _same(getattr(top_config, k, None), cfg)), "?")
+        next((k for k in subs if _same(getattr(top_config, k, None), cfg)), None) or \
+        next((k for k, v in nested.items() if v is cfg), "?")
   base = inv_freqs(rotary)
   if not base:
     raise Refused(f"its rotary module {type(rotary).__name__} holds no inv_freq buffer")
@@ -2387,7 +2459,10 @@ def split_parts(rotations):
     return None
   except Refused as e:
     reason = str(e)
-  if reason == "its layers' rotary modules read different configs":
+  configs = {r["config_facts"]["config"] for r in rotations}
+  if reason == "its layers' rotary modules read different configs" or \
+      (len(configs) > 1 and reason.startswith("layers pair channels differently")):  # towers of sub-configs that
+    # also pair differently (PE-Audio's audio tower and its ModernBERT text tower): a part per sub-config
     key = lambda r: r["config_facts"]["config"] or "root"  # noqa: E731
   elif reason.startswith("layers pair channels differently"):
     key = lambda r: "/".join(r["callers"])  # noqa: E731
@@ -2558,7 +2633,14 @@ def main():
         SEEN_IDS.clear()
         TOKENS[0] = T_META
         VISION_TOKENS[0] = N_VISION
-        calls, rotary_shapes, model = meta_forward(mt, config, module)
+        try:
+          calls, rotary_shapes, model = meta_forward(mt, config, module)
+        except ForeignTowers:  # PE-Audio's ModernBERT text tower: observed with that code's applies wrapped too,
+          # each tower a part of its own sub-config
+          SEEN_IDS.clear()
+          TOKENS[0] = T_META
+          VISION_TOKENS[0] = N_VISION
+          calls, rotary_shapes, model = meta_forward(mt, config, module, towers=True)
         rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
         every_block = every_block_rotates(model, calls)
         for r in rotations:

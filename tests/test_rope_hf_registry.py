@@ -213,6 +213,22 @@ def test_a_model_whose_parts_rotate_differently_is_read_one_part_at_a_time():
     rope.from_hf_config({"model_type": "llama"}, part="encoder")
 
 
+def test_a_composite_whose_towers_rotate_differently_is_read_one_tower_at_a_time():
+  """Towers of one composite that rotate each their own way (PE-Audio's audio encoder and its ModernBERT text tower,
+  Nemotron 3.5 Transcribe's ASR encoder and its diarization model's audio encoder, CLVP's two encoders): a part per
+  sub-config, named by its (dotted) key, each read from that sub-config of the file."""
+  for mt, parts in (("pe_audio", ["audio_config", "text_config"]), ("clvp", ["speech_config", "text_config"]),
+                    ("nemotron3_5_transcribe_audio", ["asr_config", "diarization_config.audio_config"])):
+    assert sorted(TYPES[mt]["parts"]) == parts
+    with pytest.raises(ValueError, match="pass part= one of"):
+      rope.from_hf_config({"model_type": mt})
+  part = "diarization_config.audio_config"
+  theta = rope.from_hf_config({"model_type": "nemotron3_5_transcribe_audio"}, part=part).theta
+  cfg = {"model_type": "nemotron3_5_transcribe_audio",
+         "diarization_config": {"audio_config": {"rope_parameters": {"rope_theta": 4 * theta, "rope_type": "default"}}}}
+  assert rope.from_hf_config(cfg, part=part).theta == 4 * theta
+
+
 def test_per_layer_config_is_followed_where_observed_and_refused_elsewhere():
   """transformers 5.24's per_layer_config ({layer: overrides}, any model): EmbeddingGemma 2 was observed to take its
   full-attention layers' head dim from it (else from global_head_dim, the key its config class builds it from);

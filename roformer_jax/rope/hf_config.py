@@ -673,7 +673,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       RoPE over its latent grid, `rope.video_grid_positions(..., scale=scale_factor)`) or
       "caption" (its text blocks' 1-D RoPE over the whole head, token i at i); LTX-2's "video",
       "audio", "video_cross" and "audio_cross" (docs/rope.md, `rope.ltx2_video_positions`,
-      `rope.ltx2_audio_positions`). Such a model is
+      `rope.ltx2_audio_positions`); a composite's towers by their sub-config (CLVP's "text_config" and
+      "speech_config", PE-Audio's "audio_config" and "text_config", Nemotron 3.5 Transcribe's
+      "asr_config" and "diarization_config.audio_config"). Such a model is
       refused without it, naming its parts; any other model is refused with it.
     family: read the config as this family (`hf_families()`) whatever its model_type says: your
       assertion that the model rotates q and k as that one does. Never implied: an unknown
@@ -734,9 +736,12 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   if "pixel" in fam:
     return _from_pixel(cfg, model_type, fam["pixel"])
   fam = {**fam, **_observed(model_type if family is None else family)}
-  if fam.get("sub"):  # the registry's composite: the rotating model's config is this sub-config (defaults if absent)
-    sub = cfg.get(fam["sub"])
-    cfg = dict(sub) if isinstance(sub, Mapping) else {}
+  if fam.get("sub"):  # the registry's composite: the rotating model's config is this sub-config (defaults if absent);
+    # a dotted key is a sub-config's sub-config (Nemotron 3.5 Transcribe's "diarization_config.audio_config")
+    held: Any = cfg
+    for key in str(fam["sub"]).split("."):
+      held = held.get(key) if isinstance(held, Mapping) else None
+    cfg = dict(held) if isinstance(held, Mapping) else {}
   fam = {**_COMMON, **fam}
   # v turns too, at the key positions with the keys' table (the spec's rotate_value): RoFormer's rotary_value key, or
   # observed on every call (CLVP's apply rotates q, k and v)
