@@ -663,6 +663,7 @@ def meta_forward(model_type, config, module, towers=False):
       extra = _embeds_attempts(model, params) + _codebook_attempts(model, params) + _series_attempts(model, params)
       extra += _layer_input_attempts(model, params, kwargs) + _context_attempts(model, params)
       extra += _image_context_attempts(model, params, kwargs) + _last_hidden_state_attempts(model, params)
+      extra += _encoder_embeds_attempts(model, params, kwargs)
       types = {n: torch.zeros(1, T_META, dtype=torch.long) for n in params if n.endswith("token_type_ids")}
       if types:  # a text-only prompt's token types, all 0 (Molmo 2 requires them in training mode)
         extra.append({**kwargs, **types})
@@ -847,6 +848,18 @@ def _embeds_attempts(model, params):
     width = model.get_input_embeddings().weight.shape[-1]
   width = width or getattr(model.config, "hidden_size", None)  # its embedding table elsewhere (a ModuleList)
   return [{"inputs_embeds": torch.zeros(1, T_META, width)}] if isinstance(width, int) else []
+
+
+def _encoder_embeds_attempts(model, params, kwargs):
+  """A speech LM whose forward requires its audio beside the token ids and adds the audio tower's output to the
+  token embeddings one for one (Voxtral Realtime: input_features or encoder_inputs_embeds, then inputs_embeds +=
+  audio_embeds): the token ids with the encoder's embedded input at k frames per token, k = 1 .. 8 in turn (the
+  one that runs is the tower's downsampling), of the width of each sub-config's hidden_size."""
+  if "encoder_inputs_embeds" not in params or "input_ids" not in kwargs:
+    return []
+  widths = dict.fromkeys(getattr(sub, "hidden_size", None) for sub in _sub_configs(model.config, depth=1).values())
+  return [{**kwargs, "encoder_inputs_embeds": torch.zeros(1, k * T_META, w)}
+          for w in widths if isinstance(w, int) for k in range(1, 9)]
 
 
 def _series_attempts(model, params):

@@ -218,6 +218,7 @@ def test_a_composite_whose_towers_rotate_differently_is_read_one_tower_at_a_time
   Nemotron 3.5 Transcribe's ASR encoder and its diarization model's audio encoder, CLVP's two encoders): a part per
   sub-config, named by its (dotted) key, each read from that sub-config of the file."""
   for mt, parts in (("pe_audio", ["audio_config", "text_config"]), ("clvp", ["speech_config", "text_config"]),
+                    ("voxtral_realtime", ["audio_config", "text_config"]),
                     ("nemotron3_5_transcribe_audio", ["asr_config", "diarization_config.audio_config"])):
     assert sorted(TYPES[mt]["parts"]) == parts
     with pytest.raises(ValueError, match="pass part= one of"):

@@ -674,7 +674,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       "caption" (its text blocks' 1-D RoPE over the whole head, token i at i); LTX-2's "video",
       "audio", "video_cross" and "audio_cross" (docs/rope.md, `rope.ltx2_video_positions`,
       `rope.ltx2_audio_positions`); a composite's towers by their sub-config (CLVP's "text_config" and
-      "speech_config", PE-Audio's "audio_config" and "text_config", Nemotron 3.5 Transcribe's
+      "speech_config", PE-Audio's and Voxtral Realtime's "audio_config" and "text_config", Nemotron 3.5 Transcribe's
       "asr_config" and "diarization_config.audio_config"). Such a model is
       refused without it, naming its parts; any other model is refused with it.
     family: read the config as this family (`hf_families()`) whatever its model_type says: your
