@@ -2630,9 +2630,10 @@ def main():
         except pixel.fit.Refused as e:  # the fit's refusal, in the registry's terms
           raise Refused(str(e)) from e
         if entry["status"] == "exact":
-          entry["pixel"].update({k: getattr(config, k, None) for k in ("hidden_size", "num_attention_heads",
-                                                                        "head_dim")})
-          params = getattr(config, "rope_parameters", None)  # the rope type it was observed with (Pixtral: "axial")
+          read = pixel.rope_config(config)[1]  # the config, or the sub-config its attention reads (SAM 3's backbone)
+          entry["pixel"].update({k: getattr(read, k, None) for k in ("hidden_size", "num_attention_heads",
+                                                                      "head_dim")})
+          params = getattr(read, "rope_parameters", None)  # the rope type it was observed with (Pixtral: "axial")
           entry["pixel"]["rope_type"] = params.get("rope_type") if isinstance(params, dict) else None
           goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)), "rotations": [],
                          "pixel": golden}

@@ -179,7 +179,9 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   n = tokens[0]
   rotated = [c for c in calls if fit._token_count(c["x"].shape, (n,))]
   if len(rotated) != len(calls):
-    _refuse_windows(calls, rotated, n, grid)
+    windows = _windows(calls, rotated, n, grid)
+    if windows is not None:
+      return windows
     raise Refused(f"it also rotates tensors of shapes {sorted(shapes)} that hold no {n}-token axis: not observed")
   try:
     return fit.fit_grid(rotated, (n,), _numberings(n, grid))
@@ -197,35 +199,56 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   return fit.fit_grid(rotated, (n,), _numberings(n, grid))  # refused again, with the fit's own reason
 
 
-def _refuse_windows(calls: list[dict], rotated: list[dict], n: int, grid: tuple[int, int]) -> None:
+def window_scaled_positions(numbering: dict, grid: tuple[int, int], window: int) -> np.ndarray:
+  """`numbering_positions` times window / columns, in float32 as SAM 3 computes them (its global layers number the
+  whole image's grid so that it spans the window's range: (column, row) * window_size / grid width)."""
+  pos = numbering_positions(numbering, grid).astype(np.float32)
+  return (pos * np.float32(window / grid[1])).astype(np.float64)
+
+
+def _windows(calls: list[dict], rotated: list[dict], n: int, grid: tuple[int, int]) -> dict | None:
   """Where some applies rotate the whole image's n tokens and the others a square window's w * w (SAM 3's windowed
-  layers: 24 x 24 windows), refused naming that: if each window's tokens fit a numbering of their own w x w grid,
-  its windowed layers number the tokens of each window from its own corner, while the others number the image
-  otherwise: per-layer positions, which one numbering of the image cannot give. Returns where that is not the
-  case (the caller refuses as before)."""
+  layers: 24 x 24 windows): the fit of both, or None where the calls are not so (the caller refuses as before).
+  Each window's tokens must fit a numbering of their own w x w grid, and the whole image's tokens the same numbering
+  of the image's grid, either as is or scaled by w / columns (SAM 3's global layers), with the same pairing, split,
+  frequencies and theta: one spec whose positions differ by layer. Refused, naming the mechanism, where they fit
+  but differ, or where the whole image's positions are none of those."""
   kept = {id(c) for c in rotated}
   others = [c for c in calls if id(c) not in kept]
   sides = {int(round(k ** 0.5)) for c in others for k in c["x"].shape[1:3] if 4 <= k < n and
            int(round(k ** 0.5)) ** 2 == k}
   if len(sides) != 1:
-    return
+    return None
   w = sides.pop()
   windowed = [c for c in others if fit._token_count(c["x"].shape, (w * w,))]
   if len(windowed) != len(others):
-    return
+    return None
   try:
     local = fit.fit_grid(windowed, (w * w,), _numberings(w * w, (w, w)))
   except Refused:
-    return
+    return None
+  numbering = json.loads(local["numbering"])
+  candidates = _numberings(n, grid)
+  scaled = {**numbering, "times": "window/columns"}
+  candidates.append((json.dumps(scaled, sort_keys=True), None, {n: window_scaled_positions(numbering, grid, w)}))
   try:
-    fit.fit_grid(rotated, (n,), _numberings(n, grid))
-    whole = "by integer positions of the image's grid"
-  except Refused:
-    whole = "by positions that no integer numbering of the image's grid gives"
-  raise Refused(f"windowed attention with per-layer positions: {len(windowed)} apply call(s) rotate {w} x {w} "
-                f"windows, each window's tokens numbered from its own corner ({json.loads(local['numbering'])}), "
-                f"and {len(rotated)} rotate the whole {grid[0]} x {grid[1]} image {whole}: one numbering of the "
-                "image cannot give both")
+    whole = fit.fit_grid(rotated, (n,), candidates)
+  except Refused as e:
+    raise Refused(f"windowed attention with per-layer positions: {len(windowed)} apply call(s) rotate {w} x {w} "
+                  f"windows, each window's tokens numbered from its own corner ({numbering}), and {len(rotated)} "
+                  f"rotate the whole {grid[0]} x {grid[1]} image by positions that neither an integer numbering of "
+                  f"its grid nor that numbering times {w}/{grid[1]} gives ({e})") from None
+  same = ("layout", "axes", "theta", "frequencies", "section_layout")
+  if any(local.get(k) != whole.get(k) for k in same) or \
+      {k: v for k, v in json.loads(whole["numbering"]).items() if k != "times"} != numbering:
+    raise Refused(f"windowed attention with per-layer rotations: its {w} x {w} windows rotate as "
+                  f"{ {k: local.get(k) for k in same} } numbered {numbering}, its whole-image layers as "
+                  f"{ {k: whole.get(k) for k in same} } numbered {json.loads(whole['numbering'])}: not one spec")
+  return {**whole, "tables": "float32" if "float32" in (local["tables"], whole["tables"]) else "float64",
+          "error": max(local["error"], whole["error"]), "numbering": local["numbering"],
+          "global_numbering": whole["numbering"],
+          "windows": {"window": w, "kinds": ["global" if id(c) in kept else "window" for c in calls],
+                      "local": local, "windowed": windowed, "rotated": rotated}}
 
 
 def _paired(inputs: dict) -> dict:
@@ -270,6 +293,58 @@ def _tokens(a: np.ndarray, n: int, keep: slice) -> np.ndarray:
   return b[:, keep]
 
 
+def rope_config(config) -> tuple[str | None, object]:
+  """(key, sub-config) where the keys a tower's attention reads (hidden_size, num_attention_heads) are in one
+  sub-config and not in the config itself (SAM 3's vision model: its ViT's backbone_config), else (None, config)."""
+  if isinstance(getattr(config, "hidden_size", None), int) and isinstance(getattr(config, "num_attention_heads", None),
+                                                                          int):
+    return None, config
+  subs = [k for k in getattr(config, "sub_configs", {}) or {}
+          if isinstance(getattr(getattr(config, k, None), "num_attention_heads", None), int)]
+  return (subs[0], getattr(config, subs[0])) if len(subs) == 1 else (None, config)
+
+
+WINDOW_PROBE = 18  # the perturbed window side (SAM 3's 72-patch image: 4 x 4 windows); the whole-image layers are
+# perturbed to the first and the last
+
+
+def _window_keys(model_cls, small, got: dict, grid: tuple[int, int], keep: bool, changed) -> dict:
+  """Which config keys say the window side and which layers rotate the whole image: the call of layer i is the
+  i-th apply (one per layer: the calls must number the layers); the keys are those of the config holding exactly
+  those values, confirmed by setting both to other values (WINDOW_PROBE) and observing again."""
+  win = got["windows"]
+  rc = rope_config(small)[1]
+  kinds, w = win["kinds"], win["window"]
+  if len(kinds) != getattr(rc, "num_hidden_layers", None):
+    raise Refused(f"windowed attention: its {len(kinds)} apply calls do not number its "
+                  f"{getattr(rc, 'num_hidden_layers', None)} layers one each, so which layer rotates what is not seen")
+  whole = [i for i, k in enumerate(kinds) if k == "global"]
+  values = rc.to_dict()
+  window_keys = [k for k, v in values.items() if v == w and isinstance(v, int) and not isinstance(v, bool)]
+  global_keys = [k for k, v in values.items() if isinstance(v, list) and list(v) == whole]
+  if len(window_keys) != 1 or len(global_keys) != 1:
+    raise Refused(f"windowed attention: {w} x {w} windows, the whole image at layers {whole}; the config keys "
+                  f"holding those are not one each ({window_keys}, {global_keys})")
+  window_key, global_key = window_keys[0], global_keys[0]
+
+  probe_global = [0, len(kinds) - 1]
+
+  def probe(cfg):
+    setattr(cfg, window_key, WINDOW_PROBE)
+    setattr(cfg, global_key, probe_global)
+
+  again = fit_tower(*run(model_cls, changed(probe), keep_on_error=keep))
+  seen = [i for i, k in enumerate(again.get("windows", {}).get("kinds", [])) if k == "global"]
+  if again.get("windows", {}).get("window") != WINDOW_PROBE or seen != probe_global or \
+      again.get("global_numbering") != got["global_numbering"]:
+    raise Refused(f"windowed attention: {window_key}={WINDOW_PROBE} and {global_key}={probe_global} gave "
+                  f"{again.get('windows', {}).get('window')} x "
+                  f"{again.get('windows', {}).get('window')} windows, whole-image layers {seen}, numbered "
+                  f"{again.get('global_numbering')}: the keys do not say it")
+  return {"window_key": window_key, "window_default": w, "global_key": global_key, "global_default": whole,
+          "global_numbering": json.loads(got["global_numbering"]), "num_hidden_layers": len(kinds)}
+
+
 def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
   """(registry entry, goldens) of a pixel tower, or Refused naming why."""
   # shrunk, else (a width another module reads: Sapiens 2's per-layer KV heads) the default config; a default
@@ -296,12 +371,24 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
   family = {"numbering": json.loads(got["numbering"]), "layout": got["layout"], "frequencies": got["frequencies"],
             "axes_default": got["axes"], "theta_default": got["theta"], "tables": got["tables"],
             "head_dim_default": head, **({"section_layout": got["section_layout"]} if got.get("section_layout") else {})}
+  sub, _ = rope_config(small)
+  if sub is not None:  # the keys the tower reads are in this sub-config (SAM 3's vision model: backbone_config)
+    family["sub"] = sub
+
+  def changed(edit):  # a copy of the observed config with `edit` applied to the config its rotation reads
+    moved = copy.deepcopy(small)
+    edit(rope_config(moved)[1])
+    return moved
+
+  if "windows" in got:
+    family["windows"] = _window_keys(model_cls, small, got, grid, keep, changed)
   # the head dim: 16 channels more per head must give a split that follows (equal shares, or the same shares)
-  bigger = copy.deepcopy(small)
-  bigger.hidden_size = small.hidden_size + 16 * small.num_attention_heads
-  if getattr(bigger, "head_dim", None):
-    bigger.head_dim = small.head_dim + 16
-  again = fit_tower(*run(model_cls, bigger, keep_on_error=keep))
+  def wider(cfg):
+    cfg.hidden_size = cfg.hidden_size + 16 * cfg.num_attention_heads
+    if getattr(cfg, "head_dim", None):
+      cfg.head_dim = cfg.head_dim + 16
+
+  again = fit_tower(*run(model_cls, changed(wider), keep_on_error=keep))
   if sum(again["axes"]) != head + 16:
     raise Refused(f"its rotated head dim does not follow the head dim (hidden_size / num_attention_heads): "
                   f"{head} -> {sum(again['axes'])} for 16 channels more per head")
@@ -311,18 +398,21 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
     raise Refused(f"its split of the head over the image's axes ({got['axes']} -> {again['axes']} for 16 channels "
                   "more) is not an equal share per axis")
   # theta: x 4 on the key the config holds it in
-  key = next((k for k in ("rope_theta",) if isinstance(getattr(small, k, None), (int, float))), None)
-  params = getattr(small, "rope_parameters", None)
+  rc = rope_config(small)[1]
+  key = next((k for k in ("rope_theta",) if isinstance(getattr(rc, k, None), (int, float))), None)
+  params = getattr(rc, "rope_parameters", None)
   if key is None and isinstance(params, dict) and isinstance(params.get("rope_theta"), (int, float)):
     key = "rope_parameters.rope_theta"
   if key is not None:
-    moved = copy.deepcopy(small)
-    value = (getattr(small, key) if "." not in key else params["rope_theta"]) * 4
-    if "." in key:
-      moved.rope_parameters = {**params, "rope_theta": value}
-    else:
-      setattr(moved, key, value)
-    theta4 = fit_tower(*run(model_cls, moved, keep_on_error=keep))["theta"]
+    value = (getattr(rc, key) if "." not in key else params["rope_theta"]) * 4
+
+    def theta_x4(cfg):
+      if "." in key:
+        cfg.rope_parameters = {**params, "rope_theta": value}
+      else:
+        setattr(cfg, key, value)
+
+    theta4 = fit_tower(*run(model_cls, changed(theta_x4), keep_on_error=keep))["theta"]
     if not np.isclose(theta4, 4 * got["theta"], rtol=1e-6):
       raise Refused(f"its theta ({got['theta']}) does not follow {key} (x 4 gave {theta4})")
     family["theta_key"] = key
@@ -330,8 +420,16 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
            "max_abs_error": got["error"]}
   if calls[0].get("failed_after"):  # its default config's forward breaks after the attention layers
     entry["forward_failed_after_rotating"] = calls[0]["failed_after"]
-  first = calls[0]
-  m = fit._token_count(first["x"].shape, (len(got["positions"]),))
-  goldens = {"positions": got["positions"], "grid": np.asarray(grid), "x": fit._to_bthd(first["x"], m),
-             "out": fit._to_bthd(first["out"], m)}
+  if "windows" in got:  # one apply of each kind of layer: the whole image's (x, out, ...) and a window's (window_)
+    win = got["windows"]
+    first, m = win["rotated"][0], len(got["positions"])
+    local = win["local"]
+    w_first, wm = win["windowed"][0], len(local["positions"])
+    goldens = {"window_positions": local["positions"], "window_grid": np.asarray((win["window"],) * 2),
+               "window_x": fit._to_bthd(w_first["x"], wm), "window_out": fit._to_bthd(w_first["out"], wm)}
+  else:
+    first, goldens = calls[0], {}
+    m = fit._token_count(first["x"].shape, (len(got["positions"]),))
+  goldens.update({"positions": got["positions"], "grid": np.asarray(grid), "x": fit._to_bthd(first["x"], m),
+                  "out": fit._to_bthd(first["out"], m)})
   return entry, goldens

@@ -94,32 +94,76 @@ def _pixel_positions(numbering, grid):
                              normalize="center" if numbering["scale"] == "centre_2pi" else None)
 
 
+def _rotation_error(mt, spec, x, want, positions):
+  got = np.asarray(spec.apply(x.astype(np.float32), positions), np.float64)
+  err = float(np.abs(got - want).max())
+  return None if err <= 2e-6 * max(1.0, float(np.abs(want).max())) else f"max error {err:.2e}"
+
+
+def _check_windows(mt, fam):
+  """A windowed tower (SAM 3): rope.sam3_positions of each kind of layer must be the positions the fit found, and
+  the one spec must rotate a window's recorded q and the whole image's as the model's own applies did, at every
+  layer; a wrong scale of the global positions (1 for window / grid) must not."""
+  win = fam["windows"]
+  assert win["global_numbering"] == {**fam["numbering"], "times": "window/columns"}, win  # what sam3_positions gives
+  assert fam["numbering"] == {"extra": 0, "order": "wh", "scale": "integer", "start": 0, "where": "first"}, fam
+  grid = tuple(int(n) for n in ARRAYS[f"{mt}/pixel/grid"])
+  window = tuple(int(n) for n in ARRAYS[f"{mt}/pixel/window_grid"])
+  assert grid[0] == grid[1] and window == (win["window_default"],) * 2, (grid, window)
+  kinds = {"global": ("", rope.sam3_positions(grid[0], window[0], kind="global")),
+           "window": ("window_", rope.sam3_positions(grid[0], window[0], kind="window"))}
+  for kind, (prefix, built) in kinds.items():
+    if not np.allclose(built, ARRAYS[f"{mt}/pixel/{prefix}positions"], rtol=1e-6, atol=1e-6):
+      return f"rope.sam3_positions(kind={kind!r}) gives {built[:4].tolist()}..."
+  for config in (CONFIGS[mt], {"model_type": mt}):
+    specs = {rope.from_hf_config(config, layer=i) for i in range(win["num_hidden_layers"])}
+    if len(specs) != 1:
+      return f"{len(specs)} specs over its layers; observed: one"
+    spec = specs.pop()
+    for kind, (prefix, built) in kinds.items():
+      x, want = np.asarray(ARRAYS[f"{mt}/pixel/{prefix}x"]), np.asarray(ARRAYS[f"{mt}/pixel/{prefix}out"])
+      problem = _rotation_error(mt, spec, x, want, built)
+      if problem:
+        return f"{kind} layers: {problem}"
+  x, want = np.asarray(ARRAYS[f"{mt}/pixel/x"]), np.asarray(ARRAYS[f"{mt}/pixel/out"])
+  if _rotation_error(mt, spec, x, want, kinds["global"][1] * (grid[0] / window[0])) is None:
+    return "the golden does not tell the global layers' scale from none"
+  return None
+
+
 def _check_pixel(mt, fam):
   """None when from_hf_config of the tower's config rotates the recorded q as its own apply did, else what differs."""
-  x, want = np.asarray(ARRAYS[f"{mt}/pixel/x"]), np.asarray(ARRAYS[f"{mt}/pixel/out"])
-  positions = np.asarray(ARRAYS[f"{mt}/pixel/positions"])
-  grid = tuple(int(n) for n in ARRAYS[f"{mt}/pixel/grid"])
-  built = _pixel_positions(fam["numbering"], grid)
-  scale = 2 * np.pi if fam["numbering"]["scale"] == "centre_2pi" else 1  # the spec's frequencies hold the 2 pi
-  if not np.allclose(built * scale, positions, rtol=1e-6, atol=1e-6):
-    return f"rope.grid_positions gives {built[:4].tolist()}..., the tower rotated by {positions[:4].tolist()}..."
-  for config in (CONFIGS[mt], {"model_type": mt}):
-    spec = rope.from_hf_config(config)
-    got = np.asarray(spec.apply(x.astype(np.float32), built), np.float64)
-    err = float(np.abs(got - want).max())
-    if err > 2e-6 * max(1.0, float(np.abs(want).max())):
-      return f"max error {err:.2e}"
+  if fam.get("windows"):
+    problem = _check_windows(mt, fam)
+    if problem:
+      return problem
+  else:
+    x, want = np.asarray(ARRAYS[f"{mt}/pixel/x"]), np.asarray(ARRAYS[f"{mt}/pixel/out"])
+    positions = np.asarray(ARRAYS[f"{mt}/pixel/positions"])
+    grid = tuple(int(n) for n in ARRAYS[f"{mt}/pixel/grid"])
+    built = _pixel_positions(fam["numbering"], grid)
+    scale = 2 * np.pi if fam["numbering"]["scale"] == "centre_2pi" else 1  # the spec's frequencies hold the 2 pi
+    if not np.allclose(built * scale, positions, rtol=1e-6, atol=1e-6):
+      return f"rope.grid_positions gives {built[:4].tolist()}..., the tower rotated by {positions[:4].tolist()}..."
+    for config in (CONFIGS[mt], {"model_type": mt}):
+      problem = _rotation_error(mt, rope.from_hf_config(config), x, want, built)
+      if problem:
+        return problem
+
+  def keyed(keys):  # a config of the tower with these keys, where its attention reads them (SAM 3: backbone_config)
+    return {"model_type": mt, fam["sub"]: keys} if fam.get("sub") else {"model_type": mt, **keys}
+
   if fam.get("theta_key"):  # observed to follow it (x 4 in the generator)
     key = fam["theta_key"].split(".")[-1]
-    config = {"model_type": mt, "rope_parameters": {key: 4 * fam["theta_default"]}}
+    config = keyed({"rope_parameters": {key: 4 * fam["theta_default"]}})
     if "." not in fam["theta_key"]:
-      config = {"model_type": mt, key: 4 * fam["theta_default"]}
+      config = keyed({key: 4 * fam["theta_default"]})
     if rope.from_hf_config(config).theta != 4 * fam["theta_default"]:
       return f"does not follow {fam['theta_key']}"
     other = "rope_theta" if "." in fam["theta_key"] else "rope_parameters"  # the place it was not seen to read
     try:
-      rope.from_hf_config({"model_type": mt, other: 4 * fam["theta_default"] if other == "rope_theta"
-                           else {"rope_theta": 4 * fam["theta_default"]}})
+      rope.from_hf_config(keyed({other: 4 * fam["theta_default"] if other == "rope_theta"
+                                 else {"rope_theta": 4 * fam["theta_default"]}}))
       return f"reads a theta from {other}, where it was not observed to"
     except ValueError as e:
       if "observed this tower read its theta from" not in str(e):

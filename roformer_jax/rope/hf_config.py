@@ -440,10 +440,39 @@ def _from_ltx2(cfg: Mapping[str, Any], class_name: str, fam: Mapping[str, Any]) 
                       section_layout="interleaved", frequencies=tuple(freqs))
 
 
-def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:
+def _pixel_windows(cfg: Mapping[str, Any], model_type: str, win: Mapping[str, Any], layer: int | None) -> None:
+  """Checks what a windowed tower's config says about its layers (SAM 3: window_size, global_attn_indexes), as the
+  registry observed them: the spec is one for every layer, but the positions differ by layer kind, which
+  `rope.sam3_positions` gives; a config it cannot read so is refused."""
+  num_layers = cfg.get("num_hidden_layers", win["num_hidden_layers"])
+  window = cfg.get(win["window_key"], win["window_default"])
+  whole = cfg.get(win["global_key"], win["global_default"])
+  if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+    raise ValueError(f"model_type {model_type!r}: {win['window_key']}={window!r} must be a positive window side.")
+  if not isinstance(whole, (list, tuple)) or not all(isinstance(i, int) and 0 <= i < num_layers for i in whole):
+    raise ValueError(f"model_type {model_type!r}: {win['global_key']}={whole!r} must list layers of its "
+                     f"{num_layers}.")
+  for key in ("image_size", "patch_size"):  # its global layers scale both axes by window / the grid's width
+    side = cfg.get(key)
+    if isinstance(side, (list, tuple)) and len(set(side)) > 1:
+      raise ValueError(f"model_type {model_type!r}: {key}={side!r} is not square; the registry observed its global "
+                       "layers' positions (scaled by window / the grid's width on both axes) on a square image only "
+                       f"({_made_from()}).")
+  if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < num_layers):
+    raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer model.")
+
+
+def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
+                layer: int | None = None) -> RotaryConfig:
   """The spec of a vision tower the registry observed on an image: each image axis an equal share of the head's
   pairs, theta from the key it was seen to follow, the head dim as hidden_size / num_attention_heads (or head_dim),
-  which the observation also followed. Positions: `rope.grid_positions` as the registry's numbering says."""
+  which the observation also followed. Positions: `rope.grid_positions` as the registry's numbering says; for a
+  windowed tower (SAM 3) `rope.sam3_positions`, by layer kind (the spec is the same for every layer)."""
+  if fam.get("sub"):  # the keys its attention reads are in this sub-config (SAM 3's vision model: backbone_config)
+    sub = cfg.get(fam["sub"])
+    cfg = dict(sub) if isinstance(sub, Mapping) else {}
+  if fam.get("windows"):
+    _pixel_windows(cfg, model_type, fam["windows"], layer)
   params = cfg.get("rope_parameters") or cfg.get("rope_scaling")
   observed = fam.get("rope_type") or "default"
   if isinstance(params, Mapping) and params.get("rope_type", params.get("type", observed)) != observed:
@@ -734,7 +763,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   if part is not None:
     raise ValueError(f"part={part!r}: model_type {model_type!r} rotates alike wherever it rotates; leave part out.")
   if "pixel" in fam:
-    return _from_pixel(cfg, model_type, fam["pixel"])
+    return _from_pixel(cfg, model_type, fam["pixel"], layer)
   fam = {**fam, **_observed(model_type if family is None else family)}
   if fam.get("sub"):  # the registry's composite: the rotating model's config is this sub-config (defaults if absent);
     # a dotted key is a sub-config's sub-config (Nemotron 3.5 Transcribe's "diarization_config.audio_config")

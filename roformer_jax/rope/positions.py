@@ -579,6 +579,34 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
   return pos
 
 
+def sam3_positions(grid: int, window: int, *, kind: str) -> np.ndarray:
+  """Per-token positions of SAM 3's vision tower (transformers' Sam3ViTLayer.precompute_positions), one kind of layer
+  at a time: its windowed layers rotate each window's tokens by their (column, row) inside the window, counted from
+  the window's own corner; its global layers (`global_attn_indexes`) rotate the whole image's tokens by their
+  (column, row) times window / grid, so that the image spans the window's range (24 / 72 = 1/3 in SAM 3).
+
+  Args:
+    grid: the image's side in patches, as SAM 3 takes it from its config: image_size // patch_size (72), not from
+      the image given to the forward (a square image: SAM 3 scales both axes by the grid's width).
+    window: the config's window_size (24).
+    kind: "window" -> float32[window * window, 2], one window's tokens in raster order (rows slowest), the same for
+      every window (SAM 3 pads the grid to whole windows and rotates each alike); "global" -> float32[grid * grid, 2],
+      the image's tokens in raster order.
+
+  Returns:
+    float32 positions (column, row) per token, x first as SAM 3's sections read them; computed in float32 as SAM 3
+    does (arange in float32 times the Python float window / n).
+  """
+  _check_count("grid", grid)
+  _check_count("window", window)
+  if kind not in ("window", "global"):
+    raise ValueError(f"kind={kind!r}: expected 'window' (a windowed layer) or 'global' (a global_attn_indexes layer).")
+  n = window if kind == "window" else grid
+  rows, cols = np.meshgrid(np.arange(n, dtype=np.float32), np.arange(n, dtype=np.float32), indexing="ij")
+  pos = np.stack([cols.reshape(-1), rows.reshape(-1)], axis=-1)
+  return (pos * np.float32(window / n)).astype(np.float32)
+
+
 def flux_positions(height: int, width: int, text_length: int, *, axes: int = 3) -> np.ndarray:
   """The position ids a Flux-family diffusers transformer rotates by, text tokens first.
 
