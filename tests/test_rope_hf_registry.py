@@ -225,6 +225,27 @@ def test_every_entry_is_exact_or_refused_by_name():
   assert not wrong, "\n".join(f"{k}: {v}" for k, v in wrong.items())
 
 
+def test_sam3_windowed_tower_reads_its_layer_keys_and_refuses_what_was_not_observed():
+  """SAM 3's vision tower: one spec for every layer (the positions differ by kind: rope.sam3_positions); its vision
+  model reads its backbone_config; a non-square image, a layer outside the model or a bad window is refused."""
+  win = TYPES["sam3_vit_model"]["pixel"]["windows"]
+  assert (win["window_key"], win["global_key"]) == ("window_size", "global_attn_indexes"), win
+  spec = rope.from_hf_config({"model_type": "sam3_vit_model"}, layer=win["global_default"][0])
+  assert spec == rope.from_hf_config({"model_type": "sam3_vision_model", "backbone_config": {}}, layer=0)
+  assert rope.from_hf_config({"model_type": "sam3_vision_model", "backbone_config": {"rope_parameters": {
+      "rope_type": "axial", "rope_theta": 40000.0}}}).theta == 40000.0
+  for bad, match in (({"image_size": [1008, 840]}, "not square"), ({"window_size": 0}, "window side"),
+                     ({"global_attn_indexes": [40]}, "must list layers")):
+    with pytest.raises(ValueError, match=match):
+      rope.from_hf_config({"model_type": "sam3_vit_model", **bad})
+  with pytest.raises(ValueError, match="is not a layer"):
+    rope.from_hf_config({"model_type": "sam3_vit_model"}, layer=32)
+  assert rope.sam3_positions(72, 24, kind="global")[1].tolist() == [np.float32(1 / 3), 0.0]
+  assert rope.sam3_positions(72, 24, kind="window")[25].tolist() == [1.0, 1.0]
+  with pytest.raises(ValueError, match="kind="):
+    rope.sam3_positions(72, 24, kind="local")
+
+
 def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():
   config = {"model_type": "my_model", "rope_theta": 5e5, "hidden_size": 64, "num_attention_heads": 4}
   with pytest.raises(ValueError, match=r"'my_model' is not in the RoPE registry \(made from .*transformers 5\.24"):
