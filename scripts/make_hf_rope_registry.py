@@ -823,11 +823,11 @@ def _replay(t, ops):
 def _state_required(model):
   """A forward that requires a state object, not tensors (SAM 2 video's inference_session, which its processor builds
   from a whole video and its prompts): no input of ours builds one, so it is refused, naming that argument and the
-  rotary modules its model holds, unobserved. The required parameters annotated with a class that is no tensor."""
+  rotary modules its model holds, unobserved. The required parameters annotated with a transformers class."""
   needs = [(n, p.annotation) for n, p in inspect.signature(model.forward).parameters.items()
            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
            and isinstance(p.annotation, type) and p.annotation is not inspect.Parameter.empty
-           and not issubclass(p.annotation, (torch.Tensor, int, float, str, bool, list, tuple, dict))]
+           and p.annotation.__module__.startswith("transformers")]  # a class of its own (not torch.LongTensor)
   if needs:
     parts = {}  # the model's top-level parts that hold rotary modules, with those modules' classes
     for path, m in model.named_modules():
