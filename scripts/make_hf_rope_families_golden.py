@@ -439,13 +439,7 @@ def gptj_runner(mod):
         repeated_position_ids = pos.unsqueeze(-1).repeat(1, 1, embed_positions.shape[-1])
         sincos = torch.gather(embed_positions, 1, repeated_position_ids).to(x.dtype)
         sin, cos = torch.split(sincos, sincos.shape[-1] // 2, dim=-1)
-        q_rot, q_pass = x[:, :, :, :rd], x[:, :, :, rd:]
-        k_rot = mod.apply_rotary_pos_emb(x.clone()[:, :, :, :rd], sin, cos)
-        q_rot = mod.apply_rotary_pos_emb(q_rot, sin, cos)
-        assert torch.equal(q_rot, k_rot)
-        qo = torch.cat([q_rot, q_pass], dim=-1)
-        # inv_freq: the same expression as create_sinusoidal_positions (not exposed by transformers)
-        inv = 1.0 / (10000 ** (torch.arange(0, rd, 2, dtype=torch.int64) / rd))
+        qo, inv = _rotate_every_two_first(mod, x, rd, sin, cos)
         entry = (
             "modeling_gptj.create_sinusoidal_positions(max(position_ids)+1, rotary_dim) + the gather of "
             "GPTJAttention.forward + modeling_gptj.apply_rotary_pos_emb(q[..., :rotary_dim], sin, cos) "
@@ -454,6 +448,18 @@ def gptj_runner(mod):
         return qo, inv, 1.0, entry, layout_desc("interleaved", rd)
 
     return run
+
+
+def _rotate_every_two_first(mod, x, rd, sin, cos):
+    """GPT-J's and CodeGen's attention: q[..., :rotary_dim] (and k, checked equal) through the module's
+    apply_rotary_pos_emb (rotate_every_two), the rest passed; and the inverse frequencies of
+    create_sinusoidal_positions' expression (not exposed by transformers)."""
+    q_rot, q_pass = x[:, :, :, :rd], x[:, :, :, rd:]
+    k_rot = mod.apply_rotary_pos_emb(x.clone()[:, :, :, :rd], sin, cos)
+    q_rot = mod.apply_rotary_pos_emb(q_rot, sin, cos)
+    assert torch.equal(q_rot, k_rot)
+    inv = 1.0 / (10000 ** (torch.arange(0, rd, 2, dtype=torch.int64) / rd))
+    return torch.cat([q_rot, q_pass], dim=-1), inv
 
 
 def codegen_runner(mod):
@@ -465,13 +471,7 @@ def codegen_runner(mod):
         table_config.n_positions = int(pos.max()) + 1
         sin, cos = mod.CodeGenRotaryEmbedding(table_config)(x, pos)
         # --- CodeGenAttention.forward (rotary_dim set) ---
-        q_rot, q_pass = x[:, :, :, :rd], x[:, :, :, rd:]
-        k_rot = mod.apply_rotary_pos_emb(x.clone()[:, :, :, :rd], sin, cos)
-        q_rot = mod.apply_rotary_pos_emb(q_rot, sin, cos)
-        assert torch.equal(q_rot, k_rot)
-        qo = torch.cat([q_rot, q_pass], dim=-1)
-        # inv_freq: the same expression as create_sinusoidal_positions (not exposed by transformers)
-        inv = 1.0 / (10000 ** (torch.arange(0, rd, 2, dtype=torch.int64) / rd))
+        qo, inv = _rotate_every_two_first(mod, x, rd, sin, cos)
         entry = (
             "modeling_codegen.CodeGenRotaryEmbedding(config with n_positions = max(position_ids)+1)(x, position_ids) "
             "+ CodeGenAttention.forward's slicing + modeling_codegen.apply_rotary_pos_emb(q[..., :rotary_dim], sin, "
