@@ -299,9 +299,22 @@ def xpos_amplitude(positions: ArrayLike, dim: int, *, scale_base: float = 512.0,
 CHANNELS = ("first", "last")  # which R features of a head rotate (`rotate`'s channels)
 
 
+def check_heads(heads: Any) -> tuple[int, int]:
+  """(start, stop) of the heads that rotate, from a count n (the first n: (0, n)) or a (start, stop) pair; a
+  ValueError for anything else (negative, empty, not ints)."""
+  pair = (0, heads) if isinstance(heads, int) and not isinstance(heads, bool) else heads
+  if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+      or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) for v in pair)
+      or not 0 <= pair[0] < pair[1]):
+    raise ValueError(f"rope heads={heads!r} must be a count n >= 1 (the first n heads rotate) or a (start, stop) "
+                     "pair with 0 <= start < stop (heads [start, stop) rotate; the others pass unchanged).")
+  return int(pair[0]), int(pair[1])
+
+
 @jax.named_scope("rope")
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "interleaved",
-           rotary_dim: int | None = None, blocks: int = 1, channels: str = "first") -> jax.Array:
+           rotary_dim: int | None = None, blocks: int = 1, channels: str = "first",
+           heads: tuple[int, int] | None = None) -> jax.Array:
   """Rotates feature pairs of x by precomputed angles (eq. 34): R x = x * cos + x' * sin.
 
   Args:
@@ -317,6 +330,9 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "inter
     channels: "first" rotates features [0, R) and passes the rest (partial rotary, GPT-NeoX);
       "last" rotates the last R, [H - R, H), and passes the leading H - R (DeepSeek-V4's
       [nope | rope] heads).
+    heads: None (every head rotates), or (start, stop): only heads [start, stop) of x's head
+      axis (-2) rotate, the others pass unchanged (Qwen2.5-Omni's DiT rotates its first head
+      only). x must then have a head axis, [..., T, N, H] with stop <= N.
 
   Returns:
     Array like x (same shape and dtype); internals in float32 (float64 for float64 x).
@@ -325,6 +341,17 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "inter
   x = jnp.asarray(x)
   if not jnp.issubdtype(x.dtype, jnp.floating):
     raise TypeError(f"x must be a floating-point array [..., T, N, H], got dtype {x.dtype}; cast it first.")
+  if heads is not None:
+    start, stop = check_heads(heads)
+    if x.ndim < 3 or stop > x.shape[-2]:
+      raise ValueError(f"heads={(start, stop)} rotates heads [{start}, {stop}) of x's head axis (-2), but x has shape "
+                       f"{x.shape}: it needs [..., T, N, H] with N >= {stop} (a tensor without a head axis cannot "
+                       "say which heads rotate).")
+    if cos.ndim == x.ndim:  # per-head tables [..., T, N, K]: the rotated heads' rows
+      cos, sin = cos[..., start:stop, :], sin[..., start:stop, :]
+    turned = rotate(x[..., start:stop, :], cos, sin, layout=layout, rotary_dim=rotary_dim, blocks=blocks,
+                    channels=channels)
+    return jnp.concatenate([x[..., :start, :], turned, x[..., stop:, :]], axis=-2)
   rd = 2 * cos.shape[-1] if rotary_dim is None else rotary_dim
   head_dim = x.shape[-1]
   if channels not in CHANNELS:

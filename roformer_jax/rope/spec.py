@@ -23,7 +23,7 @@ from jax.typing import ArrayLike
 from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, SECTION_LAYOUTS, check_dim, check_scaling,
                                            frequencies_change, is_length_dependent, mixed_frequencies, pair_axes,
                                            pair_frequencies, row_lengths)
-from roformer_jax.rope.rotation import CHANNELS, apply_rotary, rotary_cos_sin, rotate, xpos_amplitude
+from roformer_jax.rope.rotation import CHANNELS, apply_rotary, check_heads, rotary_cos_sin, rotate, xpos_amplitude
 
 
 def freeze_scaling(scaling: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
@@ -94,6 +94,9 @@ class RotaryConfig:
       position (`unrotate`), after the softmax-weighted sum: with rotate_value, o_m =
       sum_n p_mn R(n - m) v_n, a function of relative positions only (DeepSeek-V4). Needs
       rotate_value; the attention calls it (`attention.dot_product_attention`, the layers).
+    heads: None (every head rotates), or (start, stop): only heads [start, stop) of q and k
+      rotate, the others pass unchanged (Qwen2.5-Omni's DiT rotates its first head alone:
+      (0, 1)); a count n means (0, n). x must have a head axis with at least stop heads.
   """
 
   theta: float = 10000.0
@@ -112,6 +115,7 @@ class RotaryConfig:
   channels: str = "first"
   rotate_value: bool = False
   unrotate_output: bool = False
+  heads: tuple[int, int] | None = None
 
   # The fields that change no parameter and that a fine-tuning run may therefore set anew
   # (context extension: PI, YaRN, NTK, ABF); `checkpoints.init_from` reports their changes.
@@ -170,6 +174,8 @@ class RotaryConfig:
                                  or self.length_dependent):
       raise ValueError("rope unrotate_output=True takes a plain rotation: no learned frequencies, xPos amplitudes, "
                        "q_temperature or length-dependent scaling (their inverse on the output is not defined here).")
+    if self.heads is not None:
+      object.__setattr__(self, "heads", check_heads(self.heads))
     if self.rotary_dim is not None:  # odd or zero fails here, not at the first forward
       check_dim(self.rotary_dim, "rope rotary_dim")
     # Theta and every scaling key now; what depends on the rotary dim too when it is set (the
@@ -342,7 +348,7 @@ class RotaryConfig:
 
   def rotate(self, x: jax.Array, cos_sin: tuple[jax.Array, jax.Array]) -> jax.Array:
     cos, sin = cos_sin
-    return rotate(x, cos, sin, layout=self.layout, blocks=self.blocks, channels=self.channels)
+    return rotate(x, cos, sin, layout=self.layout, blocks=self.blocks, channels=self.channels, heads=self.heads)
 
   def unrotate(self, x: jax.Array, positions: jax.Array, *, seq_len: int | jax.Array | None = None) -> jax.Array:
     """The inverse rotation R(n)^-1 x at positions [..., T] (or [..., T, A]): what the
@@ -357,7 +363,8 @@ class RotaryConfig:
     """Rotates x [..., T, N, H] at positions [..., T] (or [..., T, A] with sections) with these
     settings; key=True for keys under xPos (their inverse amplitudes); frequencies: a learned
     spec's [A, N, R/2]."""
-    if self.learned or self.direction < 0 or self.q_temperature is not None or self.channels != "first":
+    if (self.learned or self.direction < 0 or self.q_temperature is not None or self.channels != "first"
+        or self.heads is not None):
       return self.rotate(x, self.cos_sin(positions, x.shape[-1], seq_len=seq_len, key=key, frequencies=frequencies))
     xpos = None if self.xpos_scale_base is None else {"scale_base": self.xpos_scale_base,
                                                       "center": self.xpos_center, "key": key}
