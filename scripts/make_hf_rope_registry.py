@@ -1067,11 +1067,40 @@ def _note_rotated(call, args, result, frame):
            and t.shape[1] > first.shape[1] and t.shape[:1] + t.shape[2:] == first.shape[:1] + first.shape[2:]]
   if heads:  # the caller holds q-like tensors with more heads than the apply got: it rotates a slice of the heads
     call["head_slice"] = [first.shape[1], max(heads)]
+    found = _head_range([t for t in frame.f_locals.values() if torch.is_tensor(t) and t.dim() == 4
+                         and t.shape[1] == max(heads)], first)
+    if found:
+      call["head_range"], call["head_perm"] = found
   out = result if isinstance(result, tuple) else (result,)
   call["rotated"] = sum(1 for t in out if torch.is_tensor(t) and t.dim() == first.dim()
                         and t.shape[-1] == first.shape[-1]) if len(alike) >= 3 else None
   if call["rotated"]:
     call["rotated_names"] = [next((n for n, v in frame.f_locals.items() if v is t), "?") for t in alike]
+
+
+def _head_range(held, first):
+  """Which of its caller's heads an apply got, matched by value on a forward that runs for real (Qwen2.5-Omni's DiT
+  hands its apply deinterleave_head_dim(query[:, :1])): ([start, stop, heads], perm) where the apply's q is heads
+  [start, stop) of one tensor the caller holds with its channels in the order perm (None: as held), or None when no
+  held tensor matches exactly one slice (on the meta device there are no values to match)."""
+  if first.is_meta or any(t.is_meta for t in held):
+    return None
+  n, found = first.shape[1], []
+  for t in held:
+    for start in range(t.shape[1] - n + 1):
+      part = t[:, start:start + n]
+      if torch.equal(part, first):
+        found.append(([start, start + n, t.shape[1]], None))
+        continue
+      perm = []
+      for j in range(first.shape[-1]):  # channel j of the apply's q is channel perm[j] of the held slice
+        same = [i for i in range(part.shape[-1]) if torch.equal(part[..., i], first[..., j])]
+        if len(same) != 1:
+          break
+        perm.append(same[0])
+      if len(perm) == first.shape[-1] and sorted(perm) == list(range(part.shape[-1])):
+        found.append(([start, start + n, t.shape[1]], perm))
+  return found[0] if len(found) == 1 else None
 
 
 def refuse_rotated_values(calls):
@@ -1080,7 +1109,8 @@ def refuse_rotated_values(calls):
   family records no such fact (only RoFormer's hand-written rotary_value key reads it), and the golden checks q
   only: refused, naming it, rather than read as a rotation of q and k alone."""
   for c in calls:
-    if c.get("head_slice") and c.get("stubbed") == "audio":  # (checked where audio models run for real)
+    if c.get("head_slice") and c.get("stubbed") == "audio" and not c.get("head_range"):  # (checked where audio
+      # models run for real; found by value, the slice is read: the spec's heads)
       have, of = c["head_slice"]
       raise Refused(f"{c['fn']} (called by {c['caller']}) gets {have} of the {of} heads its caller holds: it "
                     f"rotates only some heads (the others pass unrotated), which a RoPE spec does not carry")
@@ -1465,8 +1495,8 @@ def _positions(rotary_shapes):
   for shape in rotary_shapes:
     if len(shape) == 3 and shape[1:] == [1, TOKENS[0]]:  # M-RoPE: [axes, B, T]; axis a takes positions // (a + 1)
       return torch.stack([pos // (a + 1) for a in range(shape[0])])
-    if shape == [1, TOKENS[0]]:
-      return pos
+    if shape == [1, TOKENS[0]] or (len(shape) == 2 and shape[1] == TOKENS[0] and shape[0] == 2 and TOKENS[0] != T_META):
+      return pos  # [B, T] ids (B = 2: Qwen2.5-Omni's DiT doubles its batch; read only on a count of its own)
     if len(shape) == 2 and shape[0] == VISION_TOKENS[0] and shape[1] in (2, 3):  # a tower's [tokens, axes] ids
       return torch.stack([pos.reshape(-1) // (a + 1) for a in range(shape[1])], -1)
   raise Refused(f"its rotary module gets no position ids of shape [B, T] or [A, B, T] (got {rotary_shapes})")
@@ -1512,7 +1542,10 @@ def run_group(rotary, module, call, rotary_shapes, q):
       elif "ids" in role and table is not None:
         args.append(pos.clone())
       elif "x" in role:
-        args.append(q[..., :role["x"][-1]].clone())  # the model hands its apply the first R of the head's channels
+        x = q[..., :role["x"][-1]]  # the model hands its apply the first R of the head's channels
+        if call.get("head_perm"):  # in the order its caller puts them (Qwen2.5-Omni's DiT de-interleaves first)
+          x = x[..., call["head_perm"]]
+        args.append(x.clone())
         xs += 1
       elif "value" in role:
         args.append(role["value"])
@@ -1778,7 +1811,8 @@ def _own_tokens(call, rotary_shapes, tokens):
   """The tokens T of a call whose q has no axis of the forward's `tokens` where its rotary module got position ids
   [1, T] alone of that form and q has an axis of T (a second tower on a count of its own); else None."""
   x = next((r["x"] for r in call["args"] if "x" in r), None)
-  ids = {s[1] for s in rotary_shapes if len(s) == 2 and s[0] == 1}
+  ids = {s[1] for s in rotary_shapes if len(s) == 2 and s[0] in (1, x[0] if x else 1)}  # [B, T] (Qwen2.5-Omni's
+  # DiT: B = 2, its classifier-free guidance doubling the batch)
   if x is None or tokens in x[1:-1] or len(ids) != 1:
     return None
   t = ids.pop()
@@ -1803,15 +1837,36 @@ def _observe_group(meta_model, module, calls_of, rotary_shapes, rng, built):
     facts["mrope"], pos = _pair_axes_any_order(maps, facts, pos, vision=t_axis == 0 or x_shape[0] == 1 and
                                                VISION_TOKENS[0] in x_shape[1:2])
     facts["mrope"].update(_mrope_key_order(built[path], module, call, rotary_shapes, x_shape, facts))
-  shape1, _ = _probe_shape(x_shape, 1)
+  ranges = {json.dumps([c.get("head_range"), c.get("head_perm")]) for c in calls_of}
+  if len(ranges) > 1:
+    raise Refused(f"{call['fn']} rotates different slices of its caller's heads on different calls")
+  head_range = call.get("head_range")
+  shape1, _ = _probe_shape(x_shape, head_range[2] if head_range else 1)
   q = torch.tensor(rng.standard_normal(shape1).astype(np.float32).astype(np.float64))  # float32-exact input
-  q_out, _ = run_group(built[path], module, call, rotary_shapes, q)
+  if head_range:  # Qwen2.5-Omni's DiT: the apply turns heads [start, stop) of its caller's; the golden holds them
+    # all, the others unrotated (q's head axis: the one that is neither batch, tokens nor channels)
+    if len(shape1) != 4:
+      raise Refused(f"{call['fn']} rotates a slice of its caller's heads in a q of shape {x_shape}: no head axis")
+    head_axis = 2 if t_axis == 1 else 1
+    inside = [slice(None)] * 4
+    inside[head_axis] = slice(head_range[0], head_range[1])
+    inside = tuple(inside)
+
+    def whole(turned):  # q with the apply's output in the slice it turned
+      out = q.clone()
+      out[inside] = turned
+      return out
+  q_out, _ = run_group(built[path], module, call, rotary_shapes, q[inside] if head_range else q)
+  if head_range:
+    q_out = whole(q_out)
   facts["config_facts"] = config_facts(built[path], module, meta_model.config, h)
   perturbed = _perturbed_golden(built[path], module, meta_model.config, facts["config_facts"], call, rotary_shapes,
-                                q)
+                                q[inside] if head_range else q)
   if perturbed is not None:
     facts["perturbed_config"], q_perturbed = perturbed
-    facts["q_out_perturbed"] = _bt(q_perturbed, t_axis).numpy()
+    facts["q_out_perturbed"] = _bt(whole(q_perturbed) if head_range else q_perturbed, t_axis).numpy()
+  if head_range:
+    facts["heads"] = head_range
   value = {_rotates_value(c) for c in calls_of}
   if len(value) > 1:
     raise Refused(f"{call['fn']} rotates v on some calls and not on others")
@@ -2102,11 +2157,35 @@ def config_facts(rotary, module, top_config, head_dim):
                                                       "num_hidden_layers", "partial_rotary_factor", head_dim_key)
                        if k},
           "layer_types": list(serialized.get("layer_types") or []) or None,
+          "loaded_layer_types": _loaded_layer_types(cfg),
           "lists": {k: v for k, v in serialized.items() if isinstance(v, list) and v
                     and all(isinstance(x, (int, str)) and not isinstance(x, bool) for x in v)},
           "head_dim_key": head_dim_key, "head_dim_from": head_dim_from, "rotary_dim_keys": rotary_dim_keys,
           "layer_head_dims": layer_head_dims, "builder_head_dim": builder_head_dim,
           "ints": {k: v for k, v in serialized.items() if isinstance(v, int) and not isinstance(v, bool)}}
+
+
+def _loaded_layer_types(cfg):
+  """The layer types the config object holds once loaded (what each layer's module reads), where that is a list of
+  names; None otherwise."""
+  types = getattr(cfg, "layer_types", None)
+  return list(types) if isinstance(types, (list, tuple)) and all(isinstance(t, str) for t in types) else None
+
+
+def layer_types_filler(serialized, loaded):
+  """[block, k] where the config class builds its layer types from config.json's by keeping every k-th entry and
+  dropping the k - 1 after each, which all name one block type no kept entry names (Dory: each decoder layer is
+  written as its attention type followed by "mlp"; its class keeps [::2] and halves num_hidden_layers, and the
+  model's layer i reads the kept type i); None where the two lists are the same. Any other relation is refused:
+  found by comparing the serialized list with the loaded one, never by the block's name."""
+  if serialized is None or loaded is None or serialized == loaded:
+    return None
+  k = len(serialized) // len(loaded) if loaded and len(serialized) % len(loaded) == 0 else 0
+  dropped = {t for j, t in enumerate(serialized) if k and j % k}
+  if k < 2 or serialized[::k] != loaded or len(dropped) != 1 or dropped & set(loaded):
+    raise Refused(f"its config class turns config.json's layer_types ({serialized[:4]}...) into other layer types "
+                  f"({loaded[:4]}...) by a rule not read here")
+  return [dropped.pop(), k]
 
 
 def _per_layer_head_dims(rotary, cfg, serialized, base, rebuilt, module):
@@ -2290,6 +2369,13 @@ def classify(rotations):
   follows_head_dim = f["follows"].get("head_dim") is True
   follows_partial = f["follows"].get("partial_rotary_factor") is True
   n_layers = d["num_hidden_layers"]
+  filler = layer_types_filler(f["layer_types"], f["loaded_layer_types"])
+  if filler:  # Dory: config.json's layer_types interleave a block type its class drops; the model's layers are the
+    # kept entries, as many as the class's num_hidden_layers (the file's, divided by the stride)
+    if n_layers != len(f["layer_types"]):
+      raise Refused(f"its config.json's num_hidden_layers ({n_layers}) is not the length of its layer_types "
+                    f"({len(f['layer_types'])}), whose {filler[0]!r} blocks its class drops")
+    f["layer_types"], n_layers = f["loaded_layer_types"], len(f["loaded_layer_types"])
   rotating = sorted({i for r in rotations for i in r["layers"]})
   if n_layers is None and rotating == list(range(len(rotating))):  # a tower counts its blocks by another key
     n_layers = len(rotating)
@@ -2302,6 +2388,8 @@ def classify(rotations):
          "head_dim": d["head_dim"] if follows_head_dim else "computed", "partial": None}
   if fam_layers_key:
     fam["layers_key"] = fam_layers_key
+  if filler:
+    fam["layer_types_filler"] = filler
   for r in rotations:
     h = r["head_dim"]
     predicted = d["head_dim"] if follows_head_dim and d["head_dim"] else (
@@ -2413,6 +2501,17 @@ def classify(rotations):
                  sections_equal=len(sections))
   if q_temperature:
     fam["q_temperature"] = True
+  if len({json.dumps(r.get("heads")) for r in rotations}) > 1:
+    raise Refused("its layers rotate different slices of their heads")
+  if rotations[0].get("heads"):  # observed by value: the apply turns heads [start, stop) of its caller's (Qwen2.5-Omni's
+    # DiT: query[:, :1]), the spec's heads; read only at the head count observed (a slice fixed in the code, or one
+    # that follows the count, look alike from one forward)
+    start, stop, held = rotations[0]["heads"]
+    if d["num_attention_heads"] != held:
+      raise Refused(f"rotates heads [{start}, {stop}) of the {held} its attention holds, which is not "
+                    f"num_attention_heads ({d['num_attention_heads']})")
+    fam["heads"] = [start, stop]
+    f["guarded"]["num_attention_heads"] = held
   if fixed_theta is not None:
     fam["theta"], fam["theta_fixed"] = fixed_theta, True
   if rotations[0].get("rotates_value"):  # observed: the apply rotates v too (CLVP), the spec's rotate_value
@@ -2578,7 +2677,7 @@ def _slice_of(t):
 def _summary(r):
   """A rotation as the registry records it (the arrays go to the golden file)."""
   keep = ("pairing", "direction", "block", "head_dim", "attention_factor", "output", "mrope", "layers", "fn",
-          "rotary_module", "rotary_args", "stubbed", "part", "rotates_value")
+          "rotary_module", "rotary_args", "stubbed", "part", "rotates_value", "heads")
   out = {k: r[k] for k in keep if r.get(k) is not None}
   out["follows"] = r["config_facts"]["follows"]
   out["config"] = r["config_facts"]["config"]

@@ -58,10 +58,12 @@ def _check_rotation(mt, i, r, config, golden="q_out", part=""):
     return "None for a layer that rotates"
   if spec.rotate_value != bool(r.get("rotates_value")):  # observed: the apply rotates v too (CLVP), or not
     return f"rotate_value={spec.rotate_value}, but the model {'rotates' if r.get('rotates_value') else 'keeps'} v"
-  got = np.asarray(spec.apply(q, pos.astype(np.int32)), np.float64)
+  got = np.array(spec.apply(q, pos.astype(np.int32)), np.float64)
   if r.get("output") == "half":  # DeepSeek-V3: interleaved pairs written out in half order
     h, (start, stop) = q.shape[-1], r["block"]
-    got = got[..., rope.layout_permutation(h, rotary_dim=stop - start, src="interleaved", dst="half")]
+    order = rope.layout_permutation(h, rotary_dim=stop - start, src="interleaved", dst="half")
+    first, last = spec.heads or (0, got.shape[-2])  # (only the heads that rotate are written out permuted: the DiT)
+    got[..., first:last, :] = got[..., first:last, order]
   scale = max(1.0, float(np.abs(want).max()))
   err = float(np.abs(got - want).max())
   return None if err <= 1e-5 * scale + 1e-5 * float(np.abs(want).max()) else f"max error {err:.2e}"
@@ -805,3 +807,28 @@ def test_a_vision_config_without_its_model_type_reads_with_family():
   spec = rope.from_hf_config(published, family="qwen2_vl_vision")
   assert spec == rope.from_hf_config(CONFIGS["qwen2_vl_vision"])
   assert spec.sections == (20, 20) and spec.frequencies == "per_axis" and spec.layout == "half"
+
+
+def test_dory_reads_its_layer_types_as_its_config_class_does_and_the_dit_rotates_one_head():
+  """Dory's config.json writes each layer as its attention type followed by "mlp" (its class keeps [::2] and halves
+  num_hidden_layers): layer i is entry 2 i, another form of the list is refused. Qwen2.5-Omni's DiT rotates its first
+  head of 16 only (observed by value), the spec's heads, read only at the head count observed."""
+  fam = TYPES["dory"]["family"]
+  assert fam["layer_types_filler"] == ["mlp", 2] and fam["num_hidden_layers"] == 36, fam
+  config = CONFIGS["dory"]
+  assert config["layer_types"][:4] == ["sliding_attention", "mlp", "sliding_attention", "mlp"]
+  thetas = fam["theta"]
+  assert [rope.from_hf_config(config, layer=i).theta for i in range(4)] == [
+      thetas["sliding_attention"]] * 3 + [thetas["full_attention"]]
+  with pytest.raises(ValueError, match="not in that form"):
+    rope.from_hf_config({**config, "layer_types": config["layer_types"][::2]})
+  with pytest.raises(ValueError, match="must count layer_types"):
+    rope.from_hf_config({**config, "num_hidden_layers": 36})
+  with pytest.raises(ValueError, match="36-layer"):
+    rope.from_hf_config(config, layer=36)
+  for mt in ("qwen2_5_omni_dit", "qwen2_5_omni_token2wav"):
+    spec = rope.from_hf_config(CONFIGS[mt])
+    assert spec.heads == (0, 1) and spec.layout == "interleaved", spec
+    assert [r["heads"] for r in TYPES[mt]["rotations"]] == [[0, 1, 16]]
+  with pytest.raises(ValueError, match="num_attention_heads=16"):
+    rope.from_hf_config({"model_type": "qwen2_5_omni_dit", "num_attention_heads": 8})

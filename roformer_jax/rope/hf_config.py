@@ -50,6 +50,8 @@ from roformer_jax.rope.spec import RotaryConfig
 #   mrope: "chunked" / "interleaved" (M-RoPE); mrope_forced: the class ignores mrope_interleaved
 #   layer_types: (pattern kind, key, default) giving each layer's type when the file has none
 #   rope_on: the layer types that apply RoPE (others are NoPE); None = all
+#   layer_types_filler: [block, k]: config.json writes each layer's type followed by k - 1 `block` entries, which the
+#     config class drops (Dory's (type, "mlp") pairs: layer i is entry k * i, num_hidden_layers counts the entries)
 #   derived_keys: {key: sources}: a key read from the file that the config class computes from `sources` when
 #     absent: refused without it where the file sets one of them
 #   rope_layers_key: [key, default]: the config list of the layer indices that rotate (Bamba's attn_layer_indices)
@@ -64,6 +66,7 @@ from roformer_jax.rope.spec import RotaryConfig
 #   per_layer_config_required: the head dims come from per_layer_config only (refused without it)
 #   rotates_value_key: a key that makes the model rotate v too (RoFormer's rotary_value): the spec's rotate_value
 #   rotates_value: observed: every call rotates v too (CLVP), the spec's rotate_value
+#   heads: [start, stop]: observed: only these heads of q and k rotate (Qwen2.5-Omni's DiT: [0, 1]), the spec's heads
 #   theta_fixed: observed: the class reads no rope key, theta is fixed (CLVP); a config that sets one is refused
 #   rotary_dim_fixed: observed: the rotated width, computed by the class from keys guarded at their defaults (CLVP)
 #   last_layer_full: the class makes the last layer full attention (Gemma 4)
@@ -536,6 +539,25 @@ def _refuse(model_type: Any, entry: Mapping[str, Any] | None) -> ValueError:
                     f"what its code does is not yet read exactly here, docs/hf_rope_registry.md). {how}")
 
 
+def _drop_filler(cfg: Mapping[str, Any], filler: Any, model_type: Any) -> list[str]:
+  """The model's layer types from a config.json whose layer_types write each layer as its type followed by k - 1
+  `block` entries its config class drops (observed: Dory's (type, "mlp") pairs, kept [::2], num_hidden_layers
+  halved). Only that observed form is read: a list without the blocks, or with them elsewhere, is refused."""
+  block, k = filler
+  given = list(cfg["layer_types"])
+  kept = given[::k]
+  if not given or len(given) % k or any(t != block for j, t in enumerate(given) if j % k) or block in kept:
+    raise ValueError(f"model_type {model_type!r}: its config class reads layer_types as each layer's type followed by "
+                     f"{k - 1} {block!r} entr{'y' if k == 2 else 'ies'} (observed in {_made_from()}); "
+                     f"layer_types={given[:2 * k]}... is not in that form, and what the class makes of another is "
+                     "not observed.")
+  n = cfg.get("num_hidden_layers")
+  if n is not None and n != len(given):
+    raise ValueError(f"model_type {model_type!r}: num_hidden_layers={n} must count layer_types' {len(given)} entries "
+                     f"(its config class divides both by {k}).")
+  return kept
+
+
 def _layer_types(cfg: Mapping[str, Any], fam: Mapping[str, Any], num_layers: int) -> list[str] | None:
   if cfg.get("layer_types") is not None:  # with the legacy names transformers renames on load ("attention")
     legacy = registry().get("legacy_layer_types", {})
@@ -811,6 +833,9 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
                        f"{', '.join(sources)} when a file lacks it; the registry reads {key} only as a file gives it "
                        f"({_made_from()}): add {key}.")
   num_layers = int(cfg.get(fam.get("layers_key") or "num_hidden_layers", fam.get("num_hidden_layers") or 1))
+  if fam.get("layer_types_filler") and cfg.get("layer_types") is not None:
+    cfg["layer_types"] = _drop_filler(cfg, fam["layer_types_filler"], model_type)
+    num_layers = len(cfg["layer_types"])
   index = 0 if layer is None else layer
   if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < num_layers:
     raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer model.")
@@ -953,7 +978,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   spec = RotaryConfig(theta=theta, layout=layout, rotary_dim=rotary_dim, scaling=scaling,
                       sections=None if sections is None else tuple(int(s) for s in sections),
                       section_layout=section_layout, direction=int(fam.get("direction", 1)),
-                      q_temperature=q_temperature, frequencies=frequencies, rotate_value=rotate_value)
+                      q_temperature=q_temperature, frequencies=frequencies, rotate_value=rotate_value,
+                      heads=None if fam.get("heads") is None else tuple(fam["heads"]))
   spec.check(head_dim)  # sections, factor lists and rotary_dim against the real head dim
   return spec
 
