@@ -2363,6 +2363,14 @@ def classify(rotations):
   q_temperature = any("llama_4_scaling_beta" in p for p in flat)
   if q_temperature and (f["head_dim_key"] or f["head_dim_from"] or any(r.get("slice_of") for r in rotations)
                         or any(r["rotary_dim"] != r["head_dim"] for r in rotations)):
+    sliced = next((r["slice_of"] for r in rotations if r.get("slice_of")), None)
+    if sliced:  # Mistral 4: query_states = cat(q_pass, q_rot) * get_llama_4_attn_scale(...), q_rot its last channels
+      start, width = sliced
+      raise Refused("scales all of q, its unrotated channels too, by a position-dependent temperature "
+                    f"(llama_4_scaling_beta) besides RoPE: its apply rotates channels [{start}, "
+                    f"{start + rotations[0]['head_dim']}) of a {width}-channel q, which its attention then multiplies "
+                    "whole by the temperature; a spec's q_temperature rides on the cos and sin of the channels it "
+                    "rotates, so it cannot reach the others")
     raise Refused("scales all of q, its unrotated channels too, by a position-dependent temperature "
                   "(llama_4_scaling_beta) besides RoPE")
   nested = _nested_by_type(params)
@@ -2410,6 +2418,13 @@ def classify(rotations):
       fam.update(rope_head_dim_key=f["head_dim_key"], head_dim=h)
     elif f["head_dim_from"] and predicted != h:  # a vision tower: embed_dim / num_heads
       fam.update(head_dim_from=f["head_dim_from"], head_dim="from")
+    elif predicted != h and (key := _per_layer_width_key(f["serialized"], r["layers"], h)):
+      raise Refused(f"rotates a head dim of {h} in layers {r['layers'][:6]}..., not head_dim ({d['head_dim']}) or "
+                    f"hidden_size / num_attention_heads: the {key} of each layer (its per_layer_config entry's, else "
+                    f"the root's: MLA with per-layer heads, its entries overriding "
+                    f"{', '.join(_per_layer_keys(f['serialized']))}), which no perturbation observed: the config "
+                    "class refuses a change of that width alone (its validation ties it to the per-layer head "
+                    "dims), so neither it nor those overrides are read")
     elif predicted != h:
       raise Refused(f"rotates a head dim of {h}, not head_dim ({d['head_dim']}) or hidden_size / num_attention_heads "
                     f"({d['hidden_size']} / {d['num_attention_heads']})")
@@ -2524,6 +2539,24 @@ def classify(rotations):
   if f["guarded"]:
     fam["guarded"] = f["guarded"]
   return fam
+
+
+def _per_layer_keys(serialized):
+  """The keys transformers 5.24's per_layer_config overrides in a config.json, sorted."""
+  per_layer = serialized.get("per_layer_config") or {}
+  return sorted({k for v in per_layer.values() if isinstance(v, dict) for k in v})
+
+
+def _per_layer_width_key(serialized, layers, width):
+  """For a refusal's message only (never read): where the config has a per_layer_config, the root "..._dim" keys
+  that, from each layer's entry or else the root, equal `width` on every one of `layers` (Dots 3 Note's
+  qk_rope_head_dim), joined; else None."""
+  per_layer = {int(k): v for k, v in (serialized.get("per_layer_config") or {}).items() if isinstance(v, dict)}
+  if not per_layer:
+    return None
+  keys = [k for k, v in sorted(serialized.items()) if k.endswith("_dim") and isinstance(v, int)
+          and all(per_layer.get(i, {}).get(k, v) == width for i in layers)]
+  return " or ".join(keys) or None
 
 
 def _derived_keys(fam, config_class, serialized):
