@@ -108,20 +108,34 @@ def _timm_stand_in():
   """The reference venv has no timm (timm needs a torchvision, which breaks this CPU torch), so transformers'
   TimmWrapper models cannot build. Written by hand, not observed: an empty module stands in for them, so a
   composite whose timm tower is off the path a forward on token ids takes (Gemma 3n's MobileNet tower) builds
-  and its text model is observed; a forward that reaches the stand-in fails, naming it, and stays refused."""
+  and its text model is observed. A forward that reaches the feature model (TimmWrapperModel, whose output's shape
+  depends on the timm architecture) fails, naming it, and stays refused. The image classifier
+  (TimmWrapperForImageClassification) gives what the real one's output is by its config alone: per image, logits
+  over config.num_labels classes (zeros, in the images' dtype). So a model that rotates downstream of the logits'
+  count, never their values (PE Video's encoder: a token per frame's logits, rotated by token index), is observed
+  in transformers' own code."""
+  from transformers.modeling_outputs import ImageClassifierOutput
   from transformers.models.timm_wrapper import modeling_timm_wrapper as timm_wrapper
 
   def init(self, config):
     transformers.PreTrainedModel.__init__(self, config)
     self.timm_model = torch.nn.Identity()  # what post_init inspects: an empty module
+    self.num_labels = config.num_labels
     self.post_init()
 
   def forward(self, *args, **kwargs):
-    raise RuntimeError("the reference venv lacks timm: TimmWrapper is an empty stand-in, so this forward is not "
-                       "observed")
+    raise RuntimeError("the reference venv lacks timm: TimmWrapperModel is an empty stand-in, so this forward is "
+                       "not observed")
 
-  for cls in (timm_wrapper.TimmWrapperModel, timm_wrapper.TimmWrapperForImageClassification):
-    cls.__init__, cls.forward = init, forward
+  def classify(self, pixel_values, *args, **kwargs):
+    if pixel_values.dim() != 4:
+      raise ValueError(f"the timm classifier stand-in takes images [N, C, H, W], got {list(pixel_values.shape)}")
+    return ImageClassifierOutput(logits=torch.zeros(pixel_values.shape[0], self.num_labels, dtype=pixel_values.dtype,
+                                                    device=pixel_values.device))
+
+  timm_wrapper.TimmWrapperModel.__init__, timm_wrapper.TimmWrapperModel.forward = init, forward
+  cls = timm_wrapper.TimmWrapperForImageClassification
+  cls.__init__, cls.forward = init, classify
 
 
 _timm_stand_in()
@@ -861,6 +875,7 @@ def meta_forward(model_type, config, module, towers=False):
         if audio and len(frames) == 1:
           TOKENS[0] = frames.pop()
       else:
+        ran = model
         try:
           with torch.device("meta"):
             run(model, stub=True, attempts=_embeds_inputs(model, config) or _video_inputs(model, config))
@@ -875,9 +890,21 @@ def meta_forward(model_type, config, module, towers=False):
               small_model = cls(small)
               run(small_model, stub=False, attempts=_embeds_inputs(small_model, small) or _video_inputs(small_model, small))
             how[0] = "shrunk"
+            ran = small_model
           except Exception as cpu_error:  # noqa: BLE001
             raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
                           f"({_failure(cpu_error)})") from cpu_error
+        ok = attempts_ok[0][1] if isinstance(attempts_ok[0], tuple) else attempts_ok[0]
+        if isinstance(ok, dict) and "pixel_values_videos" in ok:  # a video encoder, alone or beside a text tower
+          if towers:  # as for audio: a second tower's rotary module that no apply used is refused
+            try:
+              refuse_foreign_towers(ran, calls, shapes)
+            except ForeignTowers as e:
+              raise Refused(f"{e} (a tower's cos/sin applied by no candidate of any sub-config's code)") from None
+          else:
+            refuse_foreign_towers(ran, calls, shapes)
+          # (each tower on a token count of its own: the video's frames and class token, the text's T_META; read per
+          # call by observe_rotations, as PE-Audio's)
   finally:
     for mod, cands in wrapped:
       for name, fn in cands.items():
@@ -1401,6 +1428,8 @@ def _audio_inputs(model, config):
                            if w)
     return [{"latents": torch.randn(1, w, frames, dtype=torch.bfloat16), **extra} for w in widths]
   waves = [torch.randn(1, samples, dtype=torch.bfloat16), torch.randn(1, 1, samples, dtype=torch.bfloat16)]
+  if "pixel_values_videos" in params and (clip := _video_clip(model, config, dtype=torch.bfloat16)) is not None:
+    extra["pixel_values_videos"] = clip  # an audio-video encoder (PE Audio-Video): both its towers run
   if "input_features" in params:
     mels = int(_audio_config_int(config, ("num_mel_bins", "feature_size", "input_feat_size", "n_mels",
                                           "feature_projection_input_dim"), 128))
@@ -1522,20 +1551,39 @@ def _embeds_inputs(model, config):
   return [kwargs]
 
 
-def _video_inputs(model, config):
-  """The forward inputs of a video encoder that requires pixel_values_videos and takes no token ids (V-JEPA 2): a
-  clip of 2 tubelets of 2 x 2 patches, [1, frames, channels, h, w] from the config's patch and tubelet sizes; None
-  for any other forward."""
-  params = inspect.signature(model.forward).parameters
-  p = params.get("pixel_values_videos")
-  if "input_ids" in params or p is None or p.default is not inspect.Parameter.empty:
-    return None
+def _video_clip(model, config, frames=None, dtype=torch.float32):
+  """A zero video [1, frames, channels, h, w] for the model's pixel_values_videos:
+  * from the config's patch and tubelet sizes, a clip of 2 tubelets of 2 x 2 patches;
+  * where it names none and its frames go one by one through an image classifier it builds (PE Video's timm
+    classifier, the stand-in, which reads only how many there are: _timm_stand_in), `frames` (T_META) frames of
+    3 x 32 x 32 pixels;
+  None for any other model."""
   values = json.loads(config.to_json_string(use_diff=False))
   patch, tubelet = values.get("patch_size"), values.get("tubelet_size", 1)
   channels = values.get("in_chans", values.get("num_channels", 3))
-  if not all(isinstance(v, int) for v in (patch, tubelet, channels)):
+  if all(isinstance(v, int) for v in (patch, tubelet, channels)):
+    return torch.zeros(1, 2 * tubelet, channels, 2 * patch, 2 * patch, dtype=dtype)
+  from transformers.models.timm_wrapper import modeling_timm_wrapper as timm_wrapper
+  if patch is None and any(isinstance(m, timm_wrapper.TimmWrapperForImageClassification) for m in model.modules()):
+    return torch.zeros(1, frames or T_META, 3, 32, 32, dtype=dtype)
+  return None
+
+
+def _video_inputs(model, config):
+  """The forward inputs of a video encoder that requires pixel_values_videos (V-JEPA 2, PE Video's encoder): its
+  _video_clip, with T_META zero token ids where it takes them too but no cache (PE Video: a text tower beside the
+  video's, both run); None for any other forward."""
+  params = inspect.signature(model.forward).parameters
+  p = params.get("pixel_values_videos")
+  if p is None or p.default is not inspect.Parameter.empty:
     return None
-  return [{"pixel_values_videos": torch.zeros(1, 2 * tubelet, channels, 2 * patch, 2 * patch)}]
+  extra = {}
+  if "input_ids" in params:
+    if {"cache", "past_key_values", "use_cache"} & set(params):  # a video LM generating text: its token ids alone
+      return None
+    extra["input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
+  clip = _video_clip(model, config)
+  return None if clip is None else [{"pixel_values_videos": clip, **extra}]
 
 
 def _real_or_shrunk(meta_model, cls, config):
