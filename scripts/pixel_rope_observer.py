@@ -405,8 +405,12 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
     except Refused as too_large:
       shapes_fail = _meta_failure(model_cls, config)
       if shapes_fail is not None:  # too large to run, and its default config fails on shapes alone anyway
-        raise Refused(f"{too_large}; and its default config's forward on the probe image fails on the meta device "
-                      f"(on shapes alone, whatever the weights): {shapes_fail}") from too_large
+        shrunk_fail = f"{type(first_error).__name__}: {str(first_error).splitlines()[0][:160]}" if first_error \
+            else None  # (shrunk, where that ran first: DeepSeek-OCR 2's tower fails alike, 896 vs 256)
+        raise Refused(f"its default config's forward on the probe image fails on the meta device (on shapes alone, "
+                      f"whatever the weights): {shapes_fail}" +
+                      (f"; shrunk (its head dim kept, 2 heads) it fails alike: {shrunk_fail}" if shrunk_fail else "") +
+                      f"; and unshrunk the {str(too_large).removeprefix('its ')}") from too_large
       raise
     except Exception as e:  # noqa: BLE001
       first_error = first_error or e
