@@ -925,8 +925,9 @@ def fit_grid(rotated: list[dict], dims: tuple[int, ...], candidates: list | None
                     "frequencies": kind, "rotary_dim": width,
                     **({"section_layout": "interleaved"} if frequencies.startswith("interleaved") else {}),
                     "unseen": sorted({int(a) for a, f in zip(owners, freqs, strict=True) if np.isnan(f)})}
-      best = Refused(f"its rotation over the grid fits per-axis RoPE {axes} (theta {thetas['per_axis']}) or M-RoPE "
-                     f"(theta {thetas['shared']}), {layout} pairs, only to {err:.1e}")
+      best = Refused(f"its rotation over the grid fits per-axis RoPE {axes} (theta {thetas.get('per_axis')}) or "
+                     f"M-RoPE (theta {thetas.get('shared', thetas.get('interleaved'))}), {layout} pairs, only to "
+                     f"{err:.1e}")  # (interleaved owners: thetas holds the interleaved kinds alone)
   raise best if isinstance(best, Refused) else Refused("no pairing fits its rotation")
 
 

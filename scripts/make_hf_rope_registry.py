@@ -74,6 +74,7 @@ Run in the throwaway reference venv (Python 3.11, torch 2.13 CPU, transformers 5
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import functools
@@ -85,6 +86,7 @@ import math
 import os
 import re
 import sys
+import textwrap
 import time
 import warnings
 
@@ -106,20 +108,34 @@ def _timm_stand_in():
   """The reference venv has no timm (timm needs a torchvision, which breaks this CPU torch), so transformers'
   TimmWrapper models cannot build. Written by hand, not observed: an empty module stands in for them, so a
   composite whose timm tower is off the path a forward on token ids takes (Gemma 3n's MobileNet tower) builds
-  and its text model is observed; a forward that reaches the stand-in fails, naming it, and stays refused."""
+  and its text model is observed. A forward that reaches the feature model (TimmWrapperModel, whose output's shape
+  depends on the timm architecture) fails, naming it, and stays refused. The image classifier
+  (TimmWrapperForImageClassification) gives what the real one's output is by its config alone: per image, logits
+  over config.num_labels classes (zeros, in the images' dtype). So a model that rotates downstream of the logits'
+  count, never their values (PE Video's encoder: a token per frame's logits, rotated by token index), is observed
+  in transformers' own code."""
+  from transformers.modeling_outputs import ImageClassifierOutput
   from transformers.models.timm_wrapper import modeling_timm_wrapper as timm_wrapper
 
   def init(self, config):
     transformers.PreTrainedModel.__init__(self, config)
     self.timm_model = torch.nn.Identity()  # what post_init inspects: an empty module
+    self.num_labels = config.num_labels
     self.post_init()
 
   def forward(self, *args, **kwargs):
-    raise RuntimeError("the reference venv lacks timm: TimmWrapper is an empty stand-in, so this forward is not "
-                       "observed")
+    raise RuntimeError("the reference venv lacks timm: TimmWrapperModel is an empty stand-in, so this forward is "
+                       "not observed")
 
-  for cls in (timm_wrapper.TimmWrapperModel, timm_wrapper.TimmWrapperForImageClassification):
-    cls.__init__, cls.forward = init, forward
+  def classify(self, pixel_values, *args, **kwargs):
+    if pixel_values.dim() != 4:
+      raise ValueError(f"the timm classifier stand-in takes images [N, C, H, W], got {list(pixel_values.shape)}")
+    return ImageClassifierOutput(logits=torch.zeros(pixel_values.shape[0], self.num_labels, dtype=pixel_values.dtype,
+                                                    device=pixel_values.device))
+
+  timm_wrapper.TimmWrapperModel.__init__, timm_wrapper.TimmWrapperModel.forward = init, forward
+  cls = timm_wrapper.TimmWrapperForImageClassification
+  cls.__init__, cls.forward = init, classify
 
 
 _timm_stand_in()
@@ -382,7 +398,10 @@ def _default_reach(mt, config, module):
   cls = model_class(mt, config, module)
   if cls is None:
     part = _composite_part(mt)
-    return None if part is None else rotary_reach(part[0], module)
+    if part is None:
+      return None
+    reach = rotary_reach(part[0], module)
+    return reach if not part[2] or reach == "never" else None  # of a build stopped partway, "never" alone holds
   try:
     with warnings.catch_warnings(), torch.device("meta"):
       warnings.simplefilter("ignore")
@@ -393,58 +412,171 @@ def _default_reach(mt, config, module):
 
 @functools.cache
 def _composites():
-  """{sub-config type: the types whose default config holds one}, over every registered type."""
+  """{sub-config type: the types whose default config holds one}, over every registered type. A sub-config the
+  default config leaves None (Gemma 4 Unified's optional vision and audio configs) counts by its class's type."""
   found = {}
   for parent in CONFIG_MAPPING_NAMES:
     try:
       config = CONFIG_MAPPING[parent]()
     except Exception:  # noqa: BLE001
       continue
-    for k in getattr(config, "sub_configs", {}) or {}:
-      sub_type = getattr(getattr(config, k, None), "model_type", None)
+    for k, sub_class in (getattr(config, "sub_configs", {}) or {}).items():
+      sub = getattr(config, k, None)
+      sub_type = getattr(sub, "model_type", None) if sub is not None else getattr(sub_class, "model_type", None)
       if sub_type:
         found.setdefault(sub_type, []).append(parent)
   return found
 
 
-def _composite_part(mt):
-  """The modules a composite builds from its default sub-config of type mt (SAM 2 video's mask decoder), and the
-  composite's type; None where no registered composite's default config holds one."""
-  for parent in _composites().get(mt, []):
-    config = CONFIG_MAPPING[parent]()
-    module = modeling_module(parent)
-    cls = model_class(parent, config, module)
-    if cls is None:
-      continue
-    given = []  # the modules whose constructor was handed a config of type mt (SAM 2 video's prompt encoder keeps none)
-    sub_class = CONFIG_MAPPING[mt]
+def _composite_configs(parent, mt):
+  """The composite's configs to build a part of type mt from, in turn: its default config, with a sub-config of
+  type mt it leaves None set to that class's default (Gemma 4 Unified's vision config); then that config with each
+  of its use_* flags the default leaves off turned on (Idefics' use_resampler builds its perceiver)."""
+  config = CONFIG_MAPPING[parent]()
+  for k, sub_class in (getattr(config, "sub_configs", {}) or {}).items():
+    if getattr(config, k, None) is None and getattr(sub_class, "model_type", None) == mt:
+      config = CONFIG_MAPPING[parent](**{k: sub_class()})
+  yield config
+  for key, value in config.to_dict().items():
+    if key.startswith("use_") and value is False:
+      with contextlib.suppress(Exception):
+        yield CONFIG_MAPPING[parent](**{**{k: getattr(config, k) for k in config.sub_configs
+                                            if getattr(config, k, None) is not None}, key: True})
 
-    def profile(frame, event, arg, given=given, sub_class=sub_class):
-      if event == "call" and frame.f_code.co_name == "__init__" and \
-          isinstance(frame.f_locals.get("self"), torch.nn.Module) and \
-          any(isinstance(v, sub_class) for k, v in frame.f_locals.items() if k != "self"):
+
+def _composite_classes(parent, config, module):
+  """The composite's model classes to build: its auto class, then its module's other model classes of the same
+  config class (Sapiens 2's heads, which its base model does not build)."""
+  first = model_class(parent, config, module)
+  others = [c for c in vars(module).values() if inspect.isclass(c) and issubclass(c, transformers.PreTrainedModel)
+            and getattr(c, "config_class", None) is type(config) and "PreTrained" not in c.__name__
+            and c is not first] if module is not None else []
+  return [c for c in (first, *dict.fromkeys(others)) if c is not None]
+
+
+def _statement_span(code, line):
+  """The lines (first, last) of the innermost statement of code's function that holds `line` (for a compound
+  statement, its header: an if's test, not its body); None where the source is not to be had."""
+  try:
+    lines, first = inspect.getsourcelines(code)
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+  except (OSError, TypeError, SyntaxError):
+    return None
+  best = None
+  for node in ast.walk(tree):
+    if isinstance(node, ast.stmt) and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      body = [n for field in ("body", "orelse", "finalbody", "handlers") for n in getattr(node, field, [])
+              if isinstance(n, ast.AST) and hasattr(n, "lineno")]
+      lo = node.lineno + first - 1
+      hi = (min(n.lineno for n in body) - 1 if body else node.end_lineno) + first - 1
+      if lo <= line <= hi and (best is None or hi - lo < best[1] - best[0]):
+        best = (lo, hi)
+  return best
+
+
+def _build_recording_part(cls, config, mt):
+  """Build cls(config) on the meta device, recording the modules built from its sub-config of type mt: (model, the
+  modules whose constructor was handed a config of type mt, the modules built from values read off such a config).
+  The latter, where a part takes the composite's config or plain numbers (Idefics' perceiver resampler, handed
+  perceiver_config.resampler_depth and friends; Sapiens 2's head, which reads config.head_config itself): each
+  read of a sub-config attribute inside a module's __init__ names the modules its statement constructs, or, where
+  that statement constructs none, the reading module itself. model is None where the build stops with an error:
+  the modules are then those it started building."""
+  sub_class = CONFIG_MAPPING[mt]
+  subs = [getattr(config, k) for k in getattr(config, "sub_configs", {}) or {}
+          if isinstance(getattr(config, k, None), sub_class)]
+  given, read_by = [], []
+  reads = {}  # id(reader frame) -> [the frame, its module, {statement span: whether it constructed a module}]
+
+  def module_init_frame(frame):
+    while frame is not None:
+      if frame.f_code.co_name == "__init__" and isinstance(frame.f_locals.get("self"), torch.nn.Module):
+        return frame
+      frame = frame.f_back
+    return None
+
+  def read_statement(frame):  # the reading statement up the stack that is running now
+    while frame is not None:
+      got = reads.get(id(frame))
+      if got is not None and got[0] is frame:
+        span = next((sp for sp in got[2] if sp[0] <= frame.f_lineno <= sp[1]), None)
+        if span is not None:
+          return got, span
+      frame = frame.f_back
+    return None
+
+  def profile(frame, event, arg):
+    if event == "call" and frame.f_code.co_name == "__init__" and \
+        isinstance(frame.f_locals.get("self"), torch.nn.Module):
+      if any(isinstance(v, sub_class) for k, v in frame.f_locals.items() if k != "self"):
         given.append(frame.f_locals["self"])
+      elif (found := read_statement(frame.f_back)) is not None:
+        read_by.append(frame.f_locals["self"])
+        found[0][2][found[1]] = True
 
-    try:
-      with warnings.catch_warnings(), torch.device("meta"):
-        warnings.simplefilter("ignore")
-        sys.setprofile(profile)
-        try:
-          model = cls(config)
-        finally:
-          sys.setprofile(None)
-    except Exception:  # noqa: BLE001
-      continue
-    built = [m for m in model.modules() if getattr(m, "config", None) is not None and
-             getattr(m.config, "model_type", None) == mt]
-    if not built:  # else the outermost modules built from such a config, where the model holds them
-      held = {id(m) for m in model.modules()}
-      given = [m for m in given if id(m) in held]
-      inner = {id(sub) for m in given for sub in m.modules() if sub is not m}
-      built = [m for m in given if id(m) not in inner]
-    if built:
-      return [sub for m in built for sub in m.modules()], parent
-  return None
+  orig = sub_class.__dict__.get("__getattribute__")
+  base_get = sub_class.__getattribute__
+
+  def getattribute(self, name):
+    if not name.startswith("_") and any(self is s for s in subs):
+      reader = module_init_frame(sys._getframe(1))
+      span = _statement_span(reader.f_code, reader.f_lineno) if reader is not None else None
+      if span is not None:
+        got = reads.get(id(reader))
+        if got is None or got[0] is not reader:  # (a new frame where a finished one's id was)
+          got = reads[id(reader)] = [reader, reader.f_locals["self"], {}]
+        got[2].setdefault(span, False)
+    return base_get(self, name)
+
+  model = None
+  try:
+    sub_class.__getattribute__ = getattribute
+    with warnings.catch_warnings(), torch.device("meta"):
+      warnings.simplefilter("ignore")
+      sys.setprofile(profile)
+      try:
+        model = cls(config)
+      finally:
+        sys.setprofile(None)
+  except Exception:  # noqa: BLE001  the build stops (Sapiens 2's heads on their default head config's None sizes)
+    pass
+  finally:
+    if orig is None:
+      del sub_class.__getattribute__
+    else:
+      sub_class.__getattribute__ = orig
+  read_by += [module for _, module, statements in reads.values() if not all(statements.values())]
+  return model, given, read_by
+
+
+def _composite_part(mt):
+  """The modules a composite builds from its sub-config of type mt (SAM 2 video's mask decoder), the composite's
+  type, and whether the build stopped partway; None where no registered composite builds any. Tried over the
+  composite's configs (_composite_configs) and model classes (_composite_classes): the first build that completes
+  and holds such modules (those whose config is of type mt, else the outermost of those handed such a config, else
+  of those built from its values), else the first that stopped partway after starting some (Sapiens 2's heads,
+  whose default head config leaves their sizes None): the modules it started, whose classes' code is then all
+  that can be read (rotary_reach's "never" alone decides anything of them)."""
+  partial = None
+  for parent in _composites().get(mt, []):
+    module = modeling_module(parent)
+    for config in _composite_configs(parent, mt):
+      for cls in _composite_classes(parent, config, module):
+        model, given, read_by = _build_recording_part(cls, config, mt)
+        built = [] if model is None else [m for m in model.modules() if getattr(m, "config", None) is not None
+                                          and getattr(m.config, "model_type", None) == mt]
+        held = None if model is None else {id(m) for m in model.modules()}
+        for found in (given, read_by):  # else the outermost modules built from such a config, that the model holds
+          if built:
+            break
+          found = [m for m in found if held is None or id(m) in held]
+          inner = {id(sub) for m in found for sub in m.modules() if sub is not m}
+          built = [m for m in found if id(m) not in inner]
+        if built and model is not None:
+          return [sub for m in built for sub in m.modules()], parent, False
+        if built and partial is None:
+          partial = [sub for m in built for sub in m.modules()], parent, True
+  return partial
 
 
 def _caller_layer(frame, paths):
@@ -743,6 +875,7 @@ def meta_forward(model_type, config, module, towers=False):
         if audio and len(frames) == 1:
           TOKENS[0] = frames.pop()
       else:
+        ran = model
         try:
           with torch.device("meta"):
             run(model, stub=True, attempts=_embeds_inputs(model, config) or _video_inputs(model, config))
@@ -757,9 +890,21 @@ def meta_forward(model_type, config, module, towers=False):
               small_model = cls(small)
               run(small_model, stub=False, attempts=_embeds_inputs(small_model, small) or _video_inputs(small_model, small))
             how[0] = "shrunk"
+            ran = small_model
           except Exception as cpu_error:  # noqa: BLE001
             raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
                           f"({_failure(cpu_error)})") from cpu_error
+        ok = attempts_ok[0][1] if isinstance(attempts_ok[0], tuple) else attempts_ok[0]
+        if isinstance(ok, dict) and "pixel_values_videos" in ok:  # a video encoder, alone or beside a text tower
+          if towers:  # as for audio: a second tower's rotary module that no apply used is refused
+            try:
+              refuse_foreign_towers(ran, calls, shapes)
+            except ForeignTowers as e:
+              raise Refused(f"{e} (a tower's cos/sin applied by no candidate of any sub-config's code)") from None
+          else:
+            refuse_foreign_towers(ran, calls, shapes)
+          # (each tower on a token count of its own: the video's frames and class token, the text's T_META; read per
+          # call by observe_rotations, as PE-Audio's)
   finally:
     for mod, cands in wrapped:
       for name, fn in cands.items():
@@ -1313,6 +1458,8 @@ def _audio_inputs(model, config):
                            if w)
     return [{"latents": torch.randn(1, w, frames, dtype=torch.bfloat16), **extra} for w in widths]
   waves = [torch.randn(1, samples, dtype=torch.bfloat16), torch.randn(1, 1, samples, dtype=torch.bfloat16)]
+  if "pixel_values_videos" in params and (clip := _video_clip(model, config, dtype=torch.bfloat16)) is not None:
+    extra["pixel_values_videos"] = clip  # an audio-video encoder (PE Audio-Video): both its towers run
   if "input_features" in params:
     mels = int(_audio_config_int(config, ("num_mel_bins", "feature_size", "input_feat_size", "n_mels",
                                           "feature_projection_input_dim"), 128))
@@ -1434,20 +1581,39 @@ def _embeds_inputs(model, config):
   return [kwargs]
 
 
-def _video_inputs(model, config):
-  """The forward inputs of a video encoder that requires pixel_values_videos and takes no token ids (V-JEPA 2): a
-  clip of 2 tubelets of 2 x 2 patches, [1, frames, channels, h, w] from the config's patch and tubelet sizes; None
-  for any other forward."""
-  params = inspect.signature(model.forward).parameters
-  p = params.get("pixel_values_videos")
-  if "input_ids" in params or p is None or p.default is not inspect.Parameter.empty:
-    return None
+def _video_clip(model, config, frames=None, dtype=torch.float32):
+  """A zero video [1, frames, channels, h, w] for the model's pixel_values_videos:
+  * from the config's patch and tubelet sizes, a clip of 2 tubelets of 2 x 2 patches;
+  * where it names none and its frames go one by one through an image classifier it builds (PE Video's timm
+    classifier, the stand-in, which reads only how many there are: _timm_stand_in), `frames` (T_META) frames of
+    3 x 32 x 32 pixels;
+  None for any other model."""
   values = json.loads(config.to_json_string(use_diff=False))
   patch, tubelet = values.get("patch_size"), values.get("tubelet_size", 1)
   channels = values.get("in_chans", values.get("num_channels", 3))
-  if not all(isinstance(v, int) for v in (patch, tubelet, channels)):
+  if all(isinstance(v, int) for v in (patch, tubelet, channels)):
+    return torch.zeros(1, 2 * tubelet, channels, 2 * patch, 2 * patch, dtype=dtype)
+  from transformers.models.timm_wrapper import modeling_timm_wrapper as timm_wrapper
+  if patch is None and any(isinstance(m, timm_wrapper.TimmWrapperForImageClassification) for m in model.modules()):
+    return torch.zeros(1, frames or T_META, 3, 32, 32, dtype=dtype)
+  return None
+
+
+def _video_inputs(model, config):
+  """The forward inputs of a video encoder that requires pixel_values_videos (V-JEPA 2, PE Video's encoder): its
+  _video_clip, with T_META zero token ids where it takes them too but no cache (PE Video: a text tower beside the
+  video's, both run); None for any other forward."""
+  params = inspect.signature(model.forward).parameters
+  p = params.get("pixel_values_videos")
+  if p is None or p.default is not inspect.Parameter.empty:
     return None
-  return [{"pixel_values_videos": torch.zeros(1, 2 * tubelet, channels, 2 * patch, 2 * patch)}]
+  extra = {}
+  if "input_ids" in params:
+    if {"cache", "past_key_values", "use_cache"} & set(params):  # a video LM generating text: its token ids alone
+      return None
+    extra["input_ids"] = torch.zeros(1, T_META, dtype=torch.long)
+  clip = _video_clip(model, config)
+  return None if clip is None else [{"pixel_values_videos": clip, **extra}]
 
 
 def _real_or_shrunk(meta_model, cls, config):

@@ -88,9 +88,38 @@ def _muse(config, grid: tuple[int, int], patch: int, channels: int) -> dict:
           "grid_thw": torch.tensor([[1, grid[0], grid[1]]])}
 
 
+def _image_pair(config, grid: tuple[int, int], patch: int, channels: int) -> dict:
+  """A pair of random grey images [1, 2, 3, H, W] whose coarse feature map, aggregated, is `grid`: each side
+  grid x the backbone's stride (the product of its stage_stride) x its query aggregation's stride, which must be
+  its kernel too (else the aggregated map is no such grid)."""
+  if config.q_aggregation_kernel_size != config.q_aggregation_stride:
+    raise Refused(f"its query aggregation's kernel ({config.q_aggregation_kernel_size}) is not its stride "
+                  f"({config.q_aggregation_stride}): the probe image's size for a {grid} grid is not derived")
+  cell = int(np.prod(config.stage_stride)) * config.q_aggregation_stride
+  grey = torch.randn(1, 2, 1, grid[0] * cell, grid[1] * cell, dtype=torch.float64)
+  return {"pixel_values": grey.expand(-1, -1, 3, -1, -1).contiguous()}
+
+
+def _efficientloftr_wider(config):
+  """EfficientLoFTR's config with its attention width (hidden_size) doubled: its validation ties hidden_size to its
+  backbone's last stage width (out_features[-1]), so both move; built anew, as its __post_init__ derives the
+  stages' widths from out_features."""
+  width = 2 * config.hidden_size
+  kwargs = {k: getattr(config, k) for k in ("stage_num_blocks", "stage_stride", "num_attention_heads",
+                                           "q_aggregation_kernel_size", "q_aggregation_stride",
+                                           "kv_aggregation_kernel_size", "kv_aggregation_stride",
+                                           "num_attention_layers", "rope_parameters")}
+  return type(config)(**kwargs, hidden_size=width, out_features=[*config.out_features[:-1], width])
+
+
 # Hand-written inputs of the towers whose forward takes its image in a form of its own, each with its reason:
-# {model_type: {"grid": the probe's patches, "inputs": fn(config, grid, patch, channels) -> forward inputs}}.
+# {model_type: {"grid": the probe's patches, "inputs": fn(config, grid, patch, channels) -> forward inputs}}; and,
+# where a tower's config ties its attention width to other keys (validated), "wider": fn(config) -> the config
+# with its width doubled, for the head-dim perturbation of a tower that rotates its whole width.
 TOWERS = {
+    # EfficientLoFTR: an image matcher on a pair of images [B, 2, C, H, W], grey (it keeps the first of three equal
+    # channels), sized so that its coarse features, aggregated, are the grid its RoPE numbers (a 5 x 6 grid)
+    "efficientloftr": {"grid": (5, 6), "inputs": _image_pair, "wider": _efficientloftr_wider},
     # Gemma 4: pre-patchified pixels in [0, 1] and each patch's (x, y) = (column, row), as its processor gives
     # them; a grid of 3-multiples for its 3 x 3 output pooling
     "gemma4_vision": {"grid": (6, 6), "inputs": _gemma4},
@@ -148,7 +177,7 @@ def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tup
     torch.set_default_dtype(default)
   grid = TOWERS.get(getattr(config, "model_type", None), {}).get("grid", PIXEL_GRID)
   try:
-    return fit._applies(model, pixel_inputs(config, grid), library="transformers"), grid
+    return _probe(model, pixel_inputs(config, grid)), grid
   except Exception as small_error:  # noqa: BLE001  a learned position table or a window sized for its image
     side = _size(config, "image_size", default=0) // _size(config, "patch_size", default=14)
     try:
@@ -163,6 +192,25 @@ def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tup
         return fit._applies(model, _paired(pixel_inputs(config, grid)), library="transformers"), grid
       except Exception:  # noqa: BLE001
         raise small_error from None
+
+
+DEGENERATE = 1e-6  # a probe whose q stays below this everywhere in some apply call is too small to fit a rotation on
+
+
+def _probe(model, inputs: dict) -> list[dict]:
+  """fit._applies of the tower on its probe image; where its own initialisation leaves the q of some apply call
+  vanishingly small (EfficientLoFTR: BatchNorm weights ~ N(0, 0.02) through its 21 RepVGG blocks give q ~ 1e-38,
+  which float32 rounds to nothing), run again with its normalisation layers reset to PyTorch's defaults (weight 1,
+  bias 0, running mean 0 and variance 1). Any q is a probe: the rotation is the same linear map whatever q is; only
+  its scale must let the float32 tables' rounding be told from the rotation."""
+  calls = fit._applies(model, inputs, library="transformers")
+  if calls and min(float(np.abs(c["x"]).max()) for c in calls) < DEGENERATE:
+    with torch.no_grad():
+      for m in model.modules():
+        if isinstance(m, torch.nn.modules.batchnorm._NormBase):
+          m.reset_parameters()
+    calls = fit._applies(model, inputs, library="transformers")
+  return calls
 
 
 def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
@@ -357,8 +405,12 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
     except Refused as too_large:
       shapes_fail = _meta_failure(model_cls, config)
       if shapes_fail is not None:  # too large to run, and its default config fails on shapes alone anyway
-        raise Refused(f"{too_large}; and its default config's forward on the probe image fails on the meta device "
-                      f"(on shapes alone, whatever the weights): {shapes_fail}") from too_large
+        shrunk_fail = f"{type(first_error).__name__}: {str(first_error).splitlines()[0][:160]}" if first_error \
+            else None  # (shrunk, where that ran first: DeepSeek-OCR 2's tower fails alike, 896 vs 256)
+        raise Refused(f"its default config's forward on the probe image fails on the meta device (on shapes alone, "
+                      f"whatever the weights): {shapes_fail}" +
+                      (f"; shrunk (its head dim kept, 2 heads) it fails alike: {shrunk_fail}" if shrunk_fail else "") +
+                      f"; and unshrunk the {str(too_large).removeprefix('its ')}") from too_large
       raise
     except Exception as e:  # noqa: BLE001
       first_error = first_error or e
@@ -382,16 +434,31 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
 
   if "windows" in got:
     family["windows"] = _window_keys(model_cls, small, got, grid, keep, changed)
-  # the head dim: 16 channels more per head must give a split that follows (equal shares, or the same shares)
-  def wider(cfg):
-    cfg.hidden_size = cfg.hidden_size + 16 * cfg.num_attention_heads
-    if getattr(cfg, "head_dim", None):
-      cfg.head_dim = cfg.head_dim + 16
+  rc = rope_config(small)[1]
+  per_head = getattr(rc, "head_dim", None) or rc.hidden_size // rc.num_attention_heads
+  if head == rc.hidden_size != per_head and model_type in TOWERS and "wider" in TOWERS[model_type]:
+    # q rotated whole, before its split into heads (EfficientLoFTR): the rotated width must follow hidden_size; the
+    # keys that set its frequency count besides (heads, head_dim, partial_rotary_factor) are read as observed only
+    wide = TOWERS[model_type]["wider"](small)
+    again = fit_tower(*run(model_cls, wide, keep_on_error=keep))
+    if sum(again["axes"]) != wide.hidden_size:
+      raise Refused(f"it rotates q's whole width ({head} = hidden_size) before splitting heads, but the rotated width "
+                    f"does not follow hidden_size: {wide.hidden_size} gave {sum(again['axes'])}")
+    params = getattr(rc, "rope_parameters", None) or {}
+    family["width"] = {"key": "hidden_size", "observed": {
+        "num_attention_heads": rc.num_attention_heads, "head_dim": getattr(rc, "head_dim", None),
+        "partial_rotary_factor": params.get("partial_rotary_factor")}}
+  else:
+    # the head dim: 16 channels more per head must give a split that follows (equal shares, or the same shares)
+    def wider(cfg):
+      cfg.hidden_size = cfg.hidden_size + 16 * cfg.num_attention_heads
+      if getattr(cfg, "head_dim", None):
+        cfg.head_dim = cfg.head_dim + 16
 
-  again = fit_tower(*run(model_cls, changed(wider), keep_on_error=keep))
-  if sum(again["axes"]) != head + 16:
-    raise Refused(f"its rotated head dim does not follow the head dim (hidden_size / num_attention_heads): "
-                  f"{head} -> {sum(again['axes'])} for 16 channels more per head")
+    again = fit_tower(*run(model_cls, changed(wider), keep_on_error=keep))
+    if sum(again["axes"]) != head + 16:
+      raise Refused(f"its rotated head dim does not follow the head dim (hidden_size / num_attention_heads): "
+                    f"{head} -> {sum(again['axes'])} for 16 channels more per head")
   if len(set(got["axes"])) == 1 and len(set(again["axes"])) == 1:
     family["split"] = "equal"  # every axis an equal share of the head's pairs
   else:

@@ -832,3 +832,47 @@ def test_dory_reads_its_layer_types_as_its_config_class_does_and_the_dit_rotates
     assert [r["heads"] for r in TYPES[mt]["rotations"]] == [[0, 1, 16]]
   with pytest.raises(ValueError, match="num_attention_heads=16"):
     rope.from_hf_config({"model_type": "qwen2_5_omni_dit", "num_attention_heads": 8})
+
+def _efficientloftr_reference(x, height, width, hidden, theta, head_dim, partial):
+  """float64 NumPy of EfficientLoFTR's own rotation (transformers 5.24 modeling_efficientloftr: compute_embeddings,
+  its rotary module's repeat_interleave, Cohere's interleaved apply on q viewed [B, T, 1, hidden]): inv_freq over
+  dim = head_dim * partial_rotary_factor; pair p of the hidden width turns by (row if p even else column) *
+  inv_freq[p // 2], rows and columns of the aggregated grid counted from 1."""
+  dim = int(head_dim * partial)
+  inv_freq = 1.0 / theta ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+  rows, cols = np.meshgrid(np.arange(1, height + 1), np.arange(1, width + 1), indexing="ij")
+  emb = np.zeros((height, width, hidden // 2))
+  emb[..., 0::2] = rows[..., None] * inv_freq
+  emb[..., 1::2] = cols[..., None] * inv_freq
+  ang = emb.reshape(height * width, hidden // 2)[None, :, None, :]
+  even, odd = x[..., 0::2], x[..., 1::2]
+  out = np.empty_like(x)
+  out[..., 0::2] = even * np.cos(ang) - odd * np.sin(ang)
+  out[..., 1::2] = even * np.sin(ang) + odd * np.cos(ang)
+  return out
+
+
+def test_efficientloftr_rotates_its_whole_hidden_width_as_its_own_code_does():
+  """EfficientLoFTR rotates q whole ([B, T, 1, hidden_size], before its heads split) by 2-D RoPE over its
+  aggregated coarse grid, rows and columns from 1, the two axes taking alternate pairs, each its own spectrum:
+  the spec (width hidden_size, as the registry observed it follow) against a float64 NumPy rewrite of its code, at
+  the default and a doubled width; the keys that set its frequency count are read only as observed."""
+  rng = np.random.default_rng(0)
+  height, width = 5, 6
+  positions = rope.grid_positions(height, width, axes="hw", start=1)
+  for hidden, theta in ((256, 10000.0), (512, 40000.0)):
+    config = {"model_type": "efficientloftr", "hidden_size": hidden, "out_features": [64, 64, 128, hidden],
+              "rope_parameters": {"rope_theta": theta, "partial_rotary_factor": 4.0, "rope_type": "default"}}
+    spec = rope.from_hf_config(config)
+    assert spec.sections == (hidden // 4, hidden // 4) and spec.section_layout == "interleaved", spec
+    x = rng.standard_normal((1, height * width, 1, hidden))
+    want = _efficientloftr_reference(x, height, width, hidden, theta, hidden // 8, 4.0)
+    got = np.asarray(spec.apply(x.astype(np.float32), positions), np.float64)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    zero_based = _efficientloftr_reference(x, height, width, hidden, theta, hidden // 8, 4.0)  # the reference tells
+    assert np.abs(np.asarray(spec.apply(x.astype(np.float32), positions - 1), np.float64) - zero_based).max() > 1e-2
+  for changed, key in (({"num_attention_heads": 16}, "num_attention_heads"),
+                       ({"head_dim": 64}, "head_dim"),
+                       ({"rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 2.0}}, "partial_rotary_factor")):
+    with pytest.raises(ValueError, match=f"{key}=.* is not read: this tower rotates q whole"):
+      rope.from_hf_config({"model_type": "efficientloftr", **changed})

@@ -465,11 +465,36 @@ def _pixel_windows(cfg: Mapping[str, Any], model_type: str, win: Mapping[str, An
     raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer model.")
 
 
+def _pixel_width(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any], params: Any) -> int:
+  """The rotated width of a tower that rotates q whole, before splitting it into heads (EfficientLoFTR): its
+  hidden_size, which the registry observed the width to follow. The keys that also set how many frequencies its
+  rotary module computes (the head count, head_dim, partial_rotary_factor) are read only at the values observed: the
+  model's own code needs them to give hidden_size / 4 frequencies, and only the observed ones were run."""
+  width = fam["width"]
+  seen = dict(width["observed"])
+  given = {"num_attention_heads": cfg.get("num_attention_heads", seen["num_attention_heads"]),
+           "head_dim": cfg.get("head_dim", seen["head_dim"]),
+           "partial_rotary_factor": (params.get("partial_rotary_factor", seen["partial_rotary_factor"])
+                                     if isinstance(params, Mapping) else seen["partial_rotary_factor"])}
+  for key, value in given.items():
+    if value != seen[key]:
+      raise ValueError(f"model_type {model_type!r}: {key}={value!r} is not read: this tower rotates q whole (its "
+                       f"{width['key']} channels) before splitting heads, and the registry observed it at {key}="
+                       f"{seen[key]!r} only, which with the others sets how many frequencies it computes "
+                       f"({_made_from()}).")
+  hidden = cfg.get(width["key"], fam["hidden_size"])
+  if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden <= 0:
+    raise ValueError(f"model_type {model_type!r}: {width['key']}={hidden!r} must be a positive int (the width it "
+                     "rotates).")
+  return hidden
+
+
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
                 layer: int | None = None) -> RotaryConfig:
   """The spec of a vision tower the registry observed on an image: each image axis an equal share of the head's
   pairs, theta from the key it was seen to follow, the head dim as hidden_size / num_attention_heads (or head_dim),
-  which the observation also followed. Positions: `rope.grid_positions` as the registry's numbering says; for a
+  which the observation also followed (or, for a tower that rotates q whole before splitting heads, EfficientLoFTR,
+  hidden_size: `_pixel_width`). Positions: `rope.grid_positions` as the registry's numbering says; for a
   windowed tower (SAM 3) `rope.sam3_positions`, by layer kind (the spec is the same for every layer)."""
   if fam.get("sub"):  # the keys its attention reads are in this sub-config (SAM 3's vision model: backbone_config)
     sub = cfg.get(fam["sub"])
@@ -493,7 +518,9 @@ def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
   if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
     raise ValueError(f"model_type {model_type!r}: rope_theta={theta!r} must be a positive number.")
   head_dim = cfg.get("head_dim", fam.get("head_dim"))
-  if head_dim is None:
+  if fam.get("width"):  # q rotated whole before its heads split (EfficientLoFTR): the rotated width is hidden_size
+    head_dim = _pixel_width(cfg, model_type, fam, params)
+  elif head_dim is None:
     hidden = cfg.get("hidden_size", fam["hidden_size"])
     heads = cfg.get("num_attention_heads", fam["num_attention_heads"])
     if not isinstance(hidden, int) or not isinstance(heads, int) or heads <= 0 or hidden % heads:
