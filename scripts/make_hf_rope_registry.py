@@ -40,7 +40,13 @@ For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
    code names reaches one either (Chameleon's VQ-GAN beside its text model), else "rotates only under
    other settings" (Bamba without attention layers). Reading code only ever rules a rotation out:
    what rotates, and how, is found by running it. A sub-config type with no model class of its own is
-   read so in the part a composite builds from it (SAM 2 video's mask decoder).
+   read so in the part a composite builds from it (SAM 2 video's mask decoder). A model whose forward requires a
+   state object its processor builds (SAM 2 video's inference_session) is read part by part (`state_model_entry`):
+   its memory attention run alone on tensor inputs of the shapes it takes (scripts/memory_rope_observer.py: q fitted
+   over the frame's grid, the memory bank's keys checked at their own positions), a tower built from a sub-config
+   with that type's own model class delegating to it. A composite that requires an image beside its token ids (SAM
+   3) runs for real on both where token ids alone fail; where every rotation lies in one tower of one sub-config's
+   type, it delegates to that sub-config (`tower_delegation`).
 3. **What the rotation is**, in float64: the model is built again with parameters on meta and
    buffers on the CPU (so each rotary module holds its real inverse frequencies), inside the
    float64 mode of scripts/make_hf_rope_families_golden.py. Each distinct (rotary module, its
@@ -775,7 +781,8 @@ def meta_forward(model_type, config, module, towers=False):
       for name, fn in cands.items():
         _install(mod, name, fn)
   for c in calls:
-    c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
+    c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio",
+    # "image_and_text"
   refuse_rotated_values(calls)
   return calls, shapes, model
 
