@@ -40,7 +40,13 @@ For every model type transformers 5.24 registers (``CONFIG_MAPPING_NAMES``):
    code names reaches one either (Chameleon's VQ-GAN beside its text model), else "rotates only under
    other settings" (Bamba without attention layers). Reading code only ever rules a rotation out:
    what rotates, and how, is found by running it. A sub-config type with no model class of its own is
-   read so in the part a composite builds from it (SAM 2 video's mask decoder).
+   read so in the part a composite builds from it (SAM 2 video's mask decoder). A model whose forward requires a
+   state object its processor builds (SAM 2 video's inference_session) is read part by part (`state_model_entry`):
+   its memory attention run alone on tensor inputs of the shapes it takes (scripts/memory_rope_observer.py: q fitted
+   over the frame's grid, the memory bank's keys checked at their own positions), a tower built from a sub-config
+   with that type's own model class delegating to it. A composite that requires an image beside its token ids (SAM
+   3) runs for real on both where token ids alone fail; where every rotation lies in one tower of one sub-config's
+   type, it delegates to that sub-config (`tower_delegation`).
 3. **What the rotation is**, in float64: the model is built again with parameters on meta and
    buffers on the CPU (so each rotary module holds its real inverse frequencies), inside the
    float64 mode of scripts/make_hf_rope_families_golden.py. Each distinct (rotary module, its
@@ -101,6 +107,7 @@ from transformers import modeling_rope_utils  # noqa: E402
 from transformers.models.auto import modeling_auto  # noqa: E402
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES, model_type_to_module_name  # noqa: E402
 
+import memory_rope_observer as memory  # noqa: E402
 import pixel_rope_observer as pixel  # noqa: E402
 
 
@@ -892,8 +899,18 @@ def meta_forward(model_type, config, module, towers=False):
             how[0] = "shrunk"
             ran = small_model
           except Exception as cpu_error:  # noqa: BLE001
-            raise Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
-                          f"({_failure(cpu_error)})") from cpu_error
+            refused = Refused(f"its forward fails on the meta device ({_failure(meta_error)}) and, shrunk, on the CPU "
+                              f"({_failure(cpu_error)})")
+            image_and_text = _image_text_inputs(model, config)
+            if image_and_text is None:
+              raise refused from cpu_error
+            try:  # a composite that requires an image beside its token ids (SAM 3): run for real on both
+              with torch.no_grad():
+                ran = _real_or_shrunk(model, cls, config)
+                run(ran, stub=False, attempts=image_and_text)
+              how[0] = "image_and_text"
+            except Exception:  # noqa: BLE001  (the first failures say why it is not observed)
+              raise refused from cpu_error
         ok = attempts_ok[0][1] if isinstance(attempts_ok[0], tuple) else attempts_ok[0]
         if isinstance(ok, dict) and "pixel_values_videos" in ok:  # a video encoder, alone or beside a text tower
           if towers:  # as for audio: a second tower's rotary module that no apply used is refused
@@ -910,7 +927,8 @@ def meta_forward(model_type, config, module, towers=False):
       for name, fn in cands.items():
         _install(mod, name, fn)
   for c in calls:
-    c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio"
+    c["stubbed"] = how[0]  # how the calls were observed: None (meta), "stubbed", "shrunk", "vision", "audio",
+    # "image_and_text"
   refuse_rotated_values(calls)
   return calls, shapes, model
 
@@ -965,21 +983,80 @@ def _replay(t, ops):
   return t
 
 
-def _state_required(model):
-  """A forward that requires a state object, not tensors (SAM 2 video's inference_session, which its processor builds
-  from a whole video and its prompts): no input of ours builds one, so it is refused, naming that argument and the
-  rotary modules its model holds, unobserved. The required parameters annotated with a transformers class."""
-  needs = [(n, p.annotation) for n, p in inspect.signature(model.forward).parameters.items()
+def _state_argument(cls):
+  """The first required forward parameter of cls annotated with a transformers class of its own (not torch.LongTensor):
+  a state object (SAM 2 video's inference_session, which its processor builds from a whole video and its prompts),
+  as (name, class); else None."""
+  needs = [(n, p.annotation) for n, p in inspect.signature(cls.forward).parameters.items()
            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)
            and isinstance(p.annotation, type) and p.annotation is not inspect.Parameter.empty
-           and p.annotation.__module__.startswith("transformers")]  # a class of its own (not torch.LongTensor)
+           and p.annotation.__module__.startswith("transformers")]
+  return needs[0] if needs else None
+
+
+def _rotating_parts(model):
+  """{top-level part's path: the classes of the rotary modules it holds}."""
+  parts = {}
+  for path, m in model.named_modules():
+    if path and is_rotary_module(m):
+      parts.setdefault(path.split(".")[0], set()).add(type(m).__name__)
+  return parts
+
+
+def state_model_entry(mt, config, cls):
+  """A model whose forward requires a state object (`_state_argument`: SAM 2 video, EdgeTAM video, SAM 3 tracker
+  video): no forward of it runs, so each top-level part that holds a rotary module is read on its own. The memory
+  attention (`memory.memory_part`) is run on tensor inputs of the shapes it takes and observed
+  (scripts/memory_rope_observer.py); a part the model builds from one of its sub-configs with that sub-config type's
+  own model class (SAM 3 tracker video's vision_encoder: a Sam3VisionModel of its vision_config) rotates as that type
+  does, whatever the registry reads of it: {"delegates": type, "sub": key}. Any other part is refused, naming it.
+  One part: the entry is its family (or a delegation); several: "parts", by the part's name (the memory attention's
+  path, or the sub-config key). Returns (entry, golden or None)."""
+  name, state = _state_argument(cls)
+  with warnings.catch_warnings(), torch.device("meta"):
+    warnings.simplefilter("ignore")
+    model = cls(config)
+  parts, families, golden, errors, functions = _rotating_parts(model), {}, None, [], []
+  where = memory.memory_part(model)
+  for path, classes in parts.items():
+    part = getattr(model, path)
+    sub_key = next((k for k in getattr(config, "sub_configs", {}) or {}
+                    if getattr(part, "config", None) is not None and _same(part.config, getattr(config, k, None))),
+                   None)
+    sub_type = getattr(getattr(config, sub_key, None), "model_type", None) if sub_key else None
+    sub_cls = model_class(sub_type, getattr(config, sub_key), modeling_module(sub_type)) if sub_type else None
+    if path == where:
+      observed, golden = memory.observe(mt, config, type(part))
+      families[path] = {"pixel": observed["family"]}
+      errors.append(observed["error"])
+      functions += observed["functions"]
+    elif sub_cls is not None and type(part) is sub_cls:
+      families[sub_key] = {"delegates": sub_type, "sub": sub_key}
+    else:
+      raise Refused(f"its forward requires {name} ({state.__name__}), a state object its processor builds, not "
+                    f"tensors, so no forward is observed; its part {path} ({', '.join(sorted(classes))}) is neither "
+                    "its memory attention, run alone, nor a tower of one of its sub-configs")
+  if not families:
+    return {"status": "no_rope", "unused_rotary_code": sorted(candidates(modeling_module(mt)))[:6]}, None
+  if len(families) == 1 and "delegates" in next(iter(families.values())):
+    (key, fam), = families.items()
+    return {"status": "delegates", "sub_configs": {key: fam["delegates"]}}, None
+  entry = {"status": "exact", "functions": sorted(set(functions)), "max_abs_error": max(errors),
+           "state_argument": name}
+  if len(families) == 1:
+    entry["pixel"] = next(iter(families.values()))["pixel"]
+  else:
+    entry["parts"] = families
+  return entry, golden
+
+
+def _state_required(model):
+  """A forward that requires a state object, not tensors (`_state_argument`), met where `state_model_entry` did not
+  read the model: refused, naming that argument and the rotary modules its model holds, unobserved."""
+  needs = _state_argument(type(model))
   if needs:
-    parts = {}  # the model's top-level parts that hold rotary modules, with those modules' classes
-    for path, m in model.named_modules():
-      if path and is_rotary_module(m):
-        parts.setdefault(path.split(".")[0], set()).add(type(m).__name__)
-    held = "; ".join(f"{p} ({', '.join(sorted(c))})" for p, c in parts.items())
-    raise Refused(f"its forward requires {needs[0][0]} ({needs[0][1].__name__}), a state object its processor builds, "
+    held = "; ".join(f"{p} ({', '.join(sorted(c))})" for p, c in _rotating_parts(model).items())
+    raise Refused(f"its forward requires {needs[0]} ({needs[1].__name__}), a state object its processor builds, "
                   "not tensors, so no forward is observed" + (f": its rotary code in {held} is not read" if held else ""))
 
 
@@ -1351,6 +1428,47 @@ def window_token_order(ids, config):
   if len({json.dumps(f) for f in found}) > 1 and len({(f["window_size_key"], f["merge_size_key"]) for f in found}) > 1:
     raise Refused(f"its window order is given by several config keys ({found}): which one is not observed")
   return found[0] if found else None
+
+
+def _image_text_inputs(model, config):
+  """A composite whose forward takes an image beside token ids, with no patch grid (SAM 3: exactly one of
+  pixel_values or vision_embeds, and input_ids), tried where its token ids alone fail: one random image [1, C, S, S]
+  at the size its config names (the first image_size of the config or its sub-configs, two deep: SAM 3's
+  vision_config, 1008) and T_META zero token ids; None for any other forward."""
+  params = inspect.signature(model.forward).parameters
+  if not {"pixel_values", "input_ids"} <= set(params) or {"grid_thw", "image_grid_thw"} & set(params):
+    return None
+  sized = [c for c in [config, *_sub_configs(config, depth=2).values()]
+           if isinstance(getattr(c, "image_size", None), int) and not isinstance(c.image_size, bool)]
+  if not sized:
+    return None
+  channels = next((getattr(c, k) for c in sized for k in ("num_channels", "in_channels")
+                   if isinstance(getattr(c, k, None), int)), 3)
+  torch.manual_seed(0)
+  side = sized[0].image_size
+  return [{"pixel_values": torch.randn(1, channels, side, side, dtype=torch.bfloat16),
+           "input_ids": torch.zeros(1, T_META, dtype=torch.long)}]
+
+
+def tower_delegation(model, config, calls, shapes):
+  """A composite observed on an image and token ids (`_image_text_inputs`) whose every rotary apply call, and every
+  rotary module that ran, lies in one top-level part that the model builds from one of its sub-configs with that
+  sub-config type's own model class (SAM 3's vision_encoder: a Sam3VisionModel of its vision_config): its RoPE is that
+  sub-config type's, {key: type} for "delegates". Refused where the rotations lie elsewhere, naming where."""
+  where = {p.split(".")[0] for p in shapes} | {(c.get("caller_block") or "").split(".")[0] for c in calls} | \
+      {c["rotary"][0].split(".")[0] if c["rotary"] else None for c in calls}
+  parts = ", ".join(sorted(str(w) for w in where))
+  if len(where) != 1 or None in where or "" in where:
+    raise Refused(f"its forward on an image and token ids rotates in several parts ({parts}): not one tower")
+  part = getattr(model, where.pop())
+  for key in getattr(config, "sub_configs", {}) or {}:
+    sub = getattr(config, key, None)
+    sub_type = getattr(sub, "model_type", None)
+    if sub_type and _same(getattr(part, "config", None), sub) and \
+        type(part) is model_class(sub_type, sub, modeling_module(sub_type)):
+      return {key: sub_type}
+  raise Refused(f"its forward on an image and token ids rotates in {parts} ({type(part).__name__}), which is no "
+                "model of one of its sub-configs")
 
 
 def _vision_inputs(model, config):
@@ -2937,6 +3055,11 @@ def main():
                          "pixel": golden}
         else:  # no rotary call on an image
           entry = {"status": "no_rope", "unused_rotary_code": sorted(rotary)[:6]}
+      elif pixel_cls is not None and _state_argument(pixel_cls) is not None:  # SAM 2 video: a state object
+        entry, golden = state_model_entry(mt, config, pixel_cls)
+        if golden is not None:
+          goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)), "rotations": [],
+                         "pixel": golden}
       elif getattr(getattr(pixel_cls, "forward", None), "__name__", "") == "_forward_unimplemented":
         # a composite with no forward of its own (Qwen2.5-Omni: generate() runs its parts): its parts are read
         # through its sub-configs (delegate)
@@ -2953,41 +3076,45 @@ def main():
           TOKENS[0] = T_META
           VISION_TOKENS[0] = N_VISION
           calls, rotary_shapes, model = meta_forward(mt, config, module, towers=True)
-        rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
-        every_block = every_block_rotates(model, calls)
-        for r in rotations:
-          r["every_block"] = every_block
-        if not rotations:  # rotary code, but the default config's forward calls none of it (Bamba: no attention)
-          entry = {"status": "no_rope", "unused_rotary_code": sorted(rotary)[:6]}
+        if calls and calls[0]["stubbed"] == "image_and_text":  # SAM 3: its rotations are one tower's
+          entry = {"status": "delegates", "sub_configs": tower_delegation(model, config, calls, rotary_shapes),
+                   "observed": "its forward on an image and token ids rotates in this sub-config's tower only"}
         else:
-          entry = {"status": "observed", "rotations": [_summary(r) for r in rotations]}
-          goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)),
-                         "rotations": rotations}
-          if calls and calls[0]["stubbed"] == "vision":  # the token order the tower gave the probe image's ids
-            goldens[mt]["vision_ids"] = SEEN_IDS.get(calls[0]["rotary"][0]) if calls[0]["rotary"] else None
-            goldens[mt]["vision_ids"] = _reordered_ids(goldens[mt]["vision_ids"], calls)
-          parts = split_parts(rotations)
-          if parts is None:
-            entry["family"] = classify(rotations)
-          else:  # T5Gemma's encoder and decoder, DeepSeek-V3.2's attention and indexer: read one part at a time
-            entry["parts"] = {name: classify(group) for name, group in parts.items()}
+          rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
+          every_block = every_block_rotates(model, calls)
+          for r in rotations:
+            r["every_block"] = every_block
+          if not rotations:  # rotary code, but the default config's forward calls none of it (Bamba: no attention)
+            entry = {"status": "no_rope", "unused_rotary_code": sorted(rotary)[:6]}
+          else:
+            entry = {"status": "observed", "rotations": [_summary(r) for r in rotations]}
+            goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)),
+                           "rotations": rotations}
+            if calls and calls[0]["stubbed"] == "vision":  # the token order the tower gave the probe image's ids
+              goldens[mt]["vision_ids"] = SEEN_IDS.get(calls[0]["rotary"][0]) if calls[0]["rotary"] else None
+              goldens[mt]["vision_ids"] = _reordered_ids(goldens[mt]["vision_ids"], calls)
+            parts = split_parts(rotations)
+            if parts is None:
+              entry["family"] = classify(rotations)
+            else:  # T5Gemma's encoder and decoder, DeepSeek-V3.2's attention and indexer: read one part at a time
+              entry["parts"] = {name: classify(group) for name, group in parts.items()}
+              for r, summary in zip(rotations, entry["rotations"], strict=True):
+                summary["part"] = r["part"]
+            if calls[0]["stubbed"] == "audio":  # built for real: what the whole model does with the heads key
+              check_heads_in_model(model, entry.get("family"))
+            if goldens[mt].get("vision_ids") is not None:
+              entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
+              if entry["family"].get("position_axes") == "wh":  # the ids as its sections read them: (col, row)
+                goldens[mt]["vision_ids"] = np.asarray(goldens[mt]["vision_ids"])[:, ::-1].tolist()
+            if mt in OBSERVE_AT:  # the keys it was observed at, which a config must set
+              entry["observed_at"] = OBSERVE_AT[mt]
+              at = OBSERVE_AT[mt]["text_config"] if "text_config" in OBSERVE_AT[mt] else OBSERVE_AT[mt]
+              entry["family"]["required"] = dict(sorted(at.items()))  # {key: the value observed at}
             for r, summary in zip(rotations, entry["rotations"], strict=True):
-              summary["part"] = r["part"]
-          if calls[0]["stubbed"] == "audio":  # built for real: what the whole model does with the heads key
-            check_heads_in_model(model, entry.get("family"))
-          if goldens[mt].get("vision_ids") is not None:
-            entry["family"].update(token_order(goldens[mt]["vision_ids"], config))
-            if entry["family"].get("position_axes") == "wh":  # the ids as its sections read them: (col, row)
-              goldens[mt]["vision_ids"] = np.asarray(goldens[mt]["vision_ids"])[:, ::-1].tolist()
-          if mt in OBSERVE_AT:  # the keys it was observed at, which a config must set
-            entry["observed_at"] = OBSERVE_AT[mt]
-            at = OBSERVE_AT[mt]["text_config"] if "text_config" in OBSERVE_AT[mt] else OBSERVE_AT[mt]
-            entry["family"]["required"] = dict(sorted(at.items()))  # {key: the value observed at}
-          for r, summary in zip(rotations, entry["rotations"], strict=True):
-            summary["layers"] = r["layers"]  # HRM: the layers the config counts, all rotating as its blocks do
-          if any(f.get("q_temperature") for f in entry.get("parts", {"": entry.get("family")}).values()):
-            with_q_temperature(module, rotations)
-          entry["status"] = "exact"
+              summary["layers"] = r["layers"]  # HRM: the layers the config counts, all rotating as its blocks do
+            if any(f.get("q_temperature") for f in entry.get("parts", {"": entry.get("family")}).values()):
+              with_q_temperature(module, rotations)
+            entry["status"] = "exact"
     except Refused as e:
       if entry.get("status") in (None, "observed"):
         entry["status"] = "no_default_config" if isinstance(e, NoModel) else "refused"

@@ -76,6 +76,17 @@ def _outcome(config):
     return str(e)
 
 
+def _outcome_of(config, **kwargs):
+  """The spec at each of the first layers (or the refusal): what a reading gives, to compare two readings."""
+  out = []
+  for layer in range(8):
+    try:
+      out.append(rope.from_hf_config(config, layer=layer, **kwargs))
+    except ValueError as e:
+      out.append(str(e).replace(repr(layer), "L"))
+  return out
+
+
 def test_the_registry_covers_every_model_type_with_its_versions():
   assert REGISTRY["versions"]["transformers"] == "5.24.0"
   counts = collections.Counter(e["status"] for e in TYPES.values())
@@ -133,9 +144,49 @@ def _check_windows(mt, fam):
   return None
 
 
-def _check_pixel(mt, fam):
+def _check_memory(mt, fam, part):
+  """A video tracker's memory attention (SAM 2 video, EdgeTAM video, SAM 3 tracker video), against the apply calls its
+  own code made on the generator's probe (a non-square frame grid, 2 memory frames, 3 object pointers): the spec
+  rotates the self-attention's q and the cross-attention's q at grid_positions(axes="wh") of the frame's grid and the
+  cross-attention's keys at rope.sam2_memory_positions (the grid per frame, any unrotated tokens before it, the
+  pointers unrotated last), which must be the positions the generator fitted; keys with the pointers (or EdgeTAM's
+  1-D latents) rotated as the grid's first token must not match."""
+  mem, g = fam["memory"], (lambda k: np.asarray(ARRAYS[f"{mt}/pixel/{k}"]))
+  rows, cols = (int(n) for n in g("grid"))
+  k_rows, k_cols = (int(n) for n in g("k_grid"))
+  frames, pointers, latents = (int(n) for n in g("memory"))
+  if fam["numbering"] != {"extra": 0, "order": "wh", "scale": "integer", "start": 0, "where": "first"}:
+    return f"a memory attention numbered {fam['numbering']}, which sam2_memory_positions does not give"
+  q_pos = rope.grid_positions(rows, cols, axes="wh")
+  k_pos = rope.sam2_memory_positions(k_rows, k_cols, frames=frames, object_pointers=pointers,
+                                     unrotated_per_frame=latents)
+  if not np.array_equal(q_pos, g("positions")) or not np.array_equal(k_pos, g("k_positions")):
+    return f"the builders give {q_pos[:3].tolist()} / {k_pos[-4:].tolist()}, the model rotated by others"
+  if (mem["key_grid_key"] is None) != (latents == 0 and (k_rows, k_cols) == (rows, cols)):
+    return f"key grid {(k_rows, k_cols)} with {latents} unrotated tokens per frame, against the entry's {mem}"
+  for config in (CONFIGS[mt], {"model_type": mt}):
+    spec = rope.from_hf_config(config, part=part, layer=mem["layers_default"] - 1)
+    for name, x, want, positions in (("self-attention q", g("x"), g("out"), q_pos),
+                                     ("cross-attention q", g("cross_x"), g("cross_out"), q_pos),
+                                     ("memory keys", g("k_x"), g("k_out"), k_pos)):
+      problem = _rotation_error(mt, spec, x, want, positions)
+      if problem:
+        return f"{name}: {problem}"
+    for wrong in ((slice(len(k_pos) - pointers, None)), slice(0, latents or 1)):  # pointers (latents) rotated
+      moved = k_pos.copy()
+      moved[wrong] = (1, 0)
+      if _rotation_error(mt, spec, g("k_x"), g("k_out"), moved) is None:
+        return "the golden keys do not tell unrotated tokens from rotated ones"
+  return None
+
+
+def _check_pixel(mt, fam, part=None):
   """None when from_hf_config of the tower's config rotates the recorded q as its own apply did, else what differs."""
-  if fam.get("windows"):
+  if fam.get("memory"):
+    problem = _check_memory(mt, fam, part)
+    if problem:
+      return problem
+  elif fam.get("windows"):
     problem = _check_windows(mt, fam)
     if problem:
       return problem
@@ -160,12 +211,12 @@ def _check_pixel(mt, fam):
     config = keyed({"rope_parameters": {key: 4 * fam["theta_default"]}})
     if "." not in fam["theta_key"]:
       config = keyed({key: 4 * fam["theta_default"]})
-    if rope.from_hf_config(config).theta != 4 * fam["theta_default"]:
+    if rope.from_hf_config(config, part=part).theta != 4 * fam["theta_default"]:
       return f"does not follow {fam['theta_key']}"
     other = "rope_theta" if "." in fam["theta_key"] else "rope_parameters"  # the place it was not seen to read
     try:
       rope.from_hf_config(keyed({other: 4 * fam["theta_default"] if other == "rope_theta"
-                                 else {"rope_theta": 4 * fam["theta_default"]}}))
+                                 else {"rope_theta": 4 * fam["theta_default"]}}), part=part)
       return f"reads a theta from {other}, where it was not observed to"
     except ValueError as e:
       if "observed this tower read its theta from" not in str(e):
@@ -181,6 +232,19 @@ def test_every_entry_is_exact_or_refused_by_name():
       problem = _check_pixel(mt, entry["pixel"])
       if problem:
         wrong[mt] = problem
+    elif status == "exact" and "parts" in entry and "rotations" not in entry:  # parts read one at a time (SAM 3
+      # tracker video: its memory attention, observed alone, and its vision tower, its vision_config's type)
+      for part, fam in entry["parts"].items():
+        if "pixel" in fam:
+          problem = _check_pixel(mt, fam["pixel"], part)
+        else:
+          sub = {**CONFIGS[mt][fam["sub"]], "model_type": fam["delegates"]}
+          got = [_outcome_of(cfg, part=part) for cfg in (CONFIGS[mt], {"model_type": mt})]
+          problem = None if got == [_outcome_of(sub)] * 2 else f"does not read its {fam['sub']} as {fam['delegates']}"
+        if problem:
+          wrong[f"{mt} part {part}"] = problem
+      if "pass part= one of" not in str(_outcome(CONFIGS[mt])):
+        wrong[mt] = "reads a model whose parts rotate differently without part="
     elif status == "exact" and "observed_via" in entry:  # a sub-config type observed inside its composite
       parent, key, part = entry["observed_via"]
       sub = dict(CONFIGS[parent][key])
@@ -246,6 +310,48 @@ def test_sam3_windowed_tower_reads_its_layer_keys_and_refuses_what_was_not_obser
   assert rope.sam3_positions(72, 24, kind="window")[25].tolist() == [1.0, 1.0]
   with pytest.raises(ValueError, match="kind="):
     rope.sam3_positions(72, 24, kind="local")
+
+
+def test_sam2_memory_positions_repeat_the_grid_per_frame_and_leave_the_rest_unrotated():
+  """rope.sam2_memory_positions against positions written out by hand: a 2 x 3 key grid (column, row), 2 frames, one
+  unrotated token before each frame's grid (EdgeTAM's 1-D latents), 2 unrotated pointers last."""
+  grid = [[0, 0], [1, 0], [2, 0], [0, 1], [1, 1], [2, 1]]
+  want = ([[0, 0]] + grid) * 2 + [[0, 0]] * 2
+  got = rope.sam2_memory_positions(2, 3, frames=2, object_pointers=2, unrotated_per_frame=1)
+  assert got.dtype == np.int32 and got.tolist() == want
+  assert rope.sam2_memory_positions(2, 3, frames=1).tolist() == grid == rope.grid_positions(2, 3, axes="wh").tolist()
+  for bad in ({"frames": 0}, {"frames": 1, "object_pointers": -1}, {"frames": 1, "unrotated_per_frame": 1.5}):
+    with pytest.raises(ValueError):
+      rope.sam2_memory_positions(2, 3, **bad)
+
+
+def test_video_trackers_read_their_memory_attention_keys():
+  """SAM 2 video / EdgeTAM video / SAM 3 tracker video: the head dim is memory_attention_hidden_size //
+  (downsample_rate * heads) (each key observed to move it), the grid keys must be [width, height], the layer one of
+  memory_attention_num_layers; SAM 3 reads its vision tower (observed on an image and token ids) and SAM 3 tracker
+  video its two parts by name."""
+  base = rope.from_hf_config({"model_type": "sam2_video"})
+  assert base.sections == (64, 64) and base.layout == "interleaved" and base.frequencies == "per_axis"
+  for keys, sections in (({"memory_attention_num_attention_heads": 2}, (32, 32)),
+                         ({"memory_attention_downsample_rate": 2}, (32, 32)),
+                         ({"memory_attention_hidden_size": 512}, (128, 128))):
+    assert rope.from_hf_config({"model_type": "edgetam_video", **keys}).sections == sections, keys
+  for bad, match in (({"memory_attention_rope_feat_sizes": [64]}, r"\[width, height\]"),
+                     ({"memory_attention_rope_k_sizes": [16, 0]}, r"\[width, height\]"),
+                     ({"memory_attention_num_attention_heads": 3}, "multiple of")):
+    with pytest.raises(ValueError, match=match):
+      rope.from_hf_config({"model_type": "edgetam_video", **bad})
+  with pytest.raises(ValueError, match="4-layer memory attention"):
+    rope.from_hf_config({"model_type": "sam2_video"}, layer=4)
+  assert rope.from_hf_config({"model_type": "sam2_video", "rope_parameters": {"rope_type": "axial",
+                                                                               "rope_theta": 4e4}}).theta == 4e4
+  assert TYPES["sam3"] == {"status": "delegates", "sub_configs": {"vision_config": "sam3_vision_model"},
+                           "observed": TYPES["sam3"]["observed"]}
+  assert rope.from_hf_config({"model_type": "sam3"}, layer=7) == \
+      rope.from_hf_config({"model_type": "sam3_vision_model"}, layer=7)
+  assert rope.from_hf_config({"model_type": "sam3_tracker_video"}, part="memory_attention") == base
+  assert rope.from_hf_config({"model_type": "sam3_tracker_video"}, part="vision_config") == \
+      rope.from_hf_config({"model_type": "sam3_vision_model"})
 
 
 def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():

@@ -53,7 +53,8 @@ from roformer_jax.rope.positions import (bria_fibo2_positions, caption_positions
                                          ltx2_audio_positions, ltx2_video_positions, ltx_pair_layout, ltx_positions,
                                          lumina_positions, mochi_positions,
                                          multimodal_positions, omni_audio_tokens, omni_positions, pad_positions, positions_from_mask,
-                                         positions_from_segments, sam3_positions, xdrope_positions,
+                                         positions_from_segments, sam2_memory_positions, sam3_positions,
+                                         xdrope_positions,
                                          qwen_image21_positions, video_grid_positions, videorope_positions)
 from roformer_jax.rope.rotation import apply_rotary, rotary_cos_sin, rotate, xpos_amplitude
 from roformer_jax.rope.spec import RotaryConfig, freeze_scaling
@@ -64,6 +65,6 @@ __all__ = [
     "scaling_warnings", "RopeConfigWarning",
     "is_length_dependent", "frequencies_change", "row_lengths", "pair_axes", "pair_frequencies",
     "pixel_frequencies", "rescaled_theta", "mixed_frequencies", "videorope_positions", "rotation_matrix", "long_term_decay", "positions_from_segments",
-    "positions_from_mask", "multimodal_positions", "omni_positions", "omni_audio_tokens", "xdrope_positions", "pad_positions", "grid_positions", "sam3_positions", "flux_positions", "video_grid_positions", "lumina_positions", "caption_positions", "qwen_image21_positions", "bria_fibo2_positions", "mochi_positions", "ltx_positions", "ltx_pair_layout", "ltx2_video_positions", "ltx2_audio_positions", "layout_permutation", "convert_qk_layout",
+    "positions_from_mask", "multimodal_positions", "omni_positions", "omni_audio_tokens", "xdrope_positions", "pad_positions", "grid_positions", "sam2_memory_positions", "sam3_positions", "flux_positions", "video_grid_positions", "lumina_positions", "caption_positions", "qwen_image21_positions", "bria_fibo2_positions", "mochi_positions", "ltx_positions", "ltx_pair_layout", "ltx2_video_positions", "ltx2_audio_positions", "layout_permutation", "convert_qk_layout",
     "RotaryConfig", "freeze_scaling", "from_hf_config", "hf_families",
 ]

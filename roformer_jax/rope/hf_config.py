@@ -489,6 +489,22 @@ def _pixel_width(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]
   return hidden
 
 
+def _pixel_memory(cfg: Mapping[str, Any], model_type: str, mem: Mapping[str, Any], layer: int | None) -> None:
+  """Checks the grid keys of a video tracker's memory attention (SAM 2 video, EdgeTAM video, SAM 3 tracker video), as
+  the registry observed them: [width, height] lists that `rope.sam2_memory_positions` takes as height = [1],
+  width = [0]. Its one spec rotates q at the frame's grid and k at the memory's positions in every layer."""
+  for key, default in ((mem["grid_key"], mem["grid_default"]), (mem.get("key_grid_key"), mem.get("key_grid_default"))):
+    if key is None:
+      continue
+    sizes = cfg.get(key, default)
+    if not isinstance(sizes, (list, tuple)) or len(sizes) != 2 or \
+        not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sizes):
+      raise ValueError(f"model_type {model_type!r}: {key}={sizes!r} must be [width, height] in positive ints.")
+  num_layers = cfg.get(mem["layers_key"], mem["layers_default"])
+  if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < num_layers):
+    raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer memory attention.")
+
+
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
                 layer: int | None = None) -> RotaryConfig:
   """The spec of a vision tower the registry observed on an image: each image axis an equal share of the head's
@@ -517,9 +533,20 @@ def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
                        f"tower read its theta from {key or 'no key'} ({theta!r} here; {_made_from()}).")
   if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 0:
     raise ValueError(f"model_type {model_type!r}: rope_theta={theta!r} must be a positive number.")
+  if fam.get("memory"):
+    _pixel_memory(cfg, model_type, fam["memory"], layer)
   head_dim = cfg.get("head_dim", fam.get("head_dim"))
   if fam.get("width"):  # q rotated whole before its heads split (EfficientLoFTR): the rotated width is hidden_size
     head_dim = _pixel_width(cfg, model_type, fam, params)
+  elif fam.get("head_dim_keys"):  # a memory attention's (SAM 2 video): hidden // (downsample_rate * heads), each key
+    # observed to move it
+    values = [cfg.get(k, d) for k, d in zip(fam["head_dim_keys"], fam["head_dim_defaults"], strict=True)]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in values) or \
+        values[0] % (values[1] * values[2]):
+      keys = ", ".join(f"{k}={v!r}" for k, v in zip(fam["head_dim_keys"], values, strict=True))
+      raise ValueError(f"model_type {model_type!r}: {keys} must be positive ints, the first a multiple of the "
+                       "product of the others (the head dim it rotates).")
+    head_dim = values[0] // (values[1] * values[2])
   elif head_dim is None:
     hidden = cfg.get("hidden_size", fam["hidden_size"])
     heads = cfg.get("num_attention_heads", fam["num_attention_heads"])
@@ -805,6 +832,12 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       raise _refuse(model_type, entry)
     if "parts" in entry:  # T5Gemma's encoder and decoder, DeepSeek-V3.2's attention and its indexer
       fam, part = _part_family(entry, part, f"model_type {model_type!r}", "parts"), None
+      if "delegates" in fam:  # a tower built from a sub-config with that type's own model (SAM 3 tracker video's
+        # vision_config: a SAM 3 vision model): that type's spec of the sub-config
+        sub = cfg.get(fam["sub"])
+        sub = dict(sub) if isinstance(sub, Mapping) else {}
+        sub.setdefault("model_type", fam["delegates"])
+        return from_hf_config(sub, layer=layer)
     elif "pixel" in entry:  # a vision tower observed on an image (Pixtral): its 2-D RoPE over the patch grid
       fam = {"pixel": entry["pixel"]}
     else:

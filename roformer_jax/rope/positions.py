@@ -607,6 +607,37 @@ def sam3_positions(grid: int, window: int, *, kind: str) -> np.ndarray:
   return (pos * np.float32(window / n)).astype(np.float32)
 
 
+def sam2_memory_positions(height: int, width: int, *, frames: int, object_pointers: int = 0,
+                          unrotated_per_frame: int = 0) -> np.ndarray:
+  """Per-key positions of a video tracker's memory bank, as the cross-attention of its memory attention rotates its
+  keys (transformers' SAM 2 video, SAM 3 tracker video and EdgeTAM video: apply_rotary_pos_emb_2d with rope_k_repeat
+  and num_k_exclude_rope; the queries, the current frame's grid, take `grid_positions(height, width, axes="wh")`).
+
+  The memory is `frames` memory frames, each `unrotated_per_frame` tokens (EdgeTAM's perceiver 1-D latents,
+  perceiver_resampler_num_latents) then the frame's grid in raster order (rows slowest) at (column, row), the grid's
+  rotation repeated per frame; then `object_pointers` object-pointer tokens (num_object_pointer_tokens), which the
+  model leaves unrotated. An unrotated token is at (0, 0): zero angle, no rotation.
+
+  Args:
+    height, width: the keys' grid: SAM 2 video and SAM 3 tracker video, the frame's grid
+      (memory_attention_rope_feat_sizes = [width, height], 64 x 64 and 72 x 72); EdgeTAM video, its key grid
+      (memory_attention_rope_k_sizes = [width, height], 16 x 16), the queries' still memory_attention_rope_feat_sizes.
+    frames: memory frames in the bank (>= 1).
+    object_pointers: pointer tokens after them (>= 0).
+    unrotated_per_frame: tokens at the start of every frame left unrotated (>= 0; EdgeTAM: its 1-D latents).
+
+  Returns:
+    int32[frames * (unrotated_per_frame + height * width) + object_pointers, 2], (column, row) per key.
+  """
+  _check_count("frames", frames)
+  _check_count("object_pointers", object_pointers, low=0)
+  _check_count("unrotated_per_frame", unrotated_per_frame, low=0)
+  frame = grid_positions(height, width, axes="wh")
+  if unrotated_per_frame:
+    frame = np.concatenate([np.zeros((unrotated_per_frame, 2), np.int32), frame])
+  return np.concatenate([np.tile(frame, (frames, 1)), np.zeros((object_pointers, 2), np.int32)]).astype(np.int32)
+
+
 def flux_positions(height: int, width: int, text_length: int, *, axes: int = 3) -> np.ndarray:
   """The position ids a Flux-family diffusers transformer rotates by, text tokens first.
 
