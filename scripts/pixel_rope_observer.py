@@ -66,7 +66,7 @@ def pixel_inputs(config, grid: tuple[int, int] = PIXEL_GRID) -> dict:
   patch = _size(config, "patch_size", default=14)
   channels = _size(config, "num_channels", "in_channels", "in_chans", default=3)
   torch.manual_seed(0)
-  if getattr(config, "model_type", None) in TOWERS:
+  if "inputs" in TOWERS.get(getattr(config, "model_type", None), {}):
     return TOWERS[config.model_type]["inputs"](config, grid, patch, channels)
   return {"pixel_values": torch.randn(1, channels, grid[0] * patch, grid[1] * patch, dtype=torch.float64)}
 
@@ -100,6 +100,9 @@ TOWERS = {
     # 2 x 2 pixel shuffle
     "muse_glimmer_vision": {"grid": (4, 6), "inputs": _muse},
     "muse_spark_vision": {"grid": (4, 6), "inputs": _muse},
+    # EoMT: its mask head reshapes the patches to config.image_size // patch_size per side, so the probe image is
+    # that size: the config's image_size set to a 6 x 6 patch image (its 640 would make a 40 x 40 golden of 7 MB)
+    "eomt_dinov3": {"grid": (6, 6), "image_size": True},
 }
 
 
@@ -139,6 +142,9 @@ def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tup
   keep_on_error: at its own image size, a forward that fails after it rotated keeps what it recorded."""
   torch.manual_seed(0)
   config = copy.deepcopy(config)
+  grid = TOWERS.get(getattr(config, "model_type", None), {}).get("grid", PIXEL_GRID)
+  if TOWERS.get(getattr(config, "model_type", None), {}).get("image_size"):  # the model sized to the probe image
+    config = _sized(config, grid)
   config._attn_implementation = "eager"  # the reference attention (Sapiens 2's GQA breaks sdpa); RoPE is before it
   default = torch.get_default_dtype()
   torch.set_default_dtype(torch.float64)  # built in float64: .double() would drop the imaginary part of a complex
@@ -146,7 +152,6 @@ def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tup
     model = model_cls(config).eval()
   finally:
     torch.set_default_dtype(default)
-  grid = TOWERS.get(getattr(config, "model_type", None), {}).get("grid", PIXEL_GRID)
   try:
     return fit._applies(model, pixel_inputs(config, grid), library="transformers"), grid
   except Exception as small_error:  # noqa: BLE001  a learned position table or a window sized for its image
@@ -165,6 +170,15 @@ def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tup
         raise small_error from None
 
 
+def _sized(config, grid: tuple[int, int]):
+  """A copy of `config` whose image_size is the probe image's (a square grid of patches)."""
+  if grid[0] != grid[1]:
+    raise ValueError(f"a tower sized by its image_size takes a square probe grid, not {grid}")
+  sized = copy.deepcopy(config)
+  sized.image_size = grid[0] * _size(config, "patch_size", default=14)
+  return sized
+
+
 def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   """The rotation the recorded applies make, fitted over the image's numbering (fit.fit_grid)."""
   if not calls:
@@ -173,15 +187,24 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   patches = grid[0] * grid[1]
   tokens = sorted({n for shape in shapes for n in (shape[:2] if len(shape) == 3 else shape[1:3])
                    if patches <= n <= patches + MAX_PREFIX})
-  if len(tokens) != 1:
-    raise Refused(f"its applies' shapes {sorted(shapes)} hold no one token axis of the image's {patches} patches "
-                  f"(plus up to {MAX_PREFIX} others)")
+  no_one_axis = Refused(f"its applies' shapes {sorted(shapes)} hold no one token axis of the image's {patches} "
+                        f"patches (plus up to {MAX_PREFIX} others)")
+  if not tokens:
+    raise no_one_axis
   n = tokens[0]
   rotated = [c for c in calls if fit._token_count(c["x"].shape, (n,))]
+  if len(tokens) > 1:  # the fewest, and more in some layers: query tokens first there (EoMT), or refused as before
+    queries = _queries(calls, rotated, n, grid)
+    if queries is None:
+      raise no_one_axis
+    return queries
   if len(rotated) != len(calls):
     windows = _windows(calls, rotated, n, grid)
     if windows is not None:
       return windows
+    queries = _queries(calls, rotated, n, grid)
+    if queries is not None:
+      return queries
     raise Refused(f"it also rotates tensors of shapes {sorted(shapes)} that hold no {n}-token axis: not observed")
   try:
     return fit.fit_grid(rotated, (n,), _numberings(n, grid))
@@ -249,6 +272,43 @@ def _windows(calls: list[dict], rotated: list[dict], n: int, grid: tuple[int, in
           "global_numbering": whole["numbering"],
           "windows": {"window": w, "kinds": ["global" if id(c) in kept else "window" for c in calls],
                       "local": local, "windowed": windowed, "rotated": rotated}}
+
+
+def _queries(calls: list[dict], rotated: list[dict], n: int, grid: tuple[int, int]) -> dict | None:
+  """Where the other applies rotate m > n tokens, the m - n more all in front of the n (EoMT: its last num_blocks
+  layers put num_queries query tokens before the class and register tokens): the fit of both, or None where the
+  calls are not so (the caller refuses as before). The n-token calls must fit a numbering of the image with its
+  other tokens first, and the m-token calls the same numbering with m - n more tokens first, each at position 0
+  (which turns nothing), with the same pairing, split, frequencies and theta: one spec whose positions differ by
+  layer only in how many unrotated tokens come first. Refused, naming the mechanism, where the m-token calls
+  rotate otherwise."""
+  kept = {id(c) for c in rotated}
+  others = [c for c in calls if id(c) not in kept]
+  shape = others[0]["x"].shape
+  more = {k for c in others for k in (c["x"].shape[:2] if len(c["x"].shape) == 3 else c["x"].shape[1:3]) if k > n}
+  if len(more) != 1:
+    return None
+  m = more.pop()
+  if not all(fit._token_count(c["x"].shape, (m,)) for c in others):
+    return None
+  whole = fit.fit_grid(rotated, (n,), _numberings(n, grid))
+  numbering = json.loads(whole["numbering"])
+  if numbering["where"] != "first" and numbering["extra"]:
+    return None  # its other tokens after the patches: where the m - n go is another question
+  front = {**numbering, "extra": numbering["extra"] + m - n, "where": "first"}
+  candidate = [(json.dumps(front, sort_keys=True), None, {m: numbering_positions(front, grid)})]
+  try:
+    local = fit.fit_grid(others, (m,), candidate)
+  except Refused as e:
+    raise Refused(f"{len(others)} apply call(s) rotate {m} tokens of shape {shape}, {m - n} more than the image's "
+                  f"{n}, but not as that numbering with the {m - n} more first at position 0 (unrotated): {e}") from None
+  same = ("layout", "axes", "theta", "frequencies", "section_layout", "tables")
+  if any(local.get(k) != whole.get(k) for k in same):
+    raise Refused(f"its {m}-token layers rotate as { {k: local.get(k) for k in same} }, its {n}-token layers as "
+                  f"{ {k: whole.get(k) for k in same} }: not one spec")
+  return {**whole, "error": max(local["error"], whole["error"]),
+          "queries": {"tokens": m - n, "kinds": ["queries" if id(c) not in kept else "plain" for c in calls],
+                      "first": others[0], "positions": local["positions"]}}
 
 
 def _paired(inputs: dict) -> dict:
@@ -345,6 +405,57 @@ def _window_keys(model_cls, small, got: dict, grid: tuple[int, int], keep: bool,
           "global_numbering": json.loads(got["global_numbering"]), "num_hidden_layers": len(kinds)}
 
 
+QUERY_PROBE = {"count": 7, "layers": 2}  # the perturbed query count and number of query layers (EoMT: 200 and 4)
+
+
+def _query_keys(model_cls, small, got: dict, keep: bool, changed) -> dict:
+  """Which config keys say how many query tokens come first and in how many layers (the last ones): the call of
+  layer i is the i-th apply (one per layer: the calls must number the layers). Each int key holding the count (or
+  the layer count) is set alone to QUERY_PROBE's value and the tower observed again: the one key that moves the
+  count (or the query layers) to it, and only it, says it; then both at once must give both."""
+  q = got["queries"]
+  kinds, count = q["kinds"], q["tokens"]
+  rc = rope_config(small)[1]
+  if len(kinds) != getattr(rc, "num_hidden_layers", None):
+    raise Refused(f"query tokens in some layers: its {len(kinds)} apply calls do not number its "
+                  f"{getattr(rc, 'num_hidden_layers', None)} layers one each, so which layer rotates what is not seen")
+  start = kinds.index("queries")
+  if set(kinds[start:]) != {"queries"}:
+    raise Refused(f"query tokens in layers {[i for i, k in enumerate(kinds) if k == 'queries']}, not the last ones")
+  layers = len(kinds) - start
+
+  def seen(edit):
+    try:
+      again = fit_tower(*run(model_cls, changed(edit), keep_on_error=keep))
+    except Exception:  # noqa: BLE001  a key the tower cannot take at that value: not the key
+      return None
+    kinds2 = again.get("queries", {}).get("kinds", [])
+    return (again.get("queries", {}).get("tokens"), kinds2.count("queries"),
+            kinds2[len(kinds2) - kinds2.count("queries"):] == ["queries"] * kinds2.count("queries"))
+
+  keys = {}
+  ints = {k: v for k, v in rc.to_dict().items() if isinstance(v, int) and not isinstance(v, bool)}
+  for what, value, want in (("count", count, lambda probe: (probe, layers, True)),
+                            ("layers", layers, lambda probe: (count, probe, True))):
+    probe = QUERY_PROBE[what]
+    found = [k for k, v in ints.items() if v == value and
+             seen(lambda cfg, k=k, p=probe: setattr(cfg, k, p)) == want(probe)]
+    if len(found) != 1:
+      raise Refused(f"{count} query tokens first in its last {layers} layers; the config keys that set the "
+                    f"{'count' if what == 'count' else 'layers'} are not one ({found} of the keys holding {value})")
+    keys[what] = found[0]
+
+  def both(cfg):
+    setattr(cfg, keys["count"], QUERY_PROBE["count"])
+    setattr(cfg, keys["layers"], QUERY_PROBE["layers"])
+
+  if seen(both) != (QUERY_PROBE["count"], QUERY_PROBE["layers"], True):
+    raise Refused(f"{keys['count']}={QUERY_PROBE['count']} and {keys['layers']}={QUERY_PROBE['layers']} together "
+                  f"gave {seen(both)} (query tokens, query layers, the last ones): the keys do not say it")
+  return {"count_key": keys["count"], "count_default": count, "layers_key": keys["layers"], "layers_default": layers,
+          "num_hidden_layers": len(kinds)}
+
+
 def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
   """(registry entry, goldens) of a pixel tower, or Refused naming why."""
   # shrunk, else (a width another module reads: Sapiens 2's per-layer KV heads) the default config; a default
@@ -382,6 +493,8 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
 
   if "windows" in got:
     family["windows"] = _window_keys(model_cls, small, got, grid, keep, changed)
+  if "queries" in got:  # EoMT: query tokens first, unrotated, in its last layers
+    family["queries"] = _query_keys(model_cls, small, got, keep, changed)
   # the head dim: 16 channels more per head must give a split that follows (equal shares, or the same shares)
   def wider(cfg):
     cfg.hidden_size = cfg.hidden_size + 16 * cfg.num_attention_heads
@@ -430,6 +543,10 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
   else:
     first, goldens = calls[0], {}
     m = fit._token_count(first["x"].shape, (len(got["positions"]),))
+  if "queries" in got:  # one apply of a layer with the query tokens first (queries_)
+    qf, qm = got["queries"]["first"], len(got["queries"]["positions"])
+    goldens.update({"queries_positions": got["queries"]["positions"], "queries_x": fit._to_bthd(qf["x"], qm),
+                    "queries_out": fit._to_bthd(qf["out"], qm)})
   goldens.update({"positions": got["positions"], "grid": np.asarray(grid), "x": fit._to_bthd(first["x"], m),
                   "out": fit._to_bthd(first["out"], m)})
   return entry, goldens

@@ -131,6 +131,30 @@ def _check_windows(mt, fam):
   return None
 
 
+def _check_queries(mt, fam):
+  """A tower whose last layers put query tokens first (EoMT): rope.grid_positions with them among the tokens at 0 in
+  front must be the positions its query layers rotated by, and the spec of such a layer must rotate their recorded q
+  as its own apply did; the same q with the queries left out of the count (the patches' positions shifted) must not
+  (the golden tells the layers apart)."""
+  q = fam["queries"]
+  scale = 2 * np.pi if fam["numbering"]["scale"] == "centre_2pi" else 1
+  grid = tuple(int(n) for n in ARRAYS[f"{mt}/pixel/grid"])
+  numbering = {**fam["numbering"], "extra": fam["numbering"]["extra"] + q["count_default"]}
+  built = _pixel_positions(numbering, grid)
+  if not np.allclose(built * scale, ARRAYS[f"{mt}/pixel/queries_positions"], rtol=1e-6, atol=1e-6):
+    return f"rope.grid_positions with {q['count_default']} queries first gives {built[:4].tolist()}..."
+  x, want = np.asarray(ARRAYS[f"{mt}/pixel/queries_x"]), np.asarray(ARRAYS[f"{mt}/pixel/queries_out"])
+  last = q["num_hidden_layers"] - 1
+  for config in (CONFIGS[mt], {"model_type": mt}):
+    problem = _rotation_error(mt, rope.from_hf_config(config, layer=last), x, want, built)
+    if problem:
+      return f"a query layer: {problem}"
+  uncounted = np.concatenate([_pixel_positions(fam["numbering"], grid), np.zeros((q["count_default"], 2))])
+  if _rotation_error(mt, rope.from_hf_config(CONFIGS[mt], layer=last), x, want, uncounted) is None:
+    return "the golden does not tell the query layers' positions from the others'"
+  return None
+
+
 def _check_pixel(mt, fam):
   """None when from_hf_config of the tower's config rotates the recorded q as its own apply did, else what differs."""
   if fam.get("windows"):
@@ -149,6 +173,11 @@ def _check_pixel(mt, fam):
       problem = _rotation_error(mt, rope.from_hf_config(config), x, want, built)
       if problem:
         return problem
+
+  if fam.get("queries"):
+    problem = _check_queries(mt, fam)
+    if problem:
+      return problem
 
   def keyed(keys):  # a config of the tower with these keys, where its attention reads them (SAM 3: backbone_config)
     return {"model_type": mt, fam["sub"]: keys} if fam.get("sub") else {"model_type": mt, **keys}
@@ -244,6 +273,22 @@ def test_sam3_windowed_tower_reads_its_layer_keys_and_refuses_what_was_not_obser
   assert rope.sam3_positions(72, 24, kind="window")[25].tolist() == [1.0, 1.0]
   with pytest.raises(ValueError, match="kind="):
     rope.sam3_positions(72, 24, kind="local")
+
+
+def test_eomt_query_layers_read_their_keys_and_refuse_what_was_not_observed():
+  """EoMT-DINOv3: its last num_blocks layers put num_queries query tokens first, unrotated (at 0): one spec for every
+  layer, the keys observed to say it; a count or a layer count it cannot have, or a layer outside, is refused."""
+  q = TYPES["eomt_dinov3"]["pixel"]["queries"]
+  assert (q["count_key"], q["count_default"], q["layers_key"], q["layers_default"]) == \
+      ("num_queries", 200, "num_blocks", 4), q
+  specs = {rope.from_hf_config({"model_type": "eomt_dinov3"}, layer=i) for i in range(q["num_hidden_layers"])}
+  assert len(specs) == 1, specs
+  for bad, match in (({"num_queries": -1}, "count of query tokens"), ({"num_blocks": 25}, "must count its last"),
+                     ({"num_blocks": True}, "must count its last")):
+    with pytest.raises(ValueError, match=match):
+      rope.from_hf_config({"model_type": "eomt_dinov3", **bad})
+  with pytest.raises(ValueError, match="is not a layer"):
+    rope.from_hf_config({"model_type": "eomt_dinov3"}, layer=24)
 
 
 def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():

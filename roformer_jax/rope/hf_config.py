@@ -462,17 +462,38 @@ def _pixel_windows(cfg: Mapping[str, Any], model_type: str, win: Mapping[str, An
     raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer model.")
 
 
+def _pixel_queries(cfg: Mapping[str, Any], model_type: str, q: Mapping[str, Any], layer: int | None) -> None:
+  """Checks what a tower's config says about the query tokens its last layers put first (EoMT: num_queries in the
+  last num_blocks layers), as the registry observed them: unrotated (at position 0), so the spec is one for every
+  layer, and only the count of tokens before the patches differs by layer; a config it cannot read so is refused."""
+  num_layers = cfg.get("num_hidden_layers", q["num_hidden_layers"])
+  count = cfg.get(q["count_key"], q["count_default"])
+  layers = cfg.get(q["layers_key"], q["layers_default"])
+  if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
+    raise ValueError(f"model_type {model_type!r}: num_hidden_layers={num_layers!r} must be a positive int.")
+  if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+    raise ValueError(f"model_type {model_type!r}: {q['count_key']}={count!r} must be a count of query tokens.")
+  if isinstance(layers, bool) or not isinstance(layers, int) or not 0 <= layers <= num_layers:
+    raise ValueError(f"model_type {model_type!r}: {q['layers_key']}={layers!r} must count its last layers, of its "
+                     f"{num_layers}.")
+  if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < num_layers):
+    raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer model.")
+
+
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
                 layer: int | None = None) -> RotaryConfig:
   """The spec of a vision tower the registry observed on an image: each image axis an equal share of the head's
   pairs, theta from the key it was seen to follow, the head dim as hidden_size / num_attention_heads (or head_dim),
   which the observation also followed. Positions: `rope.grid_positions` as the registry's numbering says; for a
-  windowed tower (SAM 3) `rope.sam3_positions`, by layer kind (the spec is the same for every layer)."""
+  windowed tower (SAM 3) `rope.sam3_positions`, by layer kind (the spec is the same for every layer); for a tower
+  whose last layers put query tokens first (EoMT), those count among the `cls_tokens` at 0 in those layers."""
   if fam.get("sub"):  # the keys its attention reads are in this sub-config (SAM 3's vision model: backbone_config)
     sub = cfg.get(fam["sub"])
     cfg = dict(sub) if isinstance(sub, Mapping) else {}
   if fam.get("windows"):
     _pixel_windows(cfg, model_type, fam["windows"], layer)
+  if fam.get("queries"):  # EoMT: query tokens first, at position 0 (unrotated), in its last layers
+    _pixel_queries(cfg, model_type, fam["queries"], layer)
   params = cfg.get("rope_parameters") or cfg.get("rope_scaling")
   observed = fam.get("rope_type") or "default"
   if isinstance(params, Mapping) and params.get("rope_type", params.get("type", observed)) != observed:
