@@ -41,6 +41,7 @@ MAX_SIDE = 72  # (SAM 3's 1008 / 14) the largest image side, in patches, a tower
 
 
 Refused = fit.Refused
+LAST_MODEL = [None]  # the tower `run` built last
 
 
 def takes_pixels(cls, model_type: str | None = None) -> bool:
@@ -152,6 +153,7 @@ def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tup
     model = model_cls(config).eval()
   finally:
     torch.set_default_dtype(default)
+  LAST_MODEL[0] = model  # (its parameters: where a class token's learned angles are found)
   try:
     return fit._applies(model, pixel_inputs(config, grid), library="transformers"), grid
   except Exception as small_error:  # noqa: BLE001  a learned position table or a window sized for its image
@@ -214,12 +216,84 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   for side, keep in (("before", slice(n - patches, n)), ("after", slice(0, patches))):  # the patches alone
     alone = [{**c, "x": _tokens(c["x"], n, keep), "out": _tokens(c["out"], n, keep)} for c in rotated]
     try:
-      fit.fit_grid(alone, (patches,), _numberings(patches, grid))
+      patches_fit = fit.fit_grid(alone, (patches,), _numberings(patches, grid))
     except Refused:
       continue
+    if side == "before" and n - patches == 1:  # one class token first: its angles, to be found among the parameters
+      learned = _class_angles(rotated, n, grid, patches_fit)
+      if learned is not None:
+        return learned
     raise Refused(f"its patches rotate as 2-D RoPE, but the {n - patches} token(s) {side} them turn by angles of "
                   "their own, at no position of the grid (a learned class-token rotation)")
   return fit.fit_grid(rotated, (n,), _numberings(n, grid))  # refused again, with the fit's own reason
+
+
+CLASS_TOLERANCE = 1e-5  # how near (radians) a parameter must be to the class token's observed angles (float32 applies)
+
+
+def class_positions(numbering: dict, grid: tuple[int, int]) -> np.ndarray:
+  """[1 + patches, 3]: the class token at (0, 0, 1), the patches at their numbering's (., ., 0): the third axis the
+  one by which the class token turns, by learned angles of its own (rope.grid_positions(..., cls="first",
+  cls_axis=True))."""
+  patches = numbering_positions({**numbering, "extra": 0}, grid)
+  own = np.zeros((len(patches) + 1, 1))
+  own[0] = 1
+  return np.concatenate([np.concatenate([np.zeros((1, 2)), patches]), own], axis=1)
+
+
+def class_reference(x: np.ndarray, positions: np.ndarray, frequencies: np.ndarray, layout: str,
+                    tables: str) -> np.ndarray:
+  """float64 NumPy: x [B, T, H, D] turned pair by pair by positions [T, A] . frequencies [A, D / 2] (dense: every pair
+  by every axis); tables="float32" as a float32 apply (x and the cos/sin in float32)."""
+  ang = positions.astype(np.float64) @ frequencies.astype(np.float64)
+  c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
+  if tables == "float32":
+    c, s, x = c.astype(np.float32), s.astype(np.float32), x.astype(np.float32)
+  i, j = fit.pairs(x.shape[-1], layout)
+  out = np.empty_like(x)
+  out[..., i], out[..., j] = x[..., i] * c - x[..., j] * s, x[..., i] * s + x[..., j] * c
+  return out.astype(np.float64)
+
+
+def dense_grid_frequencies(axes: list[int], theta: float, frequencies: str) -> np.ndarray:
+  """[2, D / 2]: the patches' per-axis spectrum as dense frequencies (each pair's own axis its frequency, the other
+  0), as fit.reference_rotation gives it."""
+  probe = np.eye(2)  # the angle of each pair at unit position on each axis
+  x = np.zeros((1, 2, 1, sum(axes)))
+  i, _ = fit.pairs(sum(axes), "interleaved")
+  x[..., i] = 1.0  # (1, 0) per interleaved pair: its angle is its turn
+  out = fit.reference_rotation(x, probe, axes, theta, "interleaved", "float64", frequencies)
+  return np.arctan2(out[0, :, 0, 1::2], out[0, :, 0, 0::2])
+
+
+def _class_angles(rotated: list[dict], n: int, grid: tuple[int, int], patches_fit: dict) -> dict | None:
+  """Where the patches fit 2-D RoPE and the one token before them turns by angles of its own: those angles [D / 2]
+  (the median over the calls, heads and batch, each call's within CLASS_TOLERANCE of them, its pairs keeping their
+  lengths), and the fit of the whole call as dense frequencies over (row, column, class) with the class token at
+  (0, 0, 1); None where the class token's turn is no rotation by one set of angles."""
+  numbering = json.loads(patches_fit["numbering"])
+  if numbering["scale"] != "integer" or patches_fit.get("rotary_dim", sum(patches_fit["axes"])) != sum(
+      patches_fit["axes"]):
+    return None
+  layout = patches_fit["layout"]
+  if layout not in ("interleaved", "half"):
+    return None
+  calls = [(fit._to_bthd(c["x"], n), fit._to_bthd(c["out"], n)) for c in rotated]
+  if not all(fit._pairs_keep_norms(x[:, :1], out[:, :1], layout) for x, out in calls):
+    return None
+  seen = np.stack([np.median(fit._angles(x[:, :1], out[:, :1], layout), axis=(0, 1, 2)) for x, out in calls])
+  angles = np.median(seen, axis=0)
+  if np.abs(np.angle(np.exp(1j * (seen - angles)))).max() > CLASS_TOLERANCE:
+    return None
+  positions = class_positions(numbering, grid)
+  dense = np.concatenate([dense_grid_frequencies(patches_fit["axes"], patches_fit["theta"],
+                                                 patches_fit["frequencies"]), angles[None]])
+  tables = patches_fit["tables"]
+  err = max(float(np.abs(class_reference(x, positions, dense, layout, tables) - out).max()) for x, out in calls)
+  if err > fit._tolerance(tables, [(x, out, positions) for x, out in calls]):
+    return None
+  return {**patches_fit, "positions": positions, "error": max(err, patches_fit["error"]),
+          "class_angles": angles, "class_frequencies": dense}
 
 
 def window_scaled_positions(numbering: dict, grid: tuple[int, int], window: int) -> np.ndarray:
@@ -456,6 +530,20 @@ def _query_keys(model_cls, small, got: dict, keep: bool, changed) -> dict:
           "num_hidden_layers": len(kinds)}
 
 
+def _class_parameter(angles: np.ndarray) -> dict:
+  """The tower's one parameter whose values are the class token's observed angles (each pair's, wrapped to
+  (-pi, pi], within CLASS_TOLERANCE): a parameter drawn at random by the class's init, so its match names where a
+  checkpoint keeps them. Refused where none or several match."""
+  model = LAST_MODEL[0]
+  found = [name for name, p in model.named_parameters() if p.numel() == angles.size and np.abs(np.angle(np.exp(
+      1j * (p.detach().double().numpy().reshape(-1) - angles)))).max() <= CLASS_TOLERANCE]
+  if len(found) != 1:
+    raise Refused(f"its patches rotate as 2-D RoPE, and the token before them turns by angles of its own, which "
+                  f"{'no parameter' if not found else 'several parameters (' + ', '.join(found) + ')'} of the tower "
+                  "holds (a learned class-token rotation, not read)")
+  return {"parameter": found[0], "tokens": 1, "where": "first"}
+
+
 def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
   """(registry entry, goldens) of a pixel tower, or Refused naming why."""
   # shrunk, else (a width another module reads: Sapiens 2's per-layer KV heads) the default config; a default
@@ -495,6 +583,9 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
     family["windows"] = _window_keys(model_cls, small, got, grid, keep, changed)
   if "queries" in got:  # EoMT: query tokens first, unrotated, in its last layers
     family["queries"] = _query_keys(model_cls, small, got, keep, changed)
+  if "class_angles" in got:  # MLCD: its class token turns by angles of its own, found among its parameters
+    family["class_angles"] = _class_parameter(got["class_angles"])
+    class_value = dict(LAST_MODEL[0].named_parameters())[family["class_angles"]["parameter"]].detach().double()
   # the head dim: 16 channels more per head must give a split that follows (equal shares, or the same shares)
   def wider(cfg):
     cfg.hidden_size = cfg.hidden_size + 16 * cfg.num_attention_heads
@@ -547,6 +638,8 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
     qf, qm = got["queries"]["first"], len(got["queries"]["positions"])
     goldens.update({"queries_positions": got["queries"]["positions"], "queries_x": fit._to_bthd(qf["x"], qm),
                     "queries_out": fit._to_bthd(qf["out"], qm)})
+  if "class_angles" in got:  # the class token's learned angles, as its parameter holds them (the golden's x has it)
+    goldens["class_parameter"] = class_value.numpy()
   goldens.update({"positions": got["positions"], "grid": np.asarray(grid), "x": fit._to_bthd(first["x"], m),
                   "out": fit._to_bthd(first["out"], m)})
   return entry, goldens

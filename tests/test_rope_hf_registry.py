@@ -155,10 +155,39 @@ def _check_queries(mt, fam):
   return None
 
 
+def _check_class_angles(mt, fam):
+  """A tower whose class token turns by learned angles of its own (MLCD): rope.grid_positions with the class token's
+  own axis must be the positions the fit found, and the spec with rope.hf_frequencies of the model's own parameter
+  (the golden's: the values its forward ran with) must rotate the recorded q as its apply did; with the class angles
+  left out (0), not (the golden tells)."""
+  numbering = fam["numbering"]
+  grid = tuple(int(n) for n in ARRAYS[f"{mt}/pixel/grid"])
+  built = rope.grid_positions(*grid, axes=numbering["order"], start=numbering["start"], cls="first", cls_axis=True)
+  if not np.array_equal(built, ARRAYS[f"{mt}/pixel/positions"]):
+    return f"rope.grid_positions(..., cls_axis=True) gives {built[:4].tolist()}..."
+  x, want = np.asarray(ARRAYS[f"{mt}/pixel/x"]), np.asarray(ARRAYS[f"{mt}/pixel/out"])
+  parameter = {fam["class_angles"]["parameter"]: np.asarray(ARRAYS[f"{mt}/pixel/class_parameter"])}
+  for config in (CONFIGS[mt], {"model_type": mt}):
+    spec = rope.from_hf_config(config)
+    freqs = rope.hf_frequencies(config, parameter)
+    got = np.asarray(spec.apply(x.astype(np.float32), built, frequencies=jnp.asarray(freqs)), np.float64)
+    err = float(np.abs(got - want).max())
+    if err > 2e-6 * max(1.0, float(np.abs(want).max())) * max(grid):
+      return f"max error {err:.2e}"
+  without = np.asarray(spec.apply(x.astype(np.float32), built, frequencies=jnp.asarray(freqs).at[-1].set(0)))
+  if np.abs(without - want).max() < 1e-3:
+    return "the golden does not tell the class token's angles from none"
+  return None
+
+
 def _check_pixel(mt, fam):
   """None when from_hf_config of the tower's config rotates the recorded q as its own apply did, else what differs."""
   if fam.get("windows"):
     problem = _check_windows(mt, fam)
+    if problem:
+      return problem
+  elif fam.get("class_angles"):
+    problem = _check_class_angles(mt, fam)
     if problem:
       return problem
   else:
@@ -289,6 +318,32 @@ def test_eomt_query_layers_read_their_keys_and_refuse_what_was_not_observed():
       rope.from_hf_config({"model_type": "eomt_dinov3", **bad})
   with pytest.raises(ValueError, match="is not a layer"):
     rope.from_hf_config({"model_type": "eomt_dinov3"}, layer=24)
+
+
+def test_mlcd_class_token_angles_come_from_the_named_parameter_and_nothing_else():
+  """MLCD: a learned spec over (row, column, class); rope.hf_frequencies builds its F from theta and the parameter the
+  registry found holding the class token's angles, and refuses a missing, ambiguous or wrongly sized one, or a model
+  with no such parameter."""
+  fam = TYPES["mlcd_vision_model"]["pixel"]
+  assert fam["class_angles"] == {"parameter": "class_pos_emb", "tokens": 1, "where": "first"}, fam
+  config = {"model_type": "mlcd_vision_model", "hidden_size": 64, "num_attention_heads": 2,
+            "rope_parameters": {"rope_type": "axial", "rope_theta": 100.0}}
+  spec = rope.from_hf_config(config)
+  assert spec.learned and len(spec.sections) == 3 and spec.layout == "half", spec
+  angles = np.linspace(-3, 3, 16)
+  freqs = rope.hf_frequencies(config, {"vision_model.class_pos_emb": angles[None]})
+  row = 100.0 ** (-np.arange(8) / 8)  # per axis: 8 pairs of 16 channels, theta ** (-2j / 16)
+  np.testing.assert_allclose(freqs, np.stack([np.r_[row, np.zeros(8)], np.r_[np.zeros(8), row], angles]), rtol=1e-6)
+  positions = rope.grid_positions(2, 3, cls="first", cls_axis=True)
+  assert positions[0].tolist() == [0, 0, 1] and positions[1:, 2].tolist() == [0] * 6, positions
+  for bad, match in (({}, "hold none"), ({"a.class_pos_emb": angles, "b.class_pos_emb": angles}, "several"),
+                     ({"class_pos_emb": angles[:8]}, "holds 8 values")):
+    with pytest.raises(ValueError, match=match):
+      rope.hf_frequencies(config, bad)
+  with pytest.raises(ValueError, match="no learned class-token angles"):
+    rope.hf_frequencies({"model_type": "pixtral"}, {"class_pos_emb": angles})
+  with pytest.raises(ValueError, match="cls_axis"):
+    rope.grid_positions(2, 3, cls_axis=True)
 
 
 def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():

@@ -34,7 +34,9 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from roformer_jax.rope.frequencies import default_inv_freq, pair_frequencies
+import numpy as np
+
+from roformer_jax.rope.frequencies import default_inv_freq, pair_axes, pair_frequencies
 from roformer_jax.rope.positions import ltx_pair_layout
 from roformer_jax.rope.spec import RotaryConfig
 
@@ -529,8 +531,61 @@ def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
                                                         kind=frequencies)).tolist())
   section_layout = fam.get("section_layout", "chunked")  # Kimi-K2.5: the axes take alternate pairs ("interleaved")
   layout, blocks = ("half", 2) if fam["layout"] == "half2" else (fam["layout"], 1)  # Gemma 4: half inside halves
+  if fam.get("class_angles"):  # MLCD: its class token turns by learned angles, on an axis of its own: dense
+    # frequencies [3, R/2] over (row, column, class) (`hf_frequencies`); sections only say there are 3 axes
+    k = head_dim // 2
+    return RotaryConfig(theta=float(theta), layout=layout, frequencies="mixed", blocks=blocks,
+                        sections=(k - 2 * (k // 3), k // 3, k // 3))
   return RotaryConfig(theta=float(theta), layout=layout, sections=sections, frequencies=frequencies, blocks=blocks,
                       section_layout=section_layout)
+
+
+def hf_frequencies(config: Mapping[str, Any], parameters: Mapping[str, Any], *,
+                   layer: int | None = None) -> np.ndarray:
+  """The frequencies a learned spec from `from_hf_config(config)` rotates by, from the model's parameters.
+
+  For a vision tower whose class token turns by learned angles of its own (MLCD's `class_pos_emb`): float32[3, R/2]
+  over (row, column, class), the positions `rope.grid_positions(h, w, cls="first", cls_axis=True)`: row and column
+  each turn their own pairs by the patches' 2-D RoPE (theta and head dim from the config, as `from_hf_config` reads
+  them), and every pair of the class token (at (0, 0, 1)) turns by the parameter's angle. Pass them to
+  `spec.apply(x, positions, frequencies=F)`.
+
+  Args:
+    config: the tower's config.json as a dict.
+    parameters: its checkpoint's parameters by name (a state dict, NumPy arrays or anything array-like): the one the
+      registry names (`class_pos_emb`), or one name ending in "." + that name (a checkpoint of a larger model).
+    layer: as for `from_hf_config`.
+
+  Raises:
+    ValueError: a config whose spec learns no frequencies so (Mochi's pos_frequencies are the layer's own, docs/rope.md),
+      a missing or ambiguous parameter, or one of the wrong size.
+  """
+  spec = from_hf_config(config, layer=layer)
+  model_type = config.get("model_type")
+  entry = registry()["model_types"].get(model_type) if isinstance(model_type, str) else None
+  fam = (entry or {}).get("pixel") or {}
+  if spec is None or not fam.get("class_angles"):
+    raise ValueError(f"model_type {model_type!r}: the registry knows no learned class-token angles for it "
+                     f"({_made_from()}); hf_frequencies builds them for a tower whose class token turns by its own "
+                     "(MLCD).")
+  name = fam["class_angles"]["parameter"]
+  held = [k for k in parameters if k == name or str(k).endswith("." + name)]
+  if len(held) != 1:
+    raise ValueError(f"model_type {model_type!r}: its class token turns by the angles of its parameter {name!r}; the "
+                     f"parameters hold {'none' if not held else 'several: ' + ', '.join(map(str, held))} of that name.")
+  angles = np.asarray(parameters[held[0]], np.float64).reshape(-1)
+  grid = _from_pixel(dict(config), str(model_type), {k: v for k, v in fam.items() if k != "class_angles"}, layer)
+  k = sum(grid.sections or ())
+  if angles.shape != (k,) or not np.isfinite(angles).all():
+    raise ValueError(f"model_type {model_type!r}: {held[0]} holds {angles.size} values; its class token turns each "
+                     f"of its {k} pairs by one (finite) angle.")
+  freqs = pair_frequencies(2 * k, grid.theta, sections=grid.sections, kind=grid.frequencies,
+                           layout=grid.section_layout)
+  owner = pair_axes(grid.sections, k, layout=grid.section_layout)
+  dense = np.zeros((len(grid.sections or ()) + 1, k), np.float64)
+  dense[owner, np.arange(k)] = freqs
+  dense[-1] = angles
+  return dense.astype(np.float32)
 
 
 def _refuse_diffusers(class_name: Any, entry: Mapping[str, Any] | None) -> ValueError:
