@@ -2057,6 +2057,69 @@ def _perturbed_golden(rotary, module, top_config, facts, call, rotary_shapes, q)
   return out, q_out
 
 
+SELF_ANGLED_TOKENS = 8  # the probe positions 0..7 of an apply that computes its angles from the ids it is handed
+
+
+def self_angled_apply(fn, call):
+  """What an apply that is handed integer ids [T] and computes its angles itself (V-JEPA 2's rotate_queries_or_keys
+  (x [B, H, T, D], pos [T])) does, observed by calling it in float64 on a random x at ids 0..7: a sentence for the
+  refusal, or None where its arguments are not of that form. Each output channel c is fitted as x_c C + s x_p S
+  with p its interleaved partner (c xor 1, s = -1 for even c) over the batch and heads: a rotation of channel pairs
+  turns both channels of a pair by one angle; where they turn by different ones, which pair's frequency each
+  channel takes is read off the angles at id 1 and named."""
+  shapes = call.get("shapes", [])
+  ids = {k: r["ids"] for k, r in call.get("tensor_kwargs", {}).items() if "ids" in r}  # V-JEPA 2: pos=
+  if len(shapes) == 2 and not ids:
+    ids = {None: shapes[1]}
+  positional = None in ids
+  if fn is None or len(ids) != 1 or len(shapes) != 1 + positional or \
+      len(call.get("tensor_kwargs", {})) != 1 - positional or \
+      len(shapes[0]) != 4 or list(ids.values())[0] != [shapes[0][2]]:
+    return None
+  d, t = shapes[0][3], SELF_ANGLED_TOKENS
+  gen = torch.Generator().manual_seed(SEED)
+  x = torch.randn(4, 4, t, d, dtype=torch.float64, generator=gen)
+  name = next(iter(ids))
+  try:
+    out = (fn(x, torch.arange(t)) if name is None else fn(x, **{name: torch.arange(t)})).detach().numpy()
+  except Exception:  # noqa: BLE001
+    return None
+  xn = x.numpy()
+  for layout in ("interleaved", "half"):
+    i, j = pixel.fit.pairs(d, layout)
+    if np.allclose(xn[..., i] ** 2 + xn[..., j] ** 2, out[..., i] ** 2 + out[..., j] ** 2, rtol=1e-9, atol=1e-9):
+      return f"it turns channel pairs ({layout} pairing) by angles of its own, at ids 0..{t - 1}"
+  partner = np.arange(d) ^ 1
+  sign = np.where(np.arange(d) % 2 == 0, -1.0, 1.0)
+  a, b = xn.reshape(-1, t, d), (sign * xn[..., partner]).reshape(-1, t, d)
+  o = out.reshape(-1, t, d)
+  cos, sin = np.empty((t, d)), np.empty((t, d))
+  for n in range(t):
+    for c in range(d):
+      (cos[n, c], sin[n, c]), *_ = np.linalg.lstsq(np.stack([a[:, n, c], b[:, n, c]], 1), o[:, n, c], rcond=None)
+  residual = float(np.abs(a * cos + b * sin - o).max())
+  if residual > 1e-9 or not np.allclose(cos ** 2 + sin ** 2, 1, atol=1e-9):
+    return ("observed on probe tensors, its output is no rotation of channel pairs under any pairing, nor a turn of "
+            f"each channel with its interleaved partner (residual {residual:.1e})")
+  f = np.arctan2(sin[1], cos[1])  # each channel's angle at id 1: its frequency
+  theta = float(f[1] ** (-d / 2)) if 0 < f[1] < 1 else float("nan")  # channel 1 turns by theta ** (-1 / (d / 2))
+  tiled = np.concatenate([theta ** (-np.arange(d // 2) / (d // 2))] * 2)
+  if np.isfinite(theta) and np.allclose(f, tiled, rtol=1e-9, atol=1e-12) and np.allclose(
+      np.arctan2(sin, cos), np.angle(np.exp(1j * np.arange(t)[:, None] * tiled)), atol=1e-9):
+    return (f"observed on probe tensors, it is no rotation of channel pairs: it pairs channels (2k, 2k + 1) "
+            f"(interleaved) but turns channel c of the D = {d} it is handed by id * {_integer_theta_text(theta)} ** "
+            "(-(c mod D/2) / (D/2)) "
+            "(cos/sin tables tiled [f | f] as rotate_half's, applied to interleaved pairs), so the two channels of a "
+            "pair turn by different angles and q . k is no function of relative position; no RotaryConfig (nor "
+            "any rotation) does that")
+  return ("observed on probe tensors, it is no rotation of channel pairs: the two channels of an interleaved pair "
+          "turn by different angles")
+
+
+def _integer_theta_text(theta):
+  return str(int(round(theta))) if abs(theta - round(theta)) <= 1e-6 * theta else f"{theta:.6g}"
+
+
 def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
   """Step 3: per distinct apply call, the golden and what the rotation is."""
   built = {}
@@ -2065,6 +2128,9 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
     if c["rotary"] is None:
       how = (": it is given integer position ids and computes its angles itself, no rotary module the config's "
              "rope parameters drive") if c.get("integer_args") else ""
+      if c.get("integer_args"):  # run it on probe tensors: what it does with the ids it is given (V-JEPA 2)
+        seen = self_angled_apply(candidates(module).get(c["fn"]), c)
+        how = f"{how}; {seen}" if seen else how
       raise Refused(f"{c['fn']} (called by {c['caller']}) gets no cos/sin from a rotary module{how}")
     key = json.dumps([c["fn"], c.get("module"), c["rotary"], c["args"], c["tensor_kwargs"], c["kwargs"]],
                      sort_keys=True)

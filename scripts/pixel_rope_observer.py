@@ -41,6 +41,7 @@ MAX_SIDE = 72  # (SAM 3's 1008 / 14) the largest image side, in patches, a tower
 
 
 Refused = fit.Refused
+LAST_MODEL = [None]  # the tower `run` built last
 
 
 def takes_pixels(cls, model_type: str | None = None) -> bool:
@@ -66,7 +67,7 @@ def pixel_inputs(config, grid: tuple[int, int] = PIXEL_GRID) -> dict:
   patch = _size(config, "patch_size", default=14)
   channels = _size(config, "num_channels", "in_channels", "in_chans", default=3)
   torch.manual_seed(0)
-  if getattr(config, "model_type", None) in TOWERS:
+  if "inputs" in TOWERS.get(getattr(config, "model_type", None), {}):
     return TOWERS[config.model_type]["inputs"](config, grid, patch, channels)
   return {"pixel_values": torch.randn(1, channels, grid[0] * patch, grid[1] * patch, dtype=torch.float64)}
 
@@ -129,6 +130,9 @@ TOWERS = {
     # 2 x 2 pixel shuffle
     "muse_glimmer_vision": {"grid": (4, 6), "inputs": _muse},
     "muse_spark_vision": {"grid": (4, 6), "inputs": _muse},
+    # EoMT: its mask head reshapes the patches to config.image_size // patch_size per side, so the probe image is
+    # that size: the config's image_size set to a 6 x 6 patch image (its 640 would make a 40 x 40 golden of 7 MB)
+    "eomt_dinov3": {"grid": (6, 6), "image_size": True},
 }
 
 
@@ -168,6 +172,9 @@ def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tup
   keep_on_error: at its own image size, a forward that fails after it rotated keeps what it recorded."""
   torch.manual_seed(0)
   config = copy.deepcopy(config)
+  grid = TOWERS.get(getattr(config, "model_type", None), {}).get("grid", PIXEL_GRID)
+  if TOWERS.get(getattr(config, "model_type", None), {}).get("image_size"):  # the model sized to the probe image
+    config = _sized(config, grid)
   config._attn_implementation = "eager"  # the reference attention (Sapiens 2's GQA breaks sdpa); RoPE is before it
   default = torch.get_default_dtype()
   torch.set_default_dtype(torch.float64)  # built in float64: .double() would drop the imaginary part of a complex
@@ -175,7 +182,7 @@ def run(model_cls, config, keep_on_error: bool = False) -> tuple[list[dict], tup
     model = model_cls(config).eval()
   finally:
     torch.set_default_dtype(default)
-  grid = TOWERS.get(getattr(config, "model_type", None), {}).get("grid", PIXEL_GRID)
+  LAST_MODEL[0] = model  # (its parameters: where a class token's learned angles are found)
   try:
     return _probe(model, pixel_inputs(config, grid)), grid
   except Exception as small_error:  # noqa: BLE001  a learned position table or a window sized for its image
@@ -213,6 +220,15 @@ def _probe(model, inputs: dict) -> list[dict]:
   return calls
 
 
+def _sized(config, grid: tuple[int, int]):
+  """A copy of `config` whose image_size is the probe image's (a square grid of patches)."""
+  if grid[0] != grid[1]:
+    raise ValueError(f"a tower sized by its image_size takes a square probe grid, not {grid}")
+  sized = copy.deepcopy(config)
+  sized.image_size = grid[0] * _size(config, "patch_size", default=14)
+  return sized
+
+
 def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   """The rotation the recorded applies make, fitted over the image's numbering (fit.fit_grid)."""
   if not calls:
@@ -221,15 +237,24 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   patches = grid[0] * grid[1]
   tokens = sorted({n for shape in shapes for n in (shape[:2] if len(shape) == 3 else shape[1:3])
                    if patches <= n <= patches + MAX_PREFIX})
-  if len(tokens) != 1:
-    raise Refused(f"its applies' shapes {sorted(shapes)} hold no one token axis of the image's {patches} patches "
-                  f"(plus up to {MAX_PREFIX} others)")
+  no_one_axis = Refused(f"its applies' shapes {sorted(shapes)} hold no one token axis of the image's {patches} "
+                        f"patches (plus up to {MAX_PREFIX} others)")
+  if not tokens:
+    raise no_one_axis
   n = tokens[0]
   rotated = [c for c in calls if fit._token_count(c["x"].shape, (n,))]
+  if len(tokens) > 1:  # the fewest, and more in some layers: query tokens first there (EoMT), or refused as before
+    queries = _queries(calls, rotated, n, grid)
+    if queries is None:
+      raise no_one_axis
+    return queries
   if len(rotated) != len(calls):
     windows = _windows(calls, rotated, n, grid)
     if windows is not None:
       return windows
+    queries = _queries(calls, rotated, n, grid)
+    if queries is not None:
+      return queries
     raise Refused(f"it also rotates tensors of shapes {sorted(shapes)} that hold no {n}-token axis: not observed")
   try:
     return fit.fit_grid(rotated, (n,), _numberings(n, grid))
@@ -239,12 +264,84 @@ def fit_tower(calls: list[dict], grid: tuple[int, int]) -> dict:
   for side, keep in (("before", slice(n - patches, n)), ("after", slice(0, patches))):  # the patches alone
     alone = [{**c, "x": _tokens(c["x"], n, keep), "out": _tokens(c["out"], n, keep)} for c in rotated]
     try:
-      fit.fit_grid(alone, (patches,), _numberings(patches, grid))
+      patches_fit = fit.fit_grid(alone, (patches,), _numberings(patches, grid))
     except Refused:
       continue
+    if side == "before" and n - patches == 1:  # one class token first: its angles, to be found among the parameters
+      learned = _class_angles(rotated, n, grid, patches_fit)
+      if learned is not None:
+        return learned
     raise Refused(f"its patches rotate as 2-D RoPE, but the {n - patches} token(s) {side} them turn by angles of "
                   "their own, at no position of the grid (a learned class-token rotation)")
   return fit.fit_grid(rotated, (n,), _numberings(n, grid))  # refused again, with the fit's own reason
+
+
+CLASS_TOLERANCE = 1e-5  # how near (radians) a parameter must be to the class token's observed angles (float32 applies)
+
+
+def class_positions(numbering: dict, grid: tuple[int, int]) -> np.ndarray:
+  """[1 + patches, 3]: the class token at (0, 0, 1), the patches at their numbering's (., ., 0): the third axis the
+  one by which the class token turns, by learned angles of its own (rope.grid_positions(..., cls="first",
+  cls_axis=True))."""
+  patches = numbering_positions({**numbering, "extra": 0}, grid)
+  own = np.zeros((len(patches) + 1, 1))
+  own[0] = 1
+  return np.concatenate([np.concatenate([np.zeros((1, 2)), patches]), own], axis=1)
+
+
+def class_reference(x: np.ndarray, positions: np.ndarray, frequencies: np.ndarray, layout: str,
+                    tables: str) -> np.ndarray:
+  """float64 NumPy: x [B, T, H, D] turned pair by pair by positions [T, A] . frequencies [A, D / 2] (dense: every pair
+  by every axis); tables="float32" as a float32 apply (x and the cos/sin in float32)."""
+  ang = positions.astype(np.float64) @ frequencies.astype(np.float64)
+  c, s = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
+  if tables == "float32":
+    c, s, x = c.astype(np.float32), s.astype(np.float32), x.astype(np.float32)
+  i, j = fit.pairs(x.shape[-1], layout)
+  out = np.empty_like(x)
+  out[..., i], out[..., j] = x[..., i] * c - x[..., j] * s, x[..., i] * s + x[..., j] * c
+  return out.astype(np.float64)
+
+
+def dense_grid_frequencies(axes: list[int], theta: float, frequencies: str) -> np.ndarray:
+  """[2, D / 2]: the patches' per-axis spectrum as dense frequencies (each pair's own axis its frequency, the other
+  0), as fit.reference_rotation gives it."""
+  probe = np.eye(2)  # the angle of each pair at unit position on each axis
+  x = np.zeros((1, 2, 1, sum(axes)))
+  i, _ = fit.pairs(sum(axes), "interleaved")
+  x[..., i] = 1.0  # (1, 0) per interleaved pair: its angle is its turn
+  out = fit.reference_rotation(x, probe, axes, theta, "interleaved", "float64", frequencies)
+  return np.arctan2(out[0, :, 0, 1::2], out[0, :, 0, 0::2])
+
+
+def _class_angles(rotated: list[dict], n: int, grid: tuple[int, int], patches_fit: dict) -> dict | None:
+  """Where the patches fit 2-D RoPE and the one token before them turns by angles of its own: those angles [D / 2]
+  (the median over the calls, heads and batch, each call's within CLASS_TOLERANCE of them, its pairs keeping their
+  lengths), and the fit of the whole call as dense frequencies over (row, column, class) with the class token at
+  (0, 0, 1); None where the class token's turn is no rotation by one set of angles."""
+  numbering = json.loads(patches_fit["numbering"])
+  if numbering["scale"] != "integer" or patches_fit.get("rotary_dim", sum(patches_fit["axes"])) != sum(
+      patches_fit["axes"]):
+    return None
+  layout = patches_fit["layout"]
+  if layout not in ("interleaved", "half"):
+    return None
+  calls = [(fit._to_bthd(c["x"], n), fit._to_bthd(c["out"], n)) for c in rotated]
+  if not all(fit._pairs_keep_norms(x[:, :1], out[:, :1], layout) for x, out in calls):
+    return None
+  seen = np.stack([np.median(fit._angles(x[:, :1], out[:, :1], layout), axis=(0, 1, 2)) for x, out in calls])
+  angles = np.median(seen, axis=0)
+  if np.abs(np.angle(np.exp(1j * (seen - angles)))).max() > CLASS_TOLERANCE:
+    return None
+  positions = class_positions(numbering, grid)
+  dense = np.concatenate([dense_grid_frequencies(patches_fit["axes"], patches_fit["theta"],
+                                                 patches_fit["frequencies"]), angles[None]])
+  tables = patches_fit["tables"]
+  err = max(float(np.abs(class_reference(x, positions, dense, layout, tables) - out).max()) for x, out in calls)
+  if err > fit._tolerance(tables, [(x, out, positions) for x, out in calls]):
+    return None
+  return {**patches_fit, "positions": positions, "error": max(err, patches_fit["error"]),
+          "class_angles": angles, "class_frequencies": dense}
 
 
 def window_scaled_positions(numbering: dict, grid: tuple[int, int], window: int) -> np.ndarray:
@@ -297,6 +394,43 @@ def _windows(calls: list[dict], rotated: list[dict], n: int, grid: tuple[int, in
           "global_numbering": whole["numbering"],
           "windows": {"window": w, "kinds": ["global" if id(c) in kept else "window" for c in calls],
                       "local": local, "windowed": windowed, "rotated": rotated}}
+
+
+def _queries(calls: list[dict], rotated: list[dict], n: int, grid: tuple[int, int]) -> dict | None:
+  """Where the other applies rotate m > n tokens, the m - n more all in front of the n (EoMT: its last num_blocks
+  layers put num_queries query tokens before the class and register tokens): the fit of both, or None where the
+  calls are not so (the caller refuses as before). The n-token calls must fit a numbering of the image with its
+  other tokens first, and the m-token calls the same numbering with m - n more tokens first, each at position 0
+  (which turns nothing), with the same pairing, split, frequencies and theta: one spec whose positions differ by
+  layer only in how many unrotated tokens come first. Refused, naming the mechanism, where the m-token calls
+  rotate otherwise."""
+  kept = {id(c) for c in rotated}
+  others = [c for c in calls if id(c) not in kept]
+  shape = others[0]["x"].shape
+  more = {k for c in others for k in (c["x"].shape[:2] if len(c["x"].shape) == 3 else c["x"].shape[1:3]) if k > n}
+  if len(more) != 1:
+    return None
+  m = more.pop()
+  if not all(fit._token_count(c["x"].shape, (m,)) for c in others):
+    return None
+  whole = fit.fit_grid(rotated, (n,), _numberings(n, grid))
+  numbering = json.loads(whole["numbering"])
+  if numbering["where"] != "first" and numbering["extra"]:
+    return None  # its other tokens after the patches: where the m - n go is another question
+  front = {**numbering, "extra": numbering["extra"] + m - n, "where": "first"}
+  candidate = [(json.dumps(front, sort_keys=True), None, {m: numbering_positions(front, grid)})]
+  try:
+    local = fit.fit_grid(others, (m,), candidate)
+  except Refused as e:
+    raise Refused(f"{len(others)} apply call(s) rotate {m} tokens of shape {shape}, {m - n} more than the image's "
+                  f"{n}, but not as that numbering with the {m - n} more first at position 0 (unrotated): {e}") from None
+  same = ("layout", "axes", "theta", "frequencies", "section_layout", "tables")
+  if any(local.get(k) != whole.get(k) for k in same):
+    raise Refused(f"its {m}-token layers rotate as { {k: local.get(k) for k in same} }, its {n}-token layers as "
+                  f"{ {k: whole.get(k) for k in same} }: not one spec")
+  return {**whole, "error": max(local["error"], whole["error"]),
+          "queries": {"tokens": m - n, "kinds": ["queries" if id(c) not in kept else "plain" for c in calls],
+                      "first": others[0], "positions": local["positions"]}}
 
 
 def _paired(inputs: dict) -> dict:
@@ -393,6 +527,71 @@ def _window_keys(model_cls, small, got: dict, grid: tuple[int, int], keep: bool,
           "global_numbering": json.loads(got["global_numbering"]), "num_hidden_layers": len(kinds)}
 
 
+QUERY_PROBE = {"count": 7, "layers": 2}  # the perturbed query count and number of query layers (EoMT: 200 and 4)
+
+
+def _query_keys(model_cls, small, got: dict, keep: bool, changed) -> dict:
+  """Which config keys say how many query tokens come first and in how many layers (the last ones): the call of
+  layer i is the i-th apply (one per layer: the calls must number the layers). Each int key holding the count (or
+  the layer count) is set alone to QUERY_PROBE's value and the tower observed again: the one key that moves the
+  count (or the query layers) to it, and only it, says it; then both at once must give both."""
+  q = got["queries"]
+  kinds, count = q["kinds"], q["tokens"]
+  rc = rope_config(small)[1]
+  if len(kinds) != getattr(rc, "num_hidden_layers", None):
+    raise Refused(f"query tokens in some layers: its {len(kinds)} apply calls do not number its "
+                  f"{getattr(rc, 'num_hidden_layers', None)} layers one each, so which layer rotates what is not seen")
+  start = kinds.index("queries")
+  if set(kinds[start:]) != {"queries"}:
+    raise Refused(f"query tokens in layers {[i for i, k in enumerate(kinds) if k == 'queries']}, not the last ones")
+  layers = len(kinds) - start
+
+  def seen(edit):
+    try:
+      again = fit_tower(*run(model_cls, changed(edit), keep_on_error=keep))
+    except Exception:  # noqa: BLE001  a key the tower cannot take at that value: not the key
+      return None
+    kinds2 = again.get("queries", {}).get("kinds", [])
+    return (again.get("queries", {}).get("tokens"), kinds2.count("queries"),
+            kinds2[len(kinds2) - kinds2.count("queries"):] == ["queries"] * kinds2.count("queries"))
+
+  keys = {}
+  ints = {k: v for k, v in rc.to_dict().items() if isinstance(v, int) and not isinstance(v, bool)}
+  for what, value, want in (("count", count, lambda probe: (probe, layers, True)),
+                            ("layers", layers, lambda probe: (count, probe, True))):
+    probe = QUERY_PROBE[what]
+    found = [k for k, v in ints.items() if v == value and
+             seen(lambda cfg, k=k, p=probe: setattr(cfg, k, p)) == want(probe)]
+    if len(found) != 1:
+      raise Refused(f"{count} query tokens first in its last {layers} layers; the config keys that set the "
+                    f"{'count' if what == 'count' else 'layers'} are not one ({found} of the keys holding {value})")
+    keys[what] = found[0]
+
+  def both(cfg):
+    setattr(cfg, keys["count"], QUERY_PROBE["count"])
+    setattr(cfg, keys["layers"], QUERY_PROBE["layers"])
+
+  if seen(both) != (QUERY_PROBE["count"], QUERY_PROBE["layers"], True):
+    raise Refused(f"{keys['count']}={QUERY_PROBE['count']} and {keys['layers']}={QUERY_PROBE['layers']} together "
+                  f"gave {seen(both)} (query tokens, query layers, the last ones): the keys do not say it")
+  return {"count_key": keys["count"], "count_default": count, "layers_key": keys["layers"], "layers_default": layers,
+          "num_hidden_layers": len(kinds)}
+
+
+def _class_parameter(angles: np.ndarray) -> dict:
+  """The tower's one parameter whose values are the class token's observed angles (each pair's, wrapped to
+  (-pi, pi], within CLASS_TOLERANCE): a parameter drawn at random by the class's init, so its match names where a
+  checkpoint keeps them. Refused where none or several match."""
+  model = LAST_MODEL[0]
+  found = [name for name, p in model.named_parameters() if p.numel() == angles.size and np.abs(np.angle(np.exp(
+      1j * (p.detach().double().numpy().reshape(-1) - angles)))).max() <= CLASS_TOLERANCE]
+  if len(found) != 1:
+    raise Refused(f"its patches rotate as 2-D RoPE, and the token before them turns by angles of its own, which "
+                  f"{'no parameter' if not found else 'several parameters (' + ', '.join(found) + ')'} of the tower "
+                  "holds (a learned class-token rotation, not read)")
+  return {"parameter": found[0], "tokens": 1, "where": "first"}
+
+
 def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
   """(registry entry, goldens) of a pixel tower, or Refused naming why."""
   # shrunk, else (a width another module reads: Sapiens 2's per-layer KV heads) the default config; a default
@@ -434,6 +633,11 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
 
   if "windows" in got:
     family["windows"] = _window_keys(model_cls, small, got, grid, keep, changed)
+  if "queries" in got:  # EoMT: query tokens first, unrotated, in its last layers
+    family["queries"] = _query_keys(model_cls, small, got, keep, changed)
+  if "class_angles" in got:  # MLCD: its class token turns by angles of its own, found among its parameters
+    family["class_angles"] = _class_parameter(got["class_angles"])
+    class_value = dict(LAST_MODEL[0].named_parameters())[family["class_angles"]["parameter"]].detach().double()
   rc = rope_config(small)[1]
   per_head = getattr(rc, "head_dim", None) or rc.hidden_size // rc.num_attention_heads
   if head == rc.hidden_size != per_head and model_type in TOWERS and "wider" in TOWERS[model_type]:
@@ -497,6 +701,12 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
   else:
     first, goldens = calls[0], {}
     m = fit._token_count(first["x"].shape, (len(got["positions"]),))
+  if "queries" in got:  # one apply of a layer with the query tokens first (queries_)
+    qf, qm = got["queries"]["first"], len(got["queries"]["positions"])
+    goldens.update({"queries_positions": got["queries"]["positions"], "queries_x": fit._to_bthd(qf["x"], qm),
+                    "queries_out": fit._to_bthd(qf["out"], qm)})
+  if "class_angles" in got:  # the class token's learned angles, as its parameter holds them (the golden's x has it)
+    goldens["class_parameter"] = class_value.numpy()
   goldens.update({"positions": got["positions"], "grid": np.asarray(grid), "x": fit._to_bthd(first["x"], m),
                   "out": fit._to_bthd(first["out"], m)})
   return entry, goldens

@@ -180,6 +180,55 @@ def _check_memory(mt, fam, part):
   return None
 
 
+def _check_queries(mt, fam):
+  """A tower whose last layers put query tokens first (EoMT): rope.grid_positions with them among the tokens at 0 in
+  front must be the positions its query layers rotated by, and the spec of such a layer must rotate their recorded q
+  as its own apply did; the same q with the queries left out of the count (the patches' positions shifted) must not
+  (the golden tells the layers apart)."""
+  q = fam["queries"]
+  scale = 2 * np.pi if fam["numbering"]["scale"] == "centre_2pi" else 1
+  grid = tuple(int(n) for n in ARRAYS[f"{mt}/pixel/grid"])
+  numbering = {**fam["numbering"], "extra": fam["numbering"]["extra"] + q["count_default"]}
+  built = _pixel_positions(numbering, grid)
+  if not np.allclose(built * scale, ARRAYS[f"{mt}/pixel/queries_positions"], rtol=1e-6, atol=1e-6):
+    return f"rope.grid_positions with {q['count_default']} queries first gives {built[:4].tolist()}..."
+  x, want = np.asarray(ARRAYS[f"{mt}/pixel/queries_x"]), np.asarray(ARRAYS[f"{mt}/pixel/queries_out"])
+  last = q["num_hidden_layers"] - 1
+  for config in (CONFIGS[mt], {"model_type": mt}):
+    problem = _rotation_error(mt, rope.from_hf_config(config, layer=last), x, want, built)
+    if problem:
+      return f"a query layer: {problem}"
+  uncounted = np.concatenate([_pixel_positions(fam["numbering"], grid), np.zeros((q["count_default"], 2))])
+  if _rotation_error(mt, rope.from_hf_config(CONFIGS[mt], layer=last), x, want, uncounted) is None:
+    return "the golden does not tell the query layers' positions from the others'"
+  return None
+
+
+def _check_class_angles(mt, fam):
+  """A tower whose class token turns by learned angles of its own (MLCD): rope.grid_positions with the class token's
+  own axis must be the positions the fit found, and the spec with rope.hf_frequencies of the model's own parameter
+  (the golden's: the values its forward ran with) must rotate the recorded q as its apply did; with the class angles
+  left out (0), not (the golden tells)."""
+  numbering = fam["numbering"]
+  grid = tuple(int(n) for n in ARRAYS[f"{mt}/pixel/grid"])
+  built = rope.grid_positions(*grid, axes=numbering["order"], start=numbering["start"], cls="first", cls_axis=True)
+  if not np.array_equal(built, ARRAYS[f"{mt}/pixel/positions"]):
+    return f"rope.grid_positions(..., cls_axis=True) gives {built[:4].tolist()}..."
+  x, want = np.asarray(ARRAYS[f"{mt}/pixel/x"]), np.asarray(ARRAYS[f"{mt}/pixel/out"])
+  parameter = {fam["class_angles"]["parameter"]: np.asarray(ARRAYS[f"{mt}/pixel/class_parameter"])}
+  for config in (CONFIGS[mt], {"model_type": mt}):
+    spec = rope.from_hf_config(config)
+    freqs = rope.hf_frequencies(config, parameter)
+    got = np.asarray(spec.apply(x.astype(np.float32), built, frequencies=jnp.asarray(freqs)), np.float64)
+    err = float(np.abs(got - want).max())
+    if err > 2e-6 * max(1.0, float(np.abs(want).max())) * max(grid):
+      return f"max error {err:.2e}"
+  without = np.asarray(spec.apply(x.astype(np.float32), built, frequencies=jnp.asarray(freqs).at[-1].set(0)))
+  if np.abs(without - want).max() < 1e-3:
+    return "the golden does not tell the class token's angles from none"
+  return None
+
+
 def _check_pixel(mt, fam, part=None):
   """None when from_hf_config of the tower's config rotates the recorded q as its own apply did, else what differs."""
   if fam.get("memory"):
@@ -188,6 +237,10 @@ def _check_pixel(mt, fam, part=None):
       return problem
   elif fam.get("windows"):
     problem = _check_windows(mt, fam)
+    if problem:
+      return problem
+  elif fam.get("class_angles"):
+    problem = _check_class_angles(mt, fam)
     if problem:
       return problem
   else:
@@ -202,6 +255,11 @@ def _check_pixel(mt, fam, part=None):
       problem = _rotation_error(mt, rope.from_hf_config(config), x, want, built)
       if problem:
         return problem
+
+  if fam.get("queries"):
+    problem = _check_queries(mt, fam)
+    if problem:
+      return problem
 
   def keyed(keys):  # a config of the tower with these keys, where its attention reads them (SAM 3: backbone_config)
     return {"model_type": mt, fam["sub"]: keys} if fam.get("sub") else {"model_type": mt, **keys}
@@ -352,6 +410,48 @@ def test_video_trackers_read_their_memory_attention_keys():
   assert rope.from_hf_config({"model_type": "sam3_tracker_video"}, part="memory_attention") == base
   assert rope.from_hf_config({"model_type": "sam3_tracker_video"}, part="vision_config") == \
       rope.from_hf_config({"model_type": "sam3_vision_model"})
+
+
+def test_eomt_query_layers_read_their_keys_and_refuse_what_was_not_observed():
+  """EoMT-DINOv3: its last num_blocks layers put num_queries query tokens first, unrotated (at 0): one spec for every
+  layer, the keys observed to say it; a count or a layer count it cannot have, or a layer outside, is refused."""
+  q = TYPES["eomt_dinov3"]["pixel"]["queries"]
+  assert (q["count_key"], q["count_default"], q["layers_key"], q["layers_default"]) == \
+      ("num_queries", 200, "num_blocks", 4), q
+  specs = {rope.from_hf_config({"model_type": "eomt_dinov3"}, layer=i) for i in range(q["num_hidden_layers"])}
+  assert len(specs) == 1, specs
+  for bad, match in (({"num_queries": -1}, "count of query tokens"), ({"num_blocks": 25}, "must count its last"),
+                     ({"num_blocks": True}, "must count its last")):
+    with pytest.raises(ValueError, match=match):
+      rope.from_hf_config({"model_type": "eomt_dinov3", **bad})
+  with pytest.raises(ValueError, match="is not a layer"):
+    rope.from_hf_config({"model_type": "eomt_dinov3"}, layer=24)
+
+
+def test_mlcd_class_token_angles_come_from_the_named_parameter_and_nothing_else():
+  """MLCD: a learned spec over (row, column, class); rope.hf_frequencies builds its F from theta and the parameter the
+  registry found holding the class token's angles, and refuses a missing, ambiguous or wrongly sized one, or a model
+  with no such parameter."""
+  fam = TYPES["mlcd_vision_model"]["pixel"]
+  assert fam["class_angles"] == {"parameter": "class_pos_emb", "tokens": 1, "where": "first"}, fam
+  config = {"model_type": "mlcd_vision_model", "hidden_size": 64, "num_attention_heads": 2,
+            "rope_parameters": {"rope_type": "axial", "rope_theta": 100.0}}
+  spec = rope.from_hf_config(config)
+  assert spec.learned and len(spec.sections) == 3 and spec.layout == "half", spec
+  angles = np.linspace(-3, 3, 16)
+  freqs = rope.hf_frequencies(config, {"vision_model.class_pos_emb": angles[None]})
+  row = 100.0 ** (-np.arange(8) / 8)  # per axis: 8 pairs of 16 channels, theta ** (-2j / 16)
+  np.testing.assert_allclose(freqs, np.stack([np.r_[row, np.zeros(8)], np.r_[np.zeros(8), row], angles]), rtol=1e-6)
+  positions = rope.grid_positions(2, 3, cls="first", cls_axis=True)
+  assert positions[0].tolist() == [0, 0, 1] and positions[1:, 2].tolist() == [0] * 6, positions
+  for bad, match in (({}, "hold none"), ({"a.class_pos_emb": angles, "b.class_pos_emb": angles}, "several"),
+                     ({"class_pos_emb": angles[:8]}, "holds 8 values")):
+    with pytest.raises(ValueError, match=match):
+      rope.hf_frequencies(config, bad)
+  with pytest.raises(ValueError, match="no learned class-token angles"):
+    rope.hf_frequencies({"model_type": "pixtral"}, {"class_pos_emb": angles})
+  with pytest.raises(ValueError, match="cls_axis"):
+    rope.grid_positions(2, 3, cls_axis=True)
 
 
 def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():

@@ -34,7 +34,9 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-from roformer_jax.rope.frequencies import default_inv_freq, pair_frequencies
+import numpy as np
+
+from roformer_jax.rope.frequencies import default_inv_freq, pair_axes, pair_frequencies
 from roformer_jax.rope.positions import ltx_pair_layout
 from roformer_jax.rope.spec import RotaryConfig
 
@@ -505,18 +507,39 @@ def _pixel_memory(cfg: Mapping[str, Any], model_type: str, mem: Mapping[str, Any
     raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer memory attention.")
 
 
+def _pixel_queries(cfg: Mapping[str, Any], model_type: str, q: Mapping[str, Any], layer: int | None) -> None:
+  """Checks what a tower's config says about the query tokens its last layers put first (EoMT: num_queries in the
+  last num_blocks layers), as the registry observed them: unrotated (at position 0), so the spec is one for every
+  layer, and only the count of tokens before the patches differs by layer; a config it cannot read so is refused."""
+  num_layers = cfg.get("num_hidden_layers", q["num_hidden_layers"])
+  count = cfg.get(q["count_key"], q["count_default"])
+  layers = cfg.get(q["layers_key"], q["layers_default"])
+  if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers <= 0:
+    raise ValueError(f"model_type {model_type!r}: num_hidden_layers={num_layers!r} must be a positive int.")
+  if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+    raise ValueError(f"model_type {model_type!r}: {q['count_key']}={count!r} must be a count of query tokens.")
+  if isinstance(layers, bool) or not isinstance(layers, int) or not 0 <= layers <= num_layers:
+    raise ValueError(f"model_type {model_type!r}: {q['layers_key']}={layers!r} must count its last layers, of its "
+                     f"{num_layers}.")
+  if layer is not None and (isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < num_layers):
+    raise ValueError(f"layer={layer!r} is not a layer of this {num_layers}-layer model.")
+
+
 def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
                 layer: int | None = None) -> RotaryConfig:
   """The spec of a vision tower the registry observed on an image: each image axis an equal share of the head's
   pairs, theta from the key it was seen to follow, the head dim as hidden_size / num_attention_heads (or head_dim),
   which the observation also followed (or, for a tower that rotates q whole before splitting heads, EfficientLoFTR,
   hidden_size: `_pixel_width`). Positions: `rope.grid_positions` as the registry's numbering says; for a
-  windowed tower (SAM 3) `rope.sam3_positions`, by layer kind (the spec is the same for every layer)."""
+  windowed tower (SAM 3) `rope.sam3_positions`, by layer kind (the spec is the same for every layer); for a tower
+  whose last layers put query tokens first (EoMT), those count among the `cls_tokens` at 0 in those layers."""
   if fam.get("sub"):  # the keys its attention reads are in this sub-config (SAM 3's vision model: backbone_config)
     sub = cfg.get(fam["sub"])
     cfg = dict(sub) if isinstance(sub, Mapping) else {}
   if fam.get("windows"):
     _pixel_windows(cfg, model_type, fam["windows"], layer)
+  if fam.get("queries"):  # EoMT: query tokens first, at position 0 (unrotated), in its last layers
+    _pixel_queries(cfg, model_type, fam["queries"], layer)
   params = cfg.get("rope_parameters") or cfg.get("rope_scaling")
   observed = fam.get("rope_type") or "default"
   if isinstance(params, Mapping) and params.get("rope_type", params.get("type", observed)) != observed:
@@ -565,8 +588,61 @@ def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
                                                         kind=frequencies)).tolist())
   section_layout = fam.get("section_layout", "chunked")  # Kimi-K2.5: the axes take alternate pairs ("interleaved")
   layout, blocks = ("half", 2) if fam["layout"] == "half2" else (fam["layout"], 1)  # Gemma 4: half inside halves
+  if fam.get("class_angles"):  # MLCD: its class token turns by learned angles, on an axis of its own: dense
+    # frequencies [3, R/2] over (row, column, class) (`hf_frequencies`); sections only say there are 3 axes
+    k = head_dim // 2
+    return RotaryConfig(theta=float(theta), layout=layout, frequencies="mixed", blocks=blocks,
+                        sections=(k - 2 * (k // 3), k // 3, k // 3))
   return RotaryConfig(theta=float(theta), layout=layout, sections=sections, frequencies=frequencies, blocks=blocks,
                       section_layout=section_layout)
+
+
+def hf_frequencies(config: Mapping[str, Any], parameters: Mapping[str, Any], *,
+                   layer: int | None = None) -> np.ndarray:
+  """The frequencies a learned spec from `from_hf_config(config)` rotates by, from the model's parameters.
+
+  For a vision tower whose class token turns by learned angles of its own (MLCD's `class_pos_emb`): float32[3, R/2]
+  over (row, column, class), the positions `rope.grid_positions(h, w, cls="first", cls_axis=True)`: row and column
+  each turn their own pairs by the patches' 2-D RoPE (theta and head dim from the config, as `from_hf_config` reads
+  them), and every pair of the class token (at (0, 0, 1)) turns by the parameter's angle. Pass them to
+  `spec.apply(x, positions, frequencies=F)`.
+
+  Args:
+    config: the tower's config.json as a dict.
+    parameters: its checkpoint's parameters by name (a state dict, NumPy arrays or anything array-like): the one the
+      registry names (`class_pos_emb`), or one name ending in "." + that name (a checkpoint of a larger model).
+    layer: as for `from_hf_config`.
+
+  Raises:
+    ValueError: a config whose spec learns no frequencies so (Mochi's pos_frequencies are the layer's own, docs/rope.md),
+      a missing or ambiguous parameter, or one of the wrong size.
+  """
+  spec = from_hf_config(config, layer=layer)
+  model_type = config.get("model_type")
+  entry = registry()["model_types"].get(model_type) if isinstance(model_type, str) else None
+  fam = (entry or {}).get("pixel") or {}
+  if spec is None or not fam.get("class_angles"):
+    raise ValueError(f"model_type {model_type!r}: the registry knows no learned class-token angles for it "
+                     f"({_made_from()}); hf_frequencies builds them for a tower whose class token turns by its own "
+                     "(MLCD).")
+  name = fam["class_angles"]["parameter"]
+  held = [k for k in parameters if k == name or str(k).endswith("." + name)]
+  if len(held) != 1:
+    raise ValueError(f"model_type {model_type!r}: its class token turns by the angles of its parameter {name!r}; the "
+                     f"parameters hold {'none' if not held else 'several: ' + ', '.join(map(str, held))} of that name.")
+  angles = np.asarray(parameters[held[0]], np.float64).reshape(-1)
+  grid = _from_pixel(dict(config), str(model_type), {k: v for k, v in fam.items() if k != "class_angles"}, layer)
+  k = sum(grid.sections or ())
+  if angles.shape != (k,) or not np.isfinite(angles).all():
+    raise ValueError(f"model_type {model_type!r}: {held[0]} holds {angles.size} values; its class token turns each "
+                     f"of its {k} pairs by one (finite) angle.")
+  freqs = pair_frequencies(2 * k, grid.theta, sections=grid.sections, kind=grid.frequencies,
+                           layout=grid.section_layout)
+  owner = pair_axes(grid.sections, k, layout=grid.section_layout)
+  dense = np.zeros((len(grid.sections or ()) + 1, k), np.float64)
+  dense[owner, np.arange(k)] = freqs
+  dense[-1] = angles
+  return dense.astype(np.float32)
 
 
 def _refuse_diffusers(class_name: Any, entry: Mapping[str, Any] | None) -> ValueError:

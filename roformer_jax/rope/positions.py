@@ -498,7 +498,7 @@ def _check_count(name: str, value: Any, low: int = 1) -> None:
 
 def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw", start: int = 0,
                    merge_size: int = 1, cls: str | None = None, normalize: str | None = None,
-                   cls_tokens: int = 1, window: int | None = None) -> np.ndarray:
+                   cls_tokens: int = 1, window: int | None = None, cls_axis: bool = False) -> np.ndarray:
   """Per-token 2-D positions of an image's patch grid, for the 2-D vision layouts.
 
   Args:
@@ -521,12 +521,16 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
       is not rotated (Llama 4 appends it last; RoPE-ViT leaves its first token unrotated).
     cls_tokens: how many such tokens (DINOv3 and Sapiens 2: a class token and the register
       tokens, `1 + num_register_tokens`).
+    cls_axis: add a third axis, 1 for the cls tokens and 0 for the patches: the axis by which a
+      class token turns by learned angles of its own (MLCD's class_pos_emb, the frequencies of
+      that axis in a spec with frequencies="mixed"; `rope.hf_frequencies`). Needs cls.
     normalize: None (integer positions); "center": ((i + 0.5) / N) * 2 - 1 per axis (DINOv3;
       float32); "linspace": linspace(-1, 1, N) per axis (rotary-embedding-torch's pixel
       frequencies; float32). With normalize, start must be 0.
 
   Returns:
-    int32[frames * height * width (+ cls_tokens), 2] (3 with axes="thw"), or float32 with normalize.
+    int32[frames * height * width (+ cls_tokens), 2] (3 with axes="thw" or cls_axis), or float32 with
+    normalize.
   """
   for name, v in (("height", height), ("width", width), ("frames", frames), ("merge_size", merge_size)):
     _check_count(name, v)
@@ -537,6 +541,8 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
   if cls not in (None, "first", "last"):
     raise ValueError(f"cls={cls!r}: expected None, 'first' or 'last'.")
   _check_count("cls_tokens", cls_tokens)
+  if cls_axis is not False and (cls_axis is not True or cls is None):
+    raise ValueError(f"cls_axis={cls_axis!r}: True (with cls='first' or 'last') adds the class tokens' own axis.")
   if normalize not in (None, "center", "linspace"):
     raise ValueError(f"normalize={normalize!r}: expected None, 'center' (DINOv3) or 'linspace' (pixel).")
   if height % merge_size or width % merge_size:
@@ -576,6 +582,10 @@ def grid_positions(height: int, width: int, *, frames: int = 1, axes: str = "hw"
   if cls is not None:
     zero = np.zeros((cls_tokens, 2), dtype)
     pos = np.concatenate([zero, pos] if cls == "first" else [pos, zero], axis=0)
+    if cls_axis:  # 1 on its own axis for each class token, 0 for the patches
+      own = np.zeros((len(pos), 1), dtype)
+      own[slice(0, cls_tokens) if cls == "first" else slice(len(pos) - cls_tokens, None)] = 1
+      pos = np.concatenate([pos, own], axis=1)
   return pos
 
 
