@@ -862,13 +862,7 @@ def meta_forward(model_type, config, module, towers=False):
           raise Refused(f"its forward on {what} fails: {_failure(e)}") from e
         if audio:
           refuse_rotated_values(calls)  # CLVP: its apply's own mechanism first
-          if towers:  # every tower's code wrapped: a rotary module still unused by any apply is refused as such
-            try:
-              refuse_foreign_towers(real, calls, shapes)
-            except ForeignTowers as e:
-              raise Refused(f"{e} (a tower's cos/sin applied by no candidate of any sub-config's code)") from None
-          else:
-            refuse_foreign_towers(real, calls, shapes)
+          _refuse_unused_towers(real, calls, shapes, towers)
         # an audio encoder's frames after subsampling: the length of the position ids [1, T] its rotary module got
         frames = {shape[1] for got in shapes.values() for shape in got if len(shape) == 2 and shape[0] == 1}
         if audio and len(frames) == 2 and T_META in frames and "decoder_input_ids" in attempts_ok[0]:
@@ -913,13 +907,7 @@ def meta_forward(model_type, config, module, towers=False):
               raise refused from cpu_error
         ok = attempts_ok[0][1] if isinstance(attempts_ok[0], tuple) else attempts_ok[0]
         if isinstance(ok, dict) and "pixel_values_videos" in ok:  # a video encoder, alone or beside a text tower
-          if towers:  # as for audio: a second tower's rotary module that no apply used is refused
-            try:
-              refuse_foreign_towers(ran, calls, shapes)
-            except ForeignTowers as e:
-              raise Refused(f"{e} (a tower's cos/sin applied by no candidate of any sub-config's code)") from None
-          else:
-            refuse_foreign_towers(ran, calls, shapes)
+          _refuse_unused_towers(ran, calls, shapes, towers)
           # (each tower on a token count of its own: the video's frames and class token, the text's T_META; read per
           # call by observe_rotations, as PE-Audio's)
   finally:
@@ -1245,6 +1233,18 @@ def _reordered_rotary_output(args, outputs, tagged):
   if len(found) > 1:
     raise Refused("an apply gets a rotary module's outputs reordered by two different token orders")
   return list(found.pop()) if found else None
+
+
+def _refuse_unused_towers(model, calls, shapes, towers):
+  """After an audio or video forward: a rotary module that no apply used is refused (refuse_foreign_towers); with
+  every tower's code wrapped (towers), as a Refused that says so."""
+  if not towers:
+    refuse_foreign_towers(model, calls, shapes)
+    return
+  try:
+    refuse_foreign_towers(model, calls, shapes)
+  except ForeignTowers as e:
+    raise Refused(f"{e} (a tower's cos/sin applied by no candidate of any sub-config's code)") from None
 
 
 def refuse_foreign_towers(model, calls, shapes):
