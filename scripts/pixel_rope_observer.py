@@ -740,7 +740,8 @@ def normalised_keypoints(keypoints: np.ndarray, height: int, width: int) -> np.n
   return (np.asarray(keypoints, np.float64) - size / 2) / (size.max() / 2)
 
 
-def observe_keypoints(model_type: str, config, model_cls, grid: tuple[int, int], no_grid: Exception) -> tuple[dict, dict]:
+def observe_keypoints(model_type: str, config, model_cls, grid: tuple[int, int], no_grid: Exception,
+                      confirm: bool = True) -> tuple[dict, dict]:
   """An image matcher whose applies rotate its keypoints (LightGlue): each token a keypoint, turned pair by pair by
   learned frequencies F [2, D / 2] applied to its normalised (x, y). Observed on the probe pair of images: the
   keypoints the forward returns ([0, 1] of the image's width and height), normalised by `normalised_keypoints`, must
@@ -811,6 +812,19 @@ def observe_keypoints(model_type: str, config, model_cls, grid: tuple[int, int],
                     isinstance(heads, int) and getattr(read, k) // heads == d), None)
   if width_key is None:
     raise Refused(f"{no_grid}; its rotated head dim {d} is no width key // num_attention_heads of its config")
+  if confirm:  # the head dim must follow the width key and the head count, each changed alone (built anew: the
+    # config class derives hidden_size from descriptor_dim)
+    wide = getattr(read, width_key)
+    for key, value in ((width_key, wide + 16 * heads), ("num_attention_heads", 2 * heads)):
+      moved = type(config).from_dict({**config.to_dict(), key: value})
+      try:
+        seen = observe_keypoints(model_type, moved, model_cls, grid, no_grid, confirm=False)[0]["keypoints"]
+      except Exception as e:  # noqa: BLE001
+        raise Refused(f"{no_grid}; with {key}={value} its keypoint rotation is not observed again: {e}") from None
+      want = (value if key == width_key else wide) // (heads if key == width_key else value)
+      if (seen["head_dim_default"], seen["parameter"], seen["layout"]) != (want, name, layout):
+        raise Refused(f"{no_grid}; with {key}={value} its keypoints turn a head dim of {seen['head_dim_default']} by "
+                      f"{seen['parameter']} ({seen['layout']}), not {want} by {name} ({layout})")
   family = {"parameter": name, "layout": layout, "normalisation": "centre_max_side", "order": "xy",
             "encoder_input": encoders, "head_dim_default": d, "width_key": width_key,
             "num_attention_heads": heads, width_key: getattr(read, width_key)}
