@@ -3111,7 +3111,10 @@ def main():
           entry, golden = pixel.observe(mt, config, pixel_cls, shrunk)
         except pixel.fit.Refused as e:  # the fit's refusal, in the registry's terms
           raise Refused(str(e)) from e
-        if entry["status"] == "exact":
+        if entry["status"] == "exact" and "keypoints" in entry:  # an image matcher's keypoints (LightGlue)
+          goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)), "rotations": [],
+                         "pixel": golden}
+        elif entry["status"] == "exact":
           read = pixel.rope_config(config)[1]  # the config, or the sub-config its attention reads (SAM 3's backbone)
           entry["pixel"].update({k: getattr(read, k, None) for k in ("hidden_size", "num_attention_heads",
                                                                       "head_dim")})

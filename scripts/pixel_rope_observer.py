@@ -617,7 +617,12 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
     raise first_error
   if not calls:  # as for a text model whose default config's forward calls none of its rotary code
     return {"status": "no_rope", "reason": "its forward on an image calls no rotary function (observed)"}, {}
-  got = fit_tower(calls, grid)
+  try:
+    got = fit_tower(calls, grid)
+  except Refused as no_grid:  # an image matcher whose tokens are keypoints, not patches (LightGlue): observed so
+    if not str(no_grid).startswith("its applies' shapes"):
+      raise
+    return observe_keypoints(model_type, small, model_cls, grid, no_grid)
   head = sum(got["axes"])
   family = {"numbering": json.loads(got["numbering"]), "layout": got["layout"], "frequencies": got["frequencies"],
             "axes_default": got["axes"], "theta_default": got["theta"], "tables": got["tables"],
@@ -709,4 +714,122 @@ def observe(model_type: str, config, model_cls, shrink) -> tuple[dict, dict]:
     goldens["class_parameter"] = class_value.numpy()
   goldens.update({"positions": got["positions"], "grid": np.asarray(grid), "x": fit._to_bthd(first["x"], m),
                   "out": fit._to_bthd(first["out"], m)})
+  return entry, goldens
+
+
+KEYPOINT_TOLERANCE = 1e-12  # float64: how near our normalisation must be to the positions the tower rotates by
+
+
+def keypoint_reference(x: np.ndarray, positions: np.ndarray, frequencies: np.ndarray, layout: str) -> np.ndarray:
+  """float64 NumPy: x [B, T, H, D] turned pair by pair by positions [B, T, 2] . frequencies [2, D / 2] (each pair by
+  both coordinates: its angle sum_a p_a F[a, k]); x rounded to float32 first, as LightGlue's apply does (q.float())
+  before it multiplies by its float64 tables."""
+  ang = np.einsum("bta,ak->btk", positions.astype(np.float64), frequencies.astype(np.float64))
+  c, s = np.cos(ang)[:, :, None], np.sin(ang)[:, :, None]
+  x = x.astype(np.float32).astype(np.float64)
+  i, j = fit.pairs(x.shape[-1], layout)
+  out = np.empty_like(x)
+  out[..., i], out[..., j] = x[..., i] * c - x[..., j] * s, x[..., i] * s + x[..., j] * c
+  return out
+
+
+def normalised_keypoints(keypoints: np.ndarray, height: int, width: int) -> np.ndarray:
+  """float64 NumPy transcription of LightGlue's normalize_keypoints: (kp - (width, height) / 2) / (max(width, height)
+  / 2), kp (x, y) in pixels. Checked here against the positions the tower's positional encoder takes."""
+  size = np.array([width, height], np.float64)
+  return (np.asarray(keypoints, np.float64) - size / 2) / (size.max() / 2)
+
+
+def observe_keypoints(model_type: str, config, model_cls, grid: tuple[int, int], no_grid: Exception,
+                      confirm: bool = True) -> tuple[dict, dict]:
+  """An image matcher whose applies rotate its keypoints (LightGlue): each token a keypoint, turned pair by pair by
+  learned frequencies F [2, D / 2] applied to its normalised (x, y). Observed on the probe pair of images: the
+  keypoints the forward returns ([0, 1] of the image's width and height), normalised by `normalised_keypoints`, must
+  be the [B, T, 2] tensor some module takes (its positional encoder) to 1e-12; exactly one of the tower's parameters,
+  as F^T [D / 2, 2], with one pairing, must reproduce every recorded apply (`keypoint_reference`). Refused with
+  `no_grid` (why the grid fit failed) where the calls are no such rotation, naming what was seen."""
+  config = copy.deepcopy(config)
+  config._attn_implementation = "eager"
+  torch.manual_seed(0)
+  default = torch.get_default_dtype()
+  torch.set_default_dtype(torch.float64)
+  try:
+    model = model_cls(config).eval()
+  finally:
+    torch.set_default_dtype(default)
+  inputs = _paired(pixel_inputs(config, grid))
+  height, width = inputs["pixel_values"].shape[-2:]
+  taken, output, hooks = [], [], []
+  for name, m in model.named_modules():
+    hooks.append(m.register_forward_pre_hook(lambda mod, args, n=name: taken.extend(
+        (n, a.detach().double().numpy()) for a in args if isinstance(a, torch.Tensor) and a.ndim == 3 and
+        a.shape[-1] == 2 and a.is_floating_point())))
+  hooks.append(model.register_forward_hook(lambda mod, args, out: output.append(out)))
+  try:
+    calls = fit._applies(model, inputs, library="transformers")
+  finally:
+    for h in hooks:
+      h.remove()
+  relative = getattr(output[0], "keypoints", None) if output else None
+  if not calls or not isinstance(relative, torch.Tensor) or relative.shape[-1] != 2:
+    raise no_grid
+  absolute = relative.detach().double().numpy().reshape(-1, relative.shape[-2], 2) * np.array([width, height])
+  positions = normalised_keypoints(absolute, height, width)  # [images, keypoints, 2]
+  encoders = sorted({n for n, a in taken if a.shape == positions.shape and
+                     np.abs(a - positions).max() <= KEYPOINT_TOLERANCE})
+  if not encoders:
+    raise Refused(f"{no_grid}; nor does any module take its keypoints normalised as (kp - size / 2) / (max(size) / 2) "
+                  "(a keypoint rotation whose positions are not read)")
+  n = positions.shape[1]
+  try:
+    applied = [(fit._to_bthd(c["x"], n), fit._to_bthd(c["out"], n)) for c in calls]
+  except Refused:
+    raise Refused(f"{no_grid}; its {n} keypoints are no token axis of every apply") from None
+  if any(x.shape[0] != positions.shape[0] for x, _ in applied):
+    raise Refused(f"{no_grid}; its applies' batch is not its {positions.shape[0]} images' keypoints")
+  d = applied[0][0].shape[-1]
+  found = []
+  for name, p in model.named_parameters():
+    if tuple(p.shape) != (d // 2, 2):
+      continue
+    freqs = p.detach().double().numpy().T
+    for layout in ("interleaved", "half"):
+      err = max(float(np.abs(keypoint_reference(x, positions, freqs, layout) - out).max()) for x, out in applied)
+      tol = fit.TOLERANCE["float64"] * max(1.0, max(float(np.abs(x).max()) for x, _ in applied))
+      if err <= tol:
+        found.append((name, layout, err, freqs))
+  if len(found) != 1:
+    raise Refused(f"{no_grid}; its keypoints (normalised, as its positional encoder takes them) turn its applies by "
+                  f"learned 2-D frequencies, which {'no' if not found else 'several'} [D / 2, 2] parameter(s) of the "
+                  f"tower hold{': ' + ', '.join(f[0] + ' ' + f[1] for f in found) if found else ''} (not read)")
+  name, layout, err, freqs = found[0]
+  # a zeroed parameter must not do (the probe tells the rotation from none)
+  if max(float(np.abs(keypoint_reference(x, positions, 0 * freqs, layout) - out).max()) for x, out in applied) < 1e-3:
+    raise Refused(f"{no_grid}; its probe's keypoint rotation is too small to tell from none")
+  read = config
+  heads = getattr(read, "num_attention_heads", None)
+  width_key = next((k for k in ("descriptor_dim", "hidden_size") if isinstance(getattr(read, k, None), int) and
+                    isinstance(heads, int) and getattr(read, k) // heads == d), None)
+  if width_key is None:
+    raise Refused(f"{no_grid}; its rotated head dim {d} is no width key // num_attention_heads of its config")
+  if confirm:  # the head dim must follow the width key and the head count, each changed alone (built anew: the
+    # config class derives hidden_size from descriptor_dim)
+    wide = getattr(read, width_key)
+    for key, value in ((width_key, wide + 16 * heads), ("num_attention_heads", 2 * heads)):
+      moved = type(config).from_dict({**config.to_dict(), key: value})
+      try:
+        seen = observe_keypoints(model_type, moved, model_cls, grid, no_grid, confirm=False)[0]["keypoints"]
+      except Exception as e:  # noqa: BLE001
+        raise Refused(f"{no_grid}; with {key}={value} its keypoint rotation is not observed again: {e}") from None
+      want = (value if key == width_key else wide) // (heads if key == width_key else value)
+      if (seen["head_dim_default"], seen["parameter"], seen["layout"]) != (want, name, layout):
+        raise Refused(f"{no_grid}; with {key}={value} its keypoints turn a head dim of {seen['head_dim_default']} by "
+                      f"{seen['parameter']} ({seen['layout']}), not {want} by {name} ({layout})")
+  family = {"parameter": name, "layout": layout, "normalisation": "centre_max_side", "order": "xy",
+            "encoder_input": encoders, "head_dim_default": d, "width_key": width_key,
+            "num_attention_heads": heads, width_key: getattr(read, width_key)}
+  entry = {"status": "exact", "keypoints": family, "functions": sorted({c["function"] for c in calls}),
+           "max_abs_error": err}
+  goldens = {"keypoints": absolute, "image_size": np.asarray((height, width)), "positions": positions,
+             "parameter": freqs.T, "x": applied[0][0], "out": applied[0][1]}
   return entry, goldens

@@ -40,7 +40,7 @@ def render() -> str:
 
   status = collections.Counter(shown(t, e) for t, e in types.items())
   exact = sorted(t for t, e in types.items() if shown(t, e) == "exact")
-  rotating = [t for t, e in types.items() if e.get("rotations") or e.get("pixel") or e.get("parts") or e.get("observed_via")
+  rotating = [t for t, e in types.items() if e.get("rotations") or e.get("pixel") or e.get("keypoints") or e.get("parts") or e.get("observed_via")
               or t in HAND]
   unobserved = [t for t, e in types.items() if e["status"] == "refused" and not e.get("rotations") and t not in HAND
                 and not e.get("unused_rotary_code") and "not a text model" not in e.get("reason", "")]

@@ -229,6 +229,48 @@ def _check_class_angles(mt, fam):
   return None
 
 
+def _lightglue_normalised(keypoints, height, width):
+  """float64 NumPy transcription of LightGlue's normalize_keypoints (its modeling file): size = (width, height),
+  (kp - size / 2) / (max(size) / 2)."""
+  size = np.array([width, height], np.float64)
+  return (np.asarray(keypoints, np.float64) - size / 2) / (size.max() / 2)
+
+
+def _check_keypoints(mt, fam):
+  """An image matcher's keypoints (LightGlue): rope.keypoint_positions of the golden's keypoints must be the positions
+  its positional encoder took, and the spec with rope.hf_frequencies of the model's own parameter must rotate the
+  recorded q as its apply did; a wrong normalisation (each side by its own half, or uncentred) or a zeroed parameter
+  must not (the golden tells them apart)."""
+  g = {k: np.asarray(ARRAYS[f"{mt}/pixel/{k}"]) for k in ("keypoints", "image_size", "positions", "parameter", "x",
+                                                           "out")}
+  height, width = (int(v) for v in g["image_size"])
+  built = rope.keypoint_positions(g["keypoints"], height, width)
+  if np.abs(built - g["positions"]).max() > 1e-12:
+    return f"rope.keypoint_positions gives {built[0, :2].tolist()}..., it rotated by {g['positions'][0, :2].tolist()}"
+  x, want = g["x"].astype(np.float32), g["out"]
+  tol = 2e-6 * max(1.0, float(np.abs(want).max()))
+
+  def err(config, positions, weight):
+    spec = rope.from_hf_config(config)
+    freqs = rope.hf_frequencies(config, {fam["parameter"]: weight})
+    got = spec.apply(jnp.asarray(x), jnp.asarray(positions, jnp.float32), frequencies=jnp.asarray(freqs))
+    return float(np.abs(np.asarray(got, np.float64) - want).max())
+
+  for config in (CONFIGS[mt], {"model_type": mt}):
+    e = err(config, built, g["parameter"])
+    if e > tol:
+      return f"max error {e:.2e}"
+  size = np.array([width, height], np.float64)
+  wrong = {"each side by its own half": (g["keypoints"] - size / 2) / (size / 2),
+           "uncentred": g["keypoints"] / (size.max() / 2)}
+  for name, positions in wrong.items():
+    if err(CONFIGS[mt], positions, g["parameter"]) < 100 * tol:
+      return f"the golden does not tell its normalisation from one {name}"
+  if err(CONFIGS[mt], built, 0 * g["parameter"]) < 100 * tol:
+    return "the golden does not tell its learned frequencies from none"
+  return None
+
+
 def _check_pixel(mt, fam, part=None):
   """None when from_hf_config of the tower's config rotates the recorded q as its own apply did, else what differs."""
   if fam.get("memory"):
@@ -288,6 +330,10 @@ def test_every_entry_is_exact_or_refused_by_name():
     status = entry["status"]
     if status == "exact" and "pixel" in entry:  # a vision tower observed on an image (Pixtral)
       problem = _check_pixel(mt, entry["pixel"])
+      if problem:
+        wrong[mt] = problem
+    elif status == "exact" and "keypoints" in entry:  # an image matcher's keypoints (LightGlue)
+      problem = _check_keypoints(mt, entry["keypoints"])
       if problem:
         wrong[mt] = problem
     elif status == "exact" and "parts" in entry and "rotations" not in entry:  # parts read one at a time (SAM 3
@@ -452,6 +498,55 @@ def test_mlcd_class_token_angles_come_from_the_named_parameter_and_nothing_else(
     rope.hf_frequencies({"model_type": "pixtral"}, {"class_pos_emb": angles})
   with pytest.raises(ValueError, match="cls_axis"):
     rope.grid_positions(2, 3, cls_axis=True)
+
+
+def test_lightglue_keypoints_turn_by_its_projector_weight_at_their_normalised_coordinates():
+  """LightGlue: a learned spec over the keypoints' normalised (x, y); rope.keypoint_positions is its
+  normalize_keypoints (a float64 NumPy transcription of its code, non-square images, float32 as it computes);
+  rope.hf_frequencies gives F = W^T of its projector weight [R/2, 2] and refuses a missing, ambiguous or misshapen
+  one; the head dim follows descriptor_dim // num_attention_heads."""
+  fam = TYPES["lightglue"]["keypoints"]
+  assert fam["parameter"] == "positional_encoder.projector.weight" and fam["layout"] == "interleaved", fam
+  assert "positional_encoder" in fam["encoder_input"], fam
+  rng = np.random.default_rng(0)
+  for height, width in ((70, 84), (480, 640), (641, 480), (1, 1)):
+    kp = rng.uniform(0, 1, (2, 7, 2)) * [width, height]
+    np.testing.assert_allclose(rope.keypoint_positions(kp, height, width), _lightglue_normalised(kp, height, width),
+                               rtol=0, atol=1e-15)
+    got32 = rope.keypoint_positions(kp.astype(np.float32), height, width)
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, _lightglue_normalised(kp, height, width), rtol=0, atol=1e-6)
+  assert np.abs(rope.keypoint_positions([[[640.0, 240.0]]], 480, 640) - [[[1.0, 0.0]]]).max() == 0
+  for bad in (np.zeros((3, 3)), np.zeros(2)):
+    with pytest.raises(ValueError, match="keypoints must be"):
+      rope.keypoint_positions(bad, 4, 4)
+  with pytest.raises(ValueError, match="height"):
+    rope.keypoint_positions(np.zeros((1, 2)), 0, 4)
+  config = {"model_type": "lightglue", "descriptor_dim": 64, "num_attention_heads": 2}
+  spec = rope.from_hf_config(config)
+  assert spec.learned and len(spec.sections) == 2 and sum(spec.sections) == 16 and spec.layout == "interleaved"
+  weight = rng.normal(size=(16, 2))
+  freqs = rope.hf_frequencies(config, {"matcher.positional_encoder.projector.weight": weight})
+  np.testing.assert_allclose(freqs, weight.T, rtol=1e-6)
+  # float64 NumPy: pair k (channels 2k, 2k + 1) turns by x W[k, 0] + y W[k, 1]
+  pos = rope.keypoint_positions(rng.uniform(0, 100, (1, 5, 2)), 60, 100)
+  q = rng.normal(size=(1, 5, 2, 32))
+  ang = (pos[0] @ weight.T)[:, None]
+  want = q.copy()
+  want[..., 0::2] = q[..., 0::2] * np.cos(ang) - q[..., 1::2] * np.sin(ang)
+  want[..., 1::2] = q[..., 1::2] * np.cos(ang) + q[..., 0::2] * np.sin(ang)
+  got = spec.apply(jnp.asarray(q, jnp.float32), jnp.asarray(pos, jnp.float32), frequencies=jnp.asarray(freqs))
+  np.testing.assert_allclose(np.asarray(got), want, atol=2e-5)
+  name = "positional_encoder.projector.weight"
+  for bad, match in (({}, "hold none"), ({"a." + name: weight, "b." + name: weight}, "several"),
+                     ({name: weight.T}, r"shape \(2, 16\)"), ({name: weight[:15]}, r"shape \(15, 2\)"),
+                     ({name: np.full((16, 2), np.nan)}, "finite")):
+    with pytest.raises(ValueError, match=match):
+      rope.hf_frequencies(config, bad)
+  with pytest.raises(ValueError, match=r"shape \(32, 2\)"):  # the default head dim (256 / 4) wants 32 pairs
+    rope.hf_frequencies({"model_type": "lightglue"}, {name: weight})
+  with pytest.raises(ValueError, match="even head dim"):
+    rope.from_hf_config({"model_type": "lightglue", "descriptor_dim": 60, "num_attention_heads": 4})
 
 
 def test_an_unknown_model_type_is_refused_and_family_reads_it_explicitly():

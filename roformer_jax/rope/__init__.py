@@ -50,6 +50,7 @@ from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, LENGTH_DEPE
 from roformer_jax.rope.hf_config import from_hf_config, hf_families, hf_frequencies
 from roformer_jax.rope.layouts import convert_qk_layout, layout_permutation
 from roformer_jax.rope.positions import (bria_fibo2_positions, caption_positions, flux_positions, grid_positions,
+                                         keypoint_positions,
                                          ltx2_audio_positions, ltx2_video_positions, ltx_pair_layout, ltx_positions,
                                          lumina_positions, mochi_positions,
                                          multimodal_positions, omni_audio_tokens, omni_positions, pad_positions, positions_from_mask,
@@ -65,6 +66,6 @@ __all__ = [
     "scaling_warnings", "RopeConfigWarning",
     "is_length_dependent", "frequencies_change", "row_lengths", "pair_axes", "pair_frequencies",
     "pixel_frequencies", "rescaled_theta", "mixed_frequencies", "videorope_positions", "rotation_matrix", "long_term_decay", "positions_from_segments",
-    "positions_from_mask", "multimodal_positions", "omni_positions", "omni_audio_tokens", "xdrope_positions", "pad_positions", "grid_positions", "sam2_memory_positions", "sam3_positions", "flux_positions", "video_grid_positions", "lumina_positions", "caption_positions", "qwen_image21_positions", "bria_fibo2_positions", "mochi_positions", "ltx_positions", "ltx_pair_layout", "ltx2_video_positions", "ltx2_audio_positions", "layout_permutation", "convert_qk_layout",
+    "positions_from_mask", "multimodal_positions", "omni_positions", "omni_audio_tokens", "xdrope_positions", "pad_positions", "grid_positions", "keypoint_positions", "sam2_memory_positions", "sam3_positions", "flux_positions", "video_grid_positions", "lumina_positions", "caption_positions", "qwen_image21_positions", "bria_fibo2_positions", "mochi_positions", "ltx_positions", "ltx_pair_layout", "ltx2_video_positions", "ltx2_audio_positions", "layout_permutation", "convert_qk_layout",
     "RotaryConfig", "freeze_scaling", "from_hf_config", "hf_families", "hf_frequencies",
 ]

@@ -597,6 +597,27 @@ def _from_pixel(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
                       section_layout=section_layout)
 
 
+def _keypoint_head_dim(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> int:
+  """LightGlue's head dim: its width key (descriptor_dim) // num_attention_heads, as observed."""
+  width = cfg.get(fam["width_key"], fam[fam["width_key"]])
+  heads = cfg.get("num_attention_heads", fam["num_attention_heads"])
+  for name, value in ((fam["width_key"], width), ("num_attention_heads", heads)):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+      raise ValueError(f"model_type {model_type!r}: {name}={value!r} must be a positive int.")
+  if width % heads or (width // heads) % 2:
+    raise ValueError(f"model_type {model_type!r}: {fam['width_key']}={width} must be num_attention_heads={heads} "
+                     "times an even head dim (the head dim it rotates).")
+  return width // heads
+
+
+def _from_keypoints(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:
+  """An image matcher's keypoint rotation (LightGlue): dense learned frequencies F [2, R/2] over the keypoints'
+  normalised (x, y) (`rope.keypoint_positions`), F its positional encoder's projector weight transposed
+  (`hf_frequencies`); sections only say there are 2 axes."""
+  k = _keypoint_head_dim(cfg, model_type, fam) // 2
+  return RotaryConfig(layout=fam["layout"], frequencies="mixed", sections=(k - k // 2, k // 2))
+
+
 def hf_frequencies(config: Mapping[str, Any], parameters: Mapping[str, Any], *,
                    layer: int | None = None) -> np.ndarray:
   """The frequencies a learned spec from `from_hf_config(config)` rotates by, from the model's parameters.
@@ -606,6 +627,9 @@ def hf_frequencies(config: Mapping[str, Any], parameters: Mapping[str, Any], *,
   each turn their own pairs by the patches' 2-D RoPE (theta and head dim from the config, as `from_hf_config` reads
   them), and every pair of the class token (at (0, 0, 1)) turns by the parameter's angle. Pass them to
   `spec.apply(x, positions, frequencies=F)`.
+
+  For an image matcher's keypoints (LightGlue's `positional_encoder.projector.weight` W [R/2, 2]): float32[2, R/2] =
+  W^T, over the keypoints' positions `rope.keypoint_positions(keypoints, height, width)` (x, y).
 
   Args:
     config: the tower's config.json as a dict.
@@ -620,6 +644,9 @@ def hf_frequencies(config: Mapping[str, Any], parameters: Mapping[str, Any], *,
   spec = from_hf_config(config, layer=layer)
   model_type = config.get("model_type")
   entry = registry()["model_types"].get(model_type) if isinstance(model_type, str) else None
+  keypoints = (entry or {}).get("keypoints")
+  if keypoints:
+    return _keypoint_frequencies(config, str(model_type), keypoints, parameters)
   fam = (entry or {}).get("pixel") or {}
   if spec is None or not fam.get("class_angles"):
     raise ValueError(f"model_type {model_type!r}: the registry knows no learned class-token angles for it "
@@ -643,6 +670,28 @@ def hf_frequencies(config: Mapping[str, Any], parameters: Mapping[str, Any], *,
   dense[owner, np.arange(k)] = freqs
   dense[-1] = angles
   return dense.astype(np.float32)
+
+
+def _held(model_type: str, name: str, parameters: Mapping[str, Any], what: str) -> Any:
+  held = [k for k in parameters if k == name or str(k).endswith("." + name)]
+  if len(held) != 1:
+    raise ValueError(f"model_type {model_type!r}: {what} {name!r}; the parameters hold "
+                     f"{'none' if not held else 'several: ' + ', '.join(map(str, held))} of that name.")
+  return held[0]
+
+
+def _keypoint_frequencies(config: Mapping[str, Any], model_type: str, fam: Mapping[str, Any],
+                          parameters: Mapping[str, Any]) -> np.ndarray:
+  """LightGlue: F = W^T [2, R/2], W its positional encoder's projector weight [R/2, 2] (pair k turns by
+  x W[k, 0] + y W[k, 1])."""
+  name = fam["parameter"]
+  key = _held(model_type, name, parameters, "its keypoints turn by its parameter")
+  k = _keypoint_head_dim(config, model_type, fam) // 2
+  weight = np.asarray(parameters[key], np.float64)
+  if weight.shape != (k, 2) or not np.isfinite(weight).all():
+    raise ValueError(f"model_type {model_type!r}: {key} has shape {weight.shape}; its keypoints turn each of its {k} "
+                     f"pairs by a (finite) weight per coordinate (x, y): shape ({k}, 2).")
+  return weight.T.astype(np.float32)
 
 
 def _refuse_diffusers(class_name: Any, entry: Mapping[str, Any] | None) -> ValueError:
@@ -916,6 +965,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
         return from_hf_config(sub, layer=layer)
     elif "pixel" in entry:  # a vision tower observed on an image (Pixtral): its 2-D RoPE over the patch grid
       fam = {"pixel": entry["pixel"]}
+    elif "keypoints" in entry:  # an image matcher's keypoints (LightGlue): learned 2-D frequencies
+      if part is not None:
+        raise ValueError(f"part={part!r}: model_type {model_type!r} rotates alike wherever it rotates; leave part out.")
+      return _from_keypoints(cfg, model_type, entry["keypoints"])
     else:
       fam = entry["family"]
   if part is not None:

@@ -969,3 +969,32 @@ def mochi_positions(frames: int, height: int, width: int, *, base: tuple[int, in
     return ((edges[:-1] + edges[1:]) / np.float32(2)).astype(np.float32)
   t, h, w = np.meshgrid(np.arange(frames, dtype=np.float32), centres(height), centres(width), indexing="ij")
   return np.stack([t, h, w], -1).reshape(-1, 3)
+
+
+def keypoint_positions(keypoints: ArrayLike, height: int, width: int) -> np.ndarray:
+  """The positions an image matcher rotates its keypoints by (LightGlue's normalize_keypoints):
+  each keypoint's (x, y) in pixels, centred on the image and divided by half its longer side,
+  (kp - (width, height) / 2) / (max(width, height) / 2), so the longer side spans [-1, 1]. Its
+  rotation is dense and learned: pair k turns by x F[0, k] + y F[1, k], F = W^T of its positional
+  encoder's projector weight W [head_dim / 2, 2] (`rope.hf_frequencies`;
+  `spec.apply(q, positions, frequencies=F)` with q [images, keypoints, heads, head_dim]).
+
+  Args:
+    keypoints: [..., keypoints, 2] (x, y) in pixels (x along the width), float.
+    height, width: the image's size in pixels.
+
+  Returns:
+    [..., keypoints, 2] in the keypoints' float dtype (float32 for ints), computed in it as
+    LightGlue computes them.
+  """
+  _check_count("height", height)
+  _check_count("width", width)
+  kp = np.asarray(keypoints)
+  if kp.ndim < 2 or kp.shape[-1] != 2:
+    raise ValueError(f"keypoints must be [..., keypoints, 2] (x, y) in pixels, got shape {kp.shape}.")
+  if not np.issubdtype(kp.dtype, np.floating):
+    kp = kp.astype(np.float32)
+  size = np.array([width, height], kp.dtype)
+  shift = size / kp.dtype.type(2)
+  scale = size.max() / kp.dtype.type(2)
+  return ((kp - shift) / scale).astype(kp.dtype)
