@@ -86,6 +86,7 @@ import copy
 import functools
 import importlib
 import inspect
+import io
 import itertools
 import json
 import math
@@ -2058,6 +2059,16 @@ def _perturbed_golden(rotary, module, top_config, facts, call, rotary_shapes, q)
 
 
 SELF_ANGLED_TOKENS = 8  # the probe positions 0..7 of an apply that computes its angles from the ids it is handed
+HALF_TABLES_THETA = [None]  # self_angled_apply's theta where it found rotate_half's tables over interleaved pairs
+
+
+class HalfTables(Refused):
+  """observe_rotations' finding that an apply handed integer ids turns interleaved pairs by rotate_half's tables
+  (V-JEPA 2): main observes its callers whole (`half_tables_entry`) instead of refusing."""
+
+  def __init__(self, message, theta):
+    super().__init__(message)
+    self.theta = theta
 
 
 def self_angled_apply(fn, call):
@@ -2106,6 +2117,7 @@ def self_angled_apply(fn, call):
   tiled = np.concatenate([theta ** (-np.arange(d // 2) / (d // 2))] * 2)
   if np.isfinite(theta) and np.allclose(f, tiled, rtol=1e-9, atol=1e-12) and np.allclose(
       np.arctan2(sin, cos), np.angle(np.exp(1j * np.arange(t)[:, None] * tiled)), atol=1e-9):
+    HALF_TABLES_THETA[0] = theta
     return (f"observed on probe tensors, it is no rotation of channel pairs: it pairs channels (2k, 2k + 1) "
             f"(interleaved) but turns channel c of the D = {d} it is handed by id * {_integer_theta_text(theta)} ** "
             "(-(c mod D/2) / (D/2)) "
@@ -2114,6 +2126,268 @@ def self_angled_apply(fn, call):
             "any rotation) does that")
   return ("observed on probe tensors, it is no rotation of channel pairs: the two channels of an interleaved pair "
           "turn by different angles")
+
+
+class Observed(Exception):  # noqa: N818  not an error: the entry was made whole by a dedicated observer
+  """A type's entry and golden made in full by a dedicated observer (`half_tables_entry`): main records them."""
+
+
+HALF_TABLES_ROWS = 4  # batch rows of the golden call (the same ids in each: the fit pools rows and heads)
+
+
+def _half_tables_parts(calls):
+  """{part: {"path", "head_dim": H, "segments": A, "width": d, "heads": N}} from the recorded calls of the apply:
+  each part (the owner of a block list: V-JEPA 2's "encoder" and "predictor") hands it A equal contiguous slices
+  [a d, (a + 1) d) of its H-wide heads, from channel 0; anything else is refused."""
+  parts = {}
+  for c in calls:
+    x = next((r for r in c["args"] if "x" in r), None)
+    if c["rotary"] is not None or not c.get("integer_args") or x is None or not x.get("slice_of") or \
+        not c.get("caller_block") or len(x["x"]) != 4:
+      raise Refused(f"{c['fn']} turns interleaved pairs by rotate_half's tables, but is called other than on slices "
+                    "of a head [B, N, T, d] with integer ids")
+    block = c["caller_block"].split(".")
+    name = ".".join(block[:-2]) if len(block) > 2 and block[-1].isdigit() else c["caller_block"]
+    p = parts.setdefault(name, {"path": f"{c['caller_block']}.{c['caller_path']}", "slices": set(), "heads": set()})
+    p["slices"].add((x["slice_of"][0], x["x"][-1], x["slice_of"][1]))
+    p["heads"].add(x["x"][1])
+  out = {}
+  for name, p in parts.items():
+    slices = sorted(p["slices"])
+    widths, heads = {w for _, w, _ in slices}, {h for *_, h in slices}
+    d = min(widths)
+    if len(widths) != 1 or len(heads) != 1 or len(p["heads"]) != 1 or \
+        [start for start, _, _ in slices] != [i * d for i in range(len(slices))] or len(slices) * d > min(heads):
+      raise Refused(f"{name}: the apply turns slices {slices} of its heads, not equal contiguous segments from 0")
+    out[name] = {"path": p["path"], "head_dim": heads.pop(), "segments": len(slices), "width": d,
+                 "heads": p["heads"].pop()}
+  return out
+
+
+def _observe_half_attention(attn, module, t, ids, heads, head_dim):
+  """The caller `attn` (an attention module) run for real in float64 on T = t tokens, every Linear child of width
+  N H (its q, k and v projections) made to output one float32-exact probe x [B, T, N H], and the q, k and v it
+  hands its attention function captured (`module.eager_attention_forward`, the eager path forced). ids: None (its
+  forward's own numbering), or sorted token ids [T] passed as its position argument (V-JEPA 2's predictor: the grid
+  ids of its tokens), the same in each row. Returns x and the captured (q, k, v), each [B, N, T, H]."""
+  attn = copy.deepcopy(attn).to_empty(device="cpu").to(torch.float64)  # (a meta model's: its weights are never read)
+  for m in attn.modules():  # the copy runs bare: no hook meta_forward left on the model
+    for hooks in (m._forward_hooks, m._forward_pre_hooks, getattr(m, "_forward_hooks_with_kwargs", {}),
+                  getattr(m, "_forward_pre_hooks_with_kwargs", {})):
+      hooks.clear()
+  gen = torch.Generator().manual_seed(SEED)
+  x = torch.randn(HALF_TABLES_ROWS, t, heads * head_dim, generator=gen).to(torch.float64)
+  linears = [m for m in attn.children() if isinstance(m, torch.nn.Linear) and m.out_features == heads * head_dim]
+  width = {m.in_features for m in linears}
+  if len(linears) < 3 or len(width) != 1:
+    raise Refused(f"{type(attn).__name__}: no q, k and v projections of width {heads} x {head_dim} to probe")
+  for m in linears:
+    m.register_forward_hook(lambda mod, inp, out: x)
+  seen = {}
+
+  def capture(_module, query, key, value, *args, **kwargs):
+    seen["qkv"] = (query, key, value)
+    return query.transpose(1, 2), None
+
+  params = list(inspect.signature(attn.forward).parameters)
+  hidden = torch.zeros(HALF_TABLES_ROWS, t, width.pop(), dtype=torch.float64)
+  kwargs = {} if ids is None else {params[1]: torch.as_tensor(ids).repeat(HALF_TABLES_ROWS, 1)}
+  saved = module.eager_attention_forward
+  attn.config._attn_implementation = "eager"
+  module.eager_attention_forward = capture
+  try:
+    with torch.no_grad():
+      attn(hidden, **kwargs)
+  finally:
+    module.eager_attention_forward = saved
+  if "qkv" not in seen:
+    raise Refused(f"{type(attn).__name__}: its forward calls no eager attention function to observe")
+  return x, [v.detach().numpy() for v in seen["qkv"]]
+
+
+def _half_tables_positions(x, out, heads, head_dim, segments, width, theta):
+  """What the caller did to x, read channel by channel: each output channel c fitted as x_c C + s x_p S at each
+  token (p = c xor 1, s = -1 for even c) over the rows and heads, and each angle atan2(S, C) checked to be id-free
+  beyond segments of `width` channels turning channel c of a segment by pos * theta ** (-(c mod w/2) / (w/2)),
+  the rest unchanged. Returns the positions [T, segments] each segment turned by, or raises Refused naming what
+  differs."""
+  b, t, _ = x.shape
+  xq = x.numpy().reshape(b, t, heads, head_dim).transpose(0, 2, 1, 3).reshape(-1, t, head_dim)
+  o = out.reshape(-1, t, head_dim)
+  partner = np.arange(head_dim) ^ 1
+  a, p = xq, np.where(np.arange(head_dim) % 2 == 0, -1.0, 1.0) * xq[..., partner]
+  aa, ap, pp, ao, po = [(u * v).sum(0) for u, v in ((a, a), (a, p), (p, p), (a, o), (p, o))]
+  det = aa * pp - ap * ap
+  cos, sin = (ao * pp - po * ap) / det, (aa * po - ap * ao) / det
+  residual = float(np.abs(a * cos + p * sin - o).max())
+  if residual > 1e-9 or not np.allclose(cos ** 2 + sin ** 2, 1, atol=1e-9):
+    raise Refused(f"its caller's output is no turn of each channel with its interleaved partner (residual "
+                  f"{residual:.1e})")
+  rotated = segments * width
+  if not (np.allclose(cos[:, rotated:], 1, atol=1e-12) and np.allclose(sin[:, rotated:], 0, atol=1e-12)):
+    raise Refused(f"its caller turns channels past the {segments} segments of {width} it hands the apply")
+  half = width // 2
+  f = theta ** (-(np.arange(width) % half) / half)
+  angles = np.arctan2(sin, cos)
+  positions = np.empty((t, segments), np.int64)
+  for s in range(segments):
+    seg = angles[:, s * width:(s + 1) * width]
+    pos = np.rint(seg[:, half - 1] / f[half - 1])  # the slowest channel: no wrap at these positions
+    if not np.allclose(np.angle(np.exp(1j * (pos[:, None] * f - seg))), 0, atol=1e-8):
+      raise Refused(f"segment {s} of its caller's heads turns by no integer position times rotate_half's tables")
+    positions[:, s] = pos
+  return positions
+
+
+def _grid_numbering(positions, ids):
+  """g where token id i sits at (i // g^2, (i mod g^2) // g, i mod g) for every observed token, else None."""
+  g = int(positions[:, -1].max()) + 1
+  want = np.stack([ids // (g * g), ids % (g * g) // g, ids % g], -1)
+  return g if positions.shape[1] == 3 and np.array_equal(positions, want) else None
+
+
+def _observe_grid(attn, module, p, theta, ids=None):
+  """One observation of a part's attention: its own numbering of enough tokens to pass a whole frame (grown from 64
+  until the frame axis moves), then 2 g^2 + 37 tokens (two frames and part of a third); or at the given ids.
+  Returns (x, q, token ids, positions [T, 3], g)."""
+  t = 64
+  while True:
+    n = t if ids is None else len(ids)
+    x, (q, k, v) = _observe_half_attention(attn, module, n, ids, p["heads"], p["head_dim"])
+    xv = x.numpy().reshape(x.shape[0], x.shape[1], p["heads"], p["head_dim"]).transpose(0, 2, 1, 3)
+    if not np.array_equal(q, k) or not np.array_equal(v, xv):
+      raise Refused(f"{type(attn).__name__}: its q and k turn differently, or v turns too")
+    token_ids = np.arange(n) if ids is None else np.asarray(ids)
+    positions = _half_tables_positions(x, q, p["heads"], p["head_dim"], p["segments"], p["width"], theta)
+    if ids is None and positions[:, 0].max() < 1 and t < 1 << 15:
+      t *= 2
+      continue
+    g = _grid_numbering(positions, token_ids)
+    if g is None:
+      raise Refused(f"{type(attn).__name__}: its segments turn by positions {positions[:3].tolist()}..., not the "
+                    "(frame, row, column) of a raster grid numbering of its tokens")
+    if ids is None and t != 2 * g * g + 37:
+      t = 2 * g * g + 37
+      continue
+    return x, q, token_ids, positions, g
+
+
+def _half_tables_numpy(x, positions, p, theta):
+  """The layout the observation found, in float64 NumPy from its facts: each of the segments of d channels turns
+  channel c by pos * theta ** (-(c mod d/2) / (d/2)) (rotate_half's tables) mixed with its interleaved partner
+  (out_2k = x_2k cos - x_2k+1 sin, out_2k+1 = x_2k+1 cos + x_2k sin, each at its own channel's angle), the rest
+  unchanged. x [B, T, N H], positions [T, segments]; returns [B, N, T, H] as the captured q."""
+  b, t, _ = x.shape
+  d, half = p["width"], p["width"] // 2
+  xs = x.reshape(b, t, p["heads"], p["head_dim"]).transpose(0, 2, 1, 3)
+  out = xs.copy()
+  f = theta ** (-(np.arange(d) % half) / half)
+  for s in range(p["segments"]):
+    seg = xs[..., s * d:(s + 1) * d]
+    ang = positions[:, s, None] * f  # [T, d]
+    swapped = np.stack([-seg[..., 1::2], seg[..., 0::2]], -1).reshape(seg.shape)
+    out[..., s * d:(s + 1) * d] = seg * np.cos(ang) + swapped * np.sin(ang)
+  return out
+
+
+def _ratio_keys(values, base, moved_by):
+  """(numerator, denominator): the config keys whose ratio values[a] // values[b] is the observed `base`, among those
+  `moved_by` (key -> the observed value with that key doubled) says change it; confirmed by the doubled values (the
+  numerator doubles it, the denominator halves it). None unless exactly one pair does."""
+  found = []
+  for a, b in itertools.permutations(moved_by, 2):
+    if values[b] and values[a] % values[b] == 0 and values[a] // values[b] == base and \
+        moved_by[a] == 2 * base and moved_by[b] == base // 2:
+      found.append((a, b))
+  return found[0] if len(found) == 1 else None
+
+
+def half_tables_entry(mt, config, module, model, calls, found):
+  """V-JEPA 2: an apply handed integer ids that turns interleaved pairs by rotate_half's tables (self_angled_apply:
+  `found.theta`), called by an attention on equal segments of its heads. Each part's attention (encoder, predictor)
+  is run for real in float64 on a probe (`_observe_half_attention`) at its own numbering of two frames and part of
+  a third, and at sorted grid ids passed as its position argument (the predictor's tokens); the positions each
+  segment turned by are read off its output (`_half_tables_positions`) and must be the raster grid numbering
+  (`_grid_numbering`). Which config keys give the head width (the whole model rebuilt) and the grid (the attention
+  rebuilt) is observed by doubling each integer key: each must be one key // another. Returns the entry and the
+  golden arrays per part."""
+  theta = float(round(found.theta)) if abs(found.theta - round(found.theta)) <= 1e-9 * found.theta else found.theta
+  parts = _half_tables_parts(calls)
+  values = {k: v for k, v in config.to_dict().items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+  widths, segment_widths = {}, {}  # key -> {part: head width, segment width} with that key doubled (its own calls)
+  heads = {q["head_dim"] for q in parts.values()}
+  pairs = [(a, b) for a, b in itertools.permutations(values, 2)
+           if values[a] % values[b] == 0 and values[a] // values[b] in heads]
+  for key in sorted({k for pair in pairs for k in pair}):  # only keys of a pair whose ratio is a head width
+    changed = copy.deepcopy(config)
+    setattr(changed, key, 2 * values[key])
+    try:
+      with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        SEEN_IDS.clear()
+        seen = _half_tables_parts(meta_forward(mt, changed, module)[0])
+    except Exception:  # noqa: BLE001  a value the model cannot take, or other calls
+      continue
+    widths[key] = {name: q["head_dim"] for name, q in seen.items()}
+    segment_widths[key] = {name: q["width"] for name, q in seen.items()}
+  families, golden, error = {}, {}, 0.0
+  for name, p in parts.items():
+    attn = model.get_submodule(p["path"])
+    widths_of = [m.out_features for m in attn.children() if isinstance(m, torch.nn.Linear)]
+    heads_of = {w // p["head_dim"] for w in widths_of if w % p["head_dim"] == 0 and widths_of.count(w) >= 3}
+    if len(heads_of) != 1:
+      raise Refused(f"{name}: no q, k and v projections of {p['head_dim']}-wide heads in {type(attn).__name__}")
+    p["heads"] = heads_of.pop()  # the module's own head count (the calls may come from a shrunk copy)
+    x, q, ids, positions, g = _observe_grid(attn, module, p, theta)
+    rng = np.random.default_rng(SEED)
+    chosen = np.sort(rng.choice(3 * g * g, size=97, replace=False))  # a predictor's tokens: grid ids, sorted
+    xi, qi, _, pi, gi = _observe_grid(attn, module, p, theta, ids=chosen)
+    if gi != g:
+      raise Refused(f"{name}: its grid differs between its own numbering and given ids")
+    moved = {k: w[name] for k, w in widths.items() if name in w and w[name] != p["head_dim"]}
+    head_keys = _ratio_keys(values, p["head_dim"], moved)
+    if head_keys is None:
+      raise Refused(f"{name}: its head width {p['head_dim']} is no ratio of two config keys that move it ({moved})")
+    grids = {}
+    init = inspect.signature(type(attn).__init__).parameters
+    for key in sorted(values):
+      changed = copy.deepcopy(attn.config)
+      setattr(changed, key, 2 * values[key])
+      try:
+        rebuilt = type(attn)(changed, **{a: getattr(attn, a) for a in init if a not in ("self", "config")
+                                         and hasattr(attn, a)})
+        grids[key] = _observe_grid(rebuilt, module, p, theta)[4]
+      except Exception:  # noqa: BLE001  a value the class cannot take
+        continue
+    grid_keys = _ratio_keys(values, g, {k: v for k, v in grids.items() if v != g})
+    if grid_keys is None:
+      raise Refused(f"{name}: its grid of {g} is no ratio of two config keys that move it ({grids})")
+    for xs, qs, ps in ((x, q, positions), (xi, qi, pi)):
+      error = max(error, float(np.abs(_half_tables_numpy(xs.numpy(), ps, p, theta) - qs).max()))
+    seen_widths = {p["head_dim"]: p["width"], **{w[name]: d for w, d in
+                                                   ((widths[k], segment_widths[k][name]) for k in widths
+                                                    if name in widths[k])}}
+    if any(d != 2 * ((h // p["segments"]) // 2) for h, d in seen_widths.items()):
+      raise Refused(f"{name}: its segment widths at head widths {seen_widths} are not 2 ((H // "
+                    f"{p['segments']}) // 2)")
+    families[name] = {"half_tables": {
+        "head_dim_keys": list(head_keys), "head_dim_key_defaults": {k: values[k] for k in head_keys},
+        "segment_widths_seen": {str(h): d for h, d in sorted(seen_widths.items())},
+        "head_dim_default": p["head_dim"], "segments": p["segments"],
+        "segment_width_default": p["width"], "theta": theta, "grid_keys": list(grid_keys), "grid_default": g}}
+    kept = slice(0, 1), slice(None), slice(0, 2)  # the golden: row 0, heads 0 and 1 ([B, T, N, H]; every head alike)
+    golden[name] = {"x": x.numpy().reshape(x.shape[0], x.shape[1], p["heads"], p["head_dim"])[kept],
+                    "out": q.transpose(0, 2, 1, 3)[kept], "ids": ids, "positions": positions,
+                    "x_ids": xi.numpy().reshape(xi.shape[0], xi.shape[1], p["heads"], p["head_dim"])[kept],
+                    "out_ids": qi.transpose(0, 2, 1, 3)[kept], "ids_ids": chosen, "positions_ids": pi}
+    golden[name] = {k: v.astype(np.float32) if v.dtype == np.float64 else v for k, v in golden[name].items()}  # x is
+    # float32-exact; the float64 result rounded once
+  entry = {"status": "exact", "functions": sorted({f"{module.__name__.split('.')[-1]}.py:{c['fn']}" for c in calls}),
+           "parts": families, "max_abs_error": error,
+           "observed": "each part's attention run for real on probe q, k and v (a float64 forward); its apply pairs "
+                       "channels (2k, 2k + 1) but lays rotate_half's tables over them: not a rotation "
+                       "(RotaryConfig tables='half')"}
+  return entry, golden
 
 
 def _integer_theta_text(theta):
@@ -2128,10 +2402,14 @@ def observe_rotations(meta_model, module, calls, rotary_shapes, rng):
     if c["rotary"] is None:
       how = (": it is given integer position ids and computes its angles itself, no rotary module the config's "
              "rope parameters drive") if c.get("integer_args") else ""
+      HALF_TABLES_THETA[0] = None
       if c.get("integer_args"):  # run it on probe tensors: what it does with the ids it is given (V-JEPA 2)
         seen = self_angled_apply(candidates(module).get(c["fn"]), c)
         how = f"{how}; {seen}" if seen else how
-      raise Refused(f"{c['fn']} (called by {c['caller']}) gets no cos/sin from a rotary module{how}")
+      message = f"{c['fn']} (called by {c['caller']}) gets no cos/sin from a rotary module{how}"
+      if HALF_TABLES_THETA[0] is not None:
+        raise HalfTables(message, HALF_TABLES_THETA[0])
+      raise Refused(message)
     key = json.dumps([c["fn"], c.get("module"), c["rotary"], c["args"], c["tensor_kwargs"], c["kwargs"]],
                      sort_keys=True)
     groups.setdefault(key, []).append(c)
@@ -3149,7 +3427,13 @@ def main():
           entry = {"status": "delegates", "sub_configs": tower_delegation(model, config, calls, rotary_shapes),
                    "observed": "its forward on an image and token ids rotates in this sub-config's tower only"}
         else:
-          rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
+          try:
+            rotations = observe_rotations(model, module, calls, rotary_shapes, rng)
+          except HalfTables as e:  # V-JEPA 2: its callers observed whole, each part its own spec
+            entry, golden = half_tables_entry(mt, config, module, model, calls, e)
+            goldens[mt] = {"config": json.loads(config.to_json_string(use_diff=False)), "rotations": [],
+                           "half_tables": golden}
+            raise Observed from None
           every_block = every_block_rotates(model, calls)
           for r in rotations:
             r["every_block"] = every_block
@@ -3184,6 +3468,8 @@ def main():
             if any(f.get("q_temperature") for f in entry.get("parts", {"": entry.get("family")}).values()):
               with_q_temperature(module, rotations)
             entry["status"] = "exact"
+    except Observed:
+      pass
     except Refused as e:
       if entry.get("status") in (None, "observed"):
         entry["status"] = "no_default_config" if isinstance(e, NoModel) else "refused"
@@ -3472,6 +3758,9 @@ def write_goldens(goldens, out, keep=False):
     configs[mt] = g["config"]
     for k, v in g.get("pixel", {}).items():  # a pixel tower's golden apply: x, out, positions
       arrays[f"{mt}/pixel/{k}"] = np.asarray(v)
+    for part, arrs in g.get("half_tables", {}).items():  # V-JEPA 2: each part's attention, observed whole
+      for k, v in arrs.items():
+        arrays[f"{mt}/{part}/half_tables/{k}"] = np.asarray(v)
     if g.get("vision_ids") is not None:  # [tokens, axes] for VISION_GRID
       arrays[f"{mt}/vision_ids"] = np.asarray(g["vision_ids"], np.int64)
     for i, r in enumerate(g["rotations"]):

@@ -324,6 +324,46 @@ def _check_pixel(mt, fam, part=None):
   return None
 
 
+def _check_half_tables(mt, part, fam):
+  """A part whose attention lays rotate_half's tables over interleaved pairs (V-JEPA 2, `tables="half"`, not a
+  rotation): from_hf_config of its default config and of the bare model_type, at rope.video_grid_positions over the
+  grid its config keys give (its own numbering of two frames and part of a third; the predictor's sorted grid ids),
+  must turn the recorded q as the model's own attention did; the same spec with tables="pairs" (a rotation) must
+  not; and the head width must follow the keys the generator saw move it, with the segment widths it saw."""
+  g = CONFIGS[mt][fam["grid_keys"][0]] // CONFIGS[mt][fam["grid_keys"][1]]
+  if g != fam["grid_default"]:
+    return f"its grid keys give {g}, the model numbered its tokens over {fam['grid_default']}"
+  prefix = f"{mt}/{part}/half_tables"
+  for how in ("", "_ids"):
+    ids, x = np.asarray(ARRAYS[f"{prefix}/ids{how}"]), np.asarray(ARRAYS[f"{prefix}/x{how}"])
+    want = np.asarray(ARRAYS[f"{prefix}/out{how}"], np.float64)
+    built = rope.video_grid_positions(int(ids.max()) // (g * g) + 1, g, g)[ids]
+    if not np.array_equal(built, ARRAYS[f"{prefix}/positions{how}"]):
+      return f"rope.video_grid_positions gives {built[:3].tolist()}..., the model turned by other positions"
+    for config in (CONFIGS[mt], {"model_type": mt}):
+      spec = rope.from_hf_config(config, part=part)
+      if spec.tables != "half":
+        return f"tables={spec.tables!r}"
+      err = float(np.abs(np.asarray(spec.apply(x, built), np.float64) - want).max())
+      if err > 1e-5 * max(1.0, float(np.abs(want).max())):
+        return f"max error {err:.2e} ({'given ids' if how else 'its own numbering'})"
+    rotation = rope.RotaryConfig(**{**spec.changed(), "tables": "pairs"})
+    if np.abs(np.asarray(rotation.apply(x, built), np.float64) - want).max() < 1e-3:
+      return "the golden does not tell rotate_half's tables from a rotation"
+  num, den = fam["head_dim_keys"]
+  for head, width in fam["segment_widths_seen"].items():
+    config = {"model_type": mt, num: int(head) * fam["head_dim_key_defaults"][den]}
+    if rope.from_hf_config(config, part=part).rotary_dim != fam["segments"] * width:
+      return f"does not follow {num} to a head of {head} channels ({fam['segments']} segments of {width})"
+  try:
+    rope.from_hf_config({"model_type": mt, "rope_theta": 2 * fam["theta"]}, part=part)
+    return "reads a rope_theta its model does not read"
+  except ValueError as e:
+    if "reads no rope key" not in str(e):
+      raise
+  return None
+
+
 def test_every_entry_is_exact_or_refused_by_name():
   wrong = {}
   for mt, entry in sorted(TYPES.items()):
@@ -341,6 +381,8 @@ def test_every_entry_is_exact_or_refused_by_name():
       for part, fam in entry["parts"].items():
         if "pixel" in fam:
           problem = _check_pixel(mt, fam["pixel"], part)
+        elif "half_tables" in fam:  # V-JEPA 2's encoder and predictor: rotate_half's tables over interleaved pairs
+          problem = _check_half_tables(mt, part, fam["half_tables"])
         else:
           sub = {**CONFIGS[mt][fam["sub"]], "model_type": fam["delegates"]}
           got = [_outcome_of(cfg, part=part) for cfg in (CONFIGS[mt], {"model_type": mt})]

@@ -618,6 +618,33 @@ def _from_keypoints(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, A
   return RotaryConfig(layout=fam["layout"], frequencies="mixed", sections=(k - k // 2, k // 2))
 
 
+def _from_half_tables(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:
+  """V-JEPA 2's parts (`tables="half"`, docs/rope.md): rotate_half's tables over interleaved pairs, NOT a rotation,
+  in `segments` equal segments (frame, height, width) of d = 2 ((H // segments) // 2) channels of each H-wide head
+  (H = one config key // another, as observed), the rest unrotated; theta fixed in the model's code (it reads no
+  rope key). Positions: `rope.video_grid_positions(frames, g, g)` (g = the grid keys' ratio), token i at
+  (i // g^2, (i mod g^2) // g, i mod g); the predictor's tokens at their grid ids."""
+  unread = sorted(k for k in ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
+                  if cfg.get(k) is not None)
+  if unread:
+    raise ValueError(f"model_type {model_type!r}: the config sets {', '.join(unread)}, but this model reads no rope "
+                     f"key: it turns by theta {fam['theta']:g} whatever the config says ({_made_from()}); remove "
+                     f"{unread[0]}.")
+  num, den = fam["head_dim_keys"]
+  values = {k: cfg.get(k, fam["head_dim_key_defaults"][k]) for k in (num, den)}
+  if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values.values()) or \
+      values[num] % values[den]:
+    raise ValueError(f"model_type {model_type!r}: its head width is {num} // {den}, which needs positive integers "
+                     f"with {den} dividing {num}; got {values}.")
+  head_dim, segments = values[num] // values[den], int(fam["segments"])
+  width = 2 * ((head_dim // segments) // 2)
+  if width < 2:
+    raise ValueError(f"model_type {model_type!r}: a head of {head_dim} channels leaves its {segments} rotated "
+                     "segments no channel pair.")
+  return RotaryConfig(theta=float(fam["theta"]), layout="interleaved", tables="half", blocks=segments,
+                      sections=(width // 2,) * segments, frequencies="per_axis", rotary_dim=segments * width)
+
+
 def hf_frequencies(config: Mapping[str, Any], parameters: Mapping[str, Any], *,
                    layer: int | None = None) -> np.ndarray:
   """The frequencies a learned spec from `from_hf_config(config)` rotates by, from the model's parameters.
@@ -905,7 +932,10 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
       "audio", "video_cross" and "audio_cross" (docs/rope.md, `rope.ltx2_video_positions`,
       `rope.ltx2_audio_positions`); a composite's towers by their sub-config (CLVP's "text_config" and
       "speech_config", PE-Audio's and Voxtral Realtime's "audio_config" and "text_config", Nemotron 3.5 Transcribe's
-      "asr_config" and "diarization_config.audio_config"). Such a model is
+      "asr_config" and "diarization_config.audio_config"); V-JEPA 2's "encoder" and "predictor" (each its own head
+      width; `tables="half"`, rotate_half's tables over interleaved pairs, which is NOT a rotation: docs/rope.md,
+      positions `rope.video_grid_positions(frames, g, g)`, g = crop_size // patch_size, the predictor's tokens at
+      their sorted grid ids). Such a model is
       refused without it, naming its parts; any other model is refused with it.
     family: read the config as this family (`hf_families()`) whatever its model_type says: your
       assertion that the model rotates q and k as that one does. Never implied: an unknown
@@ -975,6 +1005,8 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
     raise ValueError(f"part={part!r}: model_type {model_type!r} rotates alike wherever it rotates; leave part out.")
   if "pixel" in fam:
     return _from_pixel(cfg, model_type, fam["pixel"], layer)
+  if "half_tables" in fam:
+    return _from_half_tables(cfg, model_type, fam["half_tables"])
   fam = {**fam, **_observed(model_type if family is None else family)}
   if fam.get("sub"):  # the registry's composite: the rotating model's config is this sub-config (defaults if absent);
     # a dotted key is a sub-config's sub-config (Nemotron 3.5 Transcribe's "diarization_config.audio_config")

@@ -297,6 +297,7 @@ def xpos_amplitude(positions: ArrayLike, dim: int, *, scale_base: float = 512.0,
 
 
 CHANNELS = ("first", "last")  # which R features of a head rotate (`rotate`'s channels)
+TABLES = ("pairs", "half")  # how `rotate` lays the K angles over the R channels (`rotate`'s tables)
 
 
 def check_heads(heads: Any) -> tuple[int, int]:
@@ -314,7 +315,7 @@ def check_heads(heads: Any) -> tuple[int, int]:
 @jax.named_scope("rope")
 def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "interleaved",
            rotary_dim: int | None = None, blocks: int = 1, channels: str = "first",
-           heads: tuple[int, int] | None = None) -> jax.Array:
+           heads: tuple[int, int] | None = None, tables: str = "pairs") -> jax.Array:
   """Rotates feature pairs of x by precomputed angles (eq. 34): R x = x * cos + x' * sin.
 
   Args:
@@ -333,11 +334,24 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "inter
     heads: None (every head rotates), or (start, stop): only heads [start, stop) of x's head
       axis (-2) rotate, the others pass unchanged (Qwen2.5-Omni's DiT rotates its first head
       only). x must then have a head axis, [..., T, N, H] with stop <= N.
+    tables: "pairs" (default): both channels of a pair turn by that pair's angle, a rotation.
+      "half" (layout "interleaved" only; NOT a rotation): each of the `blocks` blocks of the R
+      features takes its K / blocks angles laid out per channel as rotate_half's tables,
+      [a_0 .. a_{K/b-1}, a_0 .. a_{K/b-1}], so channel c of a block uses angle c mod (K / b),
+      while the mixing is interleaved: out_{2k} = x_{2k} cos a_{2k mod K/b} - x_{2k+1} sin a_{2k mod K/b},
+      out_{2k+1} = x_{2k+1} cos a_{2k+1 mod K/b} + x_{2k} sin a_{2k+1 mod K/b} (V-JEPA 2's
+      `rotate_queries_or_keys`). The two channels of a pair turn by different angles: the map
+      is not orthogonal and q . k is no function of relative position (docs/rope.md).
 
   Returns:
     Array like x (same shape and dtype); internals in float32 (float64 for float64 x).
   """
   layout = check_layout(layout)
+  if tables not in TABLES:
+    raise ValueError(f"tables={tables!r}; expected one of {TABLES}.")
+  if tables == "half" and layout != "interleaved":
+    raise ValueError("tables='half' lays rotate_half's tables over interleaved pairs (V-JEPA 2); with "
+                     "layout='half' those tables are the ordinary rotation: use tables='pairs'.")
   x = jnp.asarray(x)
   if not jnp.issubdtype(x.dtype, jnp.floating):
     raise TypeError(f"x must be a floating-point array [..., T, N, H], got dtype {x.dtype}; cast it first.")
@@ -350,7 +364,7 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "inter
     if cos.ndim == x.ndim:  # per-head tables [..., T, N, K]: the rotated heads' rows
       cos, sin = cos[..., start:stop, :], sin[..., start:stop, :]
     turned = rotate(x[..., start:stop, :], cos, sin, layout=layout, rotary_dim=rotary_dim, blocks=blocks,
-                    channels=channels)
+                    channels=channels, tables=tables)
     return jnp.concatenate([x[..., :start, :], turned, x[..., stop:, :]], axis=-2)
   rd = 2 * cos.shape[-1] if rotary_dim is None else rotary_dim
   head_dim = x.shape[-1]
@@ -358,7 +372,8 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "inter
     raise ValueError(f"channels={channels!r}; expected one of {CHANNELS} (which R features of the head rotate).")
   if channels == "last" and rd < head_dim:  # the same rotation on the trailing R features
     front = x[..., :head_dim - rd]
-    return jnp.concatenate([front, rotate(x[..., head_dim - rd:], cos, sin, layout=layout, blocks=blocks)], axis=-1)
+    return jnp.concatenate([front, rotate(x[..., head_dim - rd:], cos, sin, layout=layout, blocks=blocks,
+                                          tables=tables)], axis=-1)
   if rd != 2 * cos.shape[-1] or rd > head_dim:
     raise ValueError(f"rotary_dim={rd} must equal 2 * cos.shape[-1] = {2 * cos.shape[-1]} "
                      f"and be <= head dim {head_dim}.")
@@ -376,7 +391,16 @@ def rotate(x: jax.Array, cos: jax.Array, sin: jax.Array, *, layout: str = "inter
   # bf16/fp16 x and the half layout view the rotated features as a pair axis and a K axis and
   # write the result with one stack, which XLA emits as a single streaming loop (a concatenate
   # of the two halves was 1.7x slower on CPU).
-  if layout == "interleaved" and x.dtype == cdt:
+  if tables == "half":  # per-channel tables [a_b | a_b] in each block b, mixed over interleaved pairs (not a rotation)
+    per = half // blocks
+    wide_cos = jnp.concatenate([cos.reshape(*cos.shape[:-1], blocks, per)] * 2, axis=-1).reshape(
+        *cos.shape[:-1], rd)
+    wide_sin = jnp.concatenate([sin.reshape(*sin.shape[:-1], blocks, per)] * 2, axis=-1).reshape(
+        *sin.shape[:-1], rd)
+    wide_sin = wide_sin * jnp.asarray(np.tile([-1.0, 1.0], half), cdt)  # -sin on the even, +sin on the odd channel
+    swapped = xr.reshape(*xr.shape[:-1], half, 2)[..., ::-1].reshape(xr.shape)
+    out = xr * wide_cos + swapped * wide_sin
+  elif layout == "interleaved" and x.dtype == cdt:
     # float32/float64 x: out = x * C + swap(x) * S with the tables widened to [..., T, 1, R]
     # (C = cos repeated per pair, S = (-sin, sin) per pair) and swap(x) exchanging each pair's
     # members. Every output element then reads the same lanes of x, C and S: 1.4x faster on CPU

@@ -23,7 +23,7 @@ from jax.typing import ArrayLike
 from roformer_jax.rope.frequencies import (FREQUENCY_KINDS, LAYOUTS, SECTION_LAYOUTS, check_dim, check_scaling,
                                            frequencies_change, is_length_dependent, mixed_frequencies, pair_axes,
                                            pair_frequencies, row_lengths)
-from roformer_jax.rope.rotation import CHANNELS, apply_rotary, check_heads, rotary_cos_sin, rotate, xpos_amplitude
+from roformer_jax.rope.rotation import CHANNELS, TABLES, apply_rotary, check_heads, rotary_cos_sin, rotate, xpos_amplitude
 
 
 def freeze_scaling(scaling: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...] | None:
@@ -97,6 +97,13 @@ class RotaryConfig:
     heads: None (every head rotates), or (start, stop): only heads [start, stop) of q and k
       rotate, the others pass unchanged (Qwen2.5-Omni's DiT rotates its first head alone:
       (0, 1)); a count n means (0, n). x must have a head axis with at least stop heads.
+    tables: "pairs" (default: both channels of a pair turn by its angle, a rotation) or "half"
+      (NOT a rotation; layout "interleaved" only): in each of the `blocks` blocks the pairs'
+      angles are laid out per channel as rotate_half's tables, [a | a], so channel c of a block
+      turns by angle c mod (pairs per block) while channels (2k, 2k + 1) are mixed, as V-JEPA 2's
+      `rotate_queries_or_keys` does. The two channels of a pair then turn by different angles:
+      the map is not orthogonal and q . k is no function of relative position, so `unrotate`,
+      unrotate_output and xPos refuse it (docs/rope.md).
   """
 
   theta: float = 10000.0
@@ -116,6 +123,7 @@ class RotaryConfig:
   rotate_value: bool = False
   unrotate_output: bool = False
   heads: tuple[int, int] | None = None
+  tables: str = "pairs"
 
   # The fields that change no parameter and that a fine-tuning run may therefore set anew
   # (context extension: PI, YaRN, NTK, ABF); `checkpoints.init_from` reports their changes.
@@ -163,6 +171,17 @@ class RotaryConfig:
     if self.channels not in CHANNELS:
       raise ValueError(f"rope channels={self.channels!r}; expected one of {CHANNELS} (which rotary_dim features of "
                        "a head rotate: 'last' for DeepSeek-V4's [nope | rope] heads).")
+    if self.tables not in TABLES:
+      raise ValueError(f"rope tables={self.tables!r}; expected one of {TABLES} ('half': rotate_half's per-channel "
+                       "tables over interleaved pairs, V-JEPA 2; not a rotation).")
+    if self.tables == "half":
+      if self.layout != "interleaved":
+        raise ValueError("rope tables='half' lays rotate_half's tables over interleaved pairs (V-JEPA 2); with "
+                         "layout='half' those tables are the ordinary rotation: use tables='pairs'.")
+      if self.xpos_scale_base is not None or self.unrotate_output:
+        raise ValueError("rope tables='half' is not a rotation (the two channels of a pair turn by different "
+                         "angles): xPos's relative decay and unrotate_output's inverse assume one, so neither is "
+                         "defined with it.")
     for name in ("rotate_value", "unrotate_output"):
       if not isinstance(getattr(self, name), bool):
         raise ValueError(f"rope {name}={getattr(self, name)!r} must be True or False.")
@@ -348,13 +367,17 @@ class RotaryConfig:
 
   def rotate(self, x: jax.Array, cos_sin: tuple[jax.Array, jax.Array]) -> jax.Array:
     cos, sin = cos_sin
-    return rotate(x, cos, sin, layout=self.layout, blocks=self.blocks, channels=self.channels, heads=self.heads)
+    return rotate(x, cos, sin, layout=self.layout, blocks=self.blocks, channels=self.channels, heads=self.heads,
+                  tables=self.tables)
 
   def unrotate(self, x: jax.Array, positions: jax.Array, *, seq_len: int | jax.Array | None = None) -> jax.Array:
     """The inverse rotation R(n)^-1 x at positions [..., T] (or [..., T, A]): what the
     attention applies to its output o [..., T, N, H] at the query positions under
     `unrotate_output` (DeepSeek-V4). R(n)^-1 turns every pair by -phi: unrotate(apply(x, n), n)
     == x up to rounding."""
+    if self.tables != "pairs":
+      raise ValueError("unrotate inverts a rotation by turning every pair back; tables='half' (V-JEPA 2) is not a "
+                       "rotation (the two channels of a pair turn by different angles), so it has no such inverse.")
     cos, sin = self.cos_sin(positions, x.shape[-1], seq_len=seq_len)
     return self.rotate(x, (cos, -sin))
 
@@ -364,7 +387,7 @@ class RotaryConfig:
     settings; key=True for keys under xPos (their inverse amplitudes); frequencies: a learned
     spec's [A, N, R/2]."""
     if (self.learned or self.direction < 0 or self.q_temperature is not None or self.channels != "first"
-        or self.heads is not None):
+        or self.heads is not None or self.tables != "pairs"):
       return self.rotate(x, self.cos_sin(positions, x.shape[-1], seq_len=seq_len, key=key, frequencies=frequencies))
     xpos = None if self.xpos_scale_base is None else {"scale_base": self.xpos_scale_base,
                                                       "center": self.xpos_center, "key": key}
