@@ -618,18 +618,23 @@ def _from_keypoints(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, A
   return RotaryConfig(layout=fam["layout"], frequencies="mixed", sections=(k - k // 2, k // 2))
 
 
+def _refuse_rope_keys(cfg: Mapping[str, Any], model_type: str, fixed: str) -> None:
+  """Refuses a config that sets a rope key for a model observed to read none (its theta is in its code: CLVP, V-JEPA 2):
+  `fixed` says what it does whatever the config says."""
+  unread = sorted(k for k in ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
+                  if cfg.get(k) is not None)
+  if unread:
+    raise ValueError(f"model_type {model_type!r}: the config sets {', '.join(unread)}, but this model reads no rope "
+                     f"key: {fixed} whatever the config says ({_made_from()}); remove {unread[0]}.")
+
+
 def _from_half_tables(cfg: Mapping[str, Any], model_type: str, fam: Mapping[str, Any]) -> RotaryConfig:
   """V-JEPA 2's parts (`tables="half"`, docs/rope.md): rotate_half's tables over interleaved pairs, NOT a rotation,
   in `segments` equal segments (frame, height, width) of d = 2 ((H // segments) // 2) channels of each H-wide head
   (H = one config key // another, as observed), the rest unrotated; theta fixed in the model's code (it reads no
   rope key). Positions: `rope.video_grid_positions(frames, g, g)` (g = the grid keys' ratio), token i at
   (i // g^2, (i mod g^2) // g, i mod g); the predictor's tokens at their grid ids."""
-  unread = sorted(k for k in ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
-                  if cfg.get(k) is not None)
-  if unread:
-    raise ValueError(f"model_type {model_type!r}: the config sets {', '.join(unread)}, but this model reads no rope "
-                     f"key: it turns by theta {fam['theta']:g} whatever the config says ({_made_from()}); remove "
-                     f"{unread[0]}.")
+  _refuse_rope_keys(cfg, model_type, f"it turns by theta {fam['theta']:g}")
   num, den = fam["head_dim_keys"]
   values = {k: cfg.get(k, fam["head_dim_key_defaults"][k]) for k in (num, den)}
   if any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values.values()) or \
@@ -1019,12 +1024,7 @@ def from_hf_config(config: Mapping[str, Any], *, layer: int | None = None,
   # observed on every call (CLVP's apply rotates q, k and v)
   rotate_value = bool(fam.get("rotates_value") or (fam.get("rotates_value_key") and cfg.get(fam["rotates_value_key"])))
   if fam.get("theta_fixed"):  # observed: the class reads no rope key (CLVP's theta 10000 is in its code)
-    unread = sorted(k for k in ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor")
-                    if cfg.get(k) is not None)
-    if unread:
-      raise ValueError(f"model_type {model_type!r}: the config sets {', '.join(unread)}, but this model's rotary "
-                       f"class reads no rope key: it turns by theta {fam['theta']} over {fam.get('rotary_dim_fixed')} "
-                       f"channels whatever the config says ({_made_from()}); remove {unread[0]}.")
+    _refuse_rope_keys(cfg, model_type, f"it turns by theta {fam['theta']} over {fam.get('rotary_dim_fixed')} channels")
   for key, default in fam.get("guarded", {}).items():  # observed only at its default (layer_rope_theta, ...)
     if key in cfg and cfg[key] != default:
       raise ValueError(f"model_type {model_type!r}: the config sets {key}={cfg[key]!r}, but the registry observed this "
