@@ -234,3 +234,21 @@ def test_a_dead_peer_stops_the_survivor_with_one_line_to_act_on(tmp_path, killed
   assert " stopped answering at step " in last, out
   resume = f"re-run every process with the same command to resume from checkpoint 40 (in {checkpoints})."
   assert last.endswith(resume), out  # 45 is a save in flight: not resumable
+
+
+def test_a_bracketed_override_that_is_no_literal_is_named_and_strings_are_left_alone():
+  """launch._check_literals: ml_collections keeps a malformed literal as text for a non-string key; it is refused
+  naming the flag, its text and the parser's reason. A good literal, a string key and an unbracketed text pass."""
+  import ml_collections
+
+  config = ml_collections.ConfigDict({"model": {"rope_scaling": ml_collections.config_dict.placeholder(object),
+                                                "name": "x"}})
+  config.model.rope_scaling = "{'rope_type': 'yarn'"  # what ml_collections leaves of the malformed text
+  with pytest.raises(ValueError, match=r"--config.model.rope_scaling: the text .* is not a Python literal \('\{' "
+                                       r"was never closed\)"):
+    launch._check_literals(config, ["eval.py", "--config.model.rope_scaling={'rope_type': 'yarn'"])
+  config.model.name = "{not a literal"
+  launch._check_literals(config, ["eval.py", "--config.model.name={not a literal"])  # a string key keeps its text
+  config.model.rope_scaling = {"rope_type": "yarn"}
+  launch._check_literals(config, ["eval.py", "--config.model.rope_scaling={'rope_type': 'yarn'}",
+                                  "--config.nothere=(1", "--workdir=(x"])

@@ -349,6 +349,8 @@ def test_a_second_trainer_exits_2_naming_the_holder_and_eval_runs_beside_it(trai
     (["--config.mesh.data=3"], "needs 3 devices but 1 are available"),
     (["--config.data.dataset=imagenet"], "imagenet"),
     (["--config=configs/nothere.py"], "nothere.py"),
+    (["--config.model.rope_scaling={'rope_type': 'yarn', 'factor': 4.0"],  # a dict literal missing its }
+     "--config.model.rope_scaling: the text \"{'rope_type': 'yarn', 'factor': 4.0\" is not a Python literal"),
 ])
 @pytest.mark.slow
 def test_user_mistakes_exit_2_with_the_message_alone(tmp_path, flags, message):

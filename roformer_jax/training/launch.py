@@ -214,6 +214,39 @@ def _flag_error_text(error: BaseException) -> str:
   return text
 
 
+def _check_literals(config, argv: list[str]) -> None:
+  """Refuses a `--config.<key>=<text>` whose text is bracketed but is no literal, for a key that is not a string.
+
+  ml_collections reads such a key's text with `ast.literal_eval` and, where that fails, keeps the
+  text as a string: a dict literal missing its `}` (`--config.model.rope_scaling="{'rope_type': 'yarn'"`)
+  would reach the model as a str and fail there with a traceback. Here it is named instead, with
+  the parser's reason.
+  """
+  import ast
+
+  for arg in argv[1:]:
+    key, eq, text = arg.partition("=")
+    if not (eq and key.startswith("--config.") and text.strip()[:1] in "{[("):
+      continue
+    path = key[len("--config."):].split(".")
+    node = config
+    try:
+      for part in path[:-1]:
+        node = node[part]
+      value, kind = node[path[-1]], node.get_ref(path[-1]).get_type()
+    except (KeyError, AttributeError, TypeError):
+      continue  # not a ConfigDict field: absl and ml_collections report it themselves
+    if not isinstance(value, str) or kind is str:
+      continue
+    try:
+      ast.literal_eval(text)
+      continue
+    except (ValueError, SyntaxError) as e:
+      reason = e.msg if isinstance(e, SyntaxError) else str(e)
+    raise ValueError(f"{key}: the text {text!r} is not a Python literal ({reason}); write a dict like "
+                     f"{key}=\"{{'rope_type': 'yarn', 'factor': 4.0}}\" (quoted for the shell)")
+
+
 def _parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing, with a mistake in a flag or the config reported in one message.
 
@@ -225,6 +258,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
     config = flags.FLAGS["config"].value if "config" in flags.FLAGS else None
     if config is not None:
       config.get("seed")  # a config file that failed to load raises on first access: now, not mid-run
+      _check_literals(config, argv)
     return rest
   except Exception as e:  # noqa: BLE001 -- everything here comes from the command line or a config file
     if errors.show_tracebacks(argv):
