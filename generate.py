@@ -1,9 +1,9 @@
 """Use a trained workdir: continue text, translate, or fill in [MASK] slots.
 
-  python generate.py --config configs/<name>.py[:variant] --workdir DIR [--config.key=value ...] \
-                     (--prompt TEXT ... | --input FILE|-)
+  python generate.py --workdir DIR [--config.key=value ...] (--prompt TEXT ... | --input FILE|-)
 
-Use the config (and --config overrides) the run was trained with. What it does follows
+The run's own config is used (DIR/config.json, as eval.py; --config configs/<name>.py[:variant]
+uses that file instead, with the run's overrides again). What it does follows
 config.task (roformer_jax/evaluation/generation.py):
   lm        continues each prompt, printing each token as it is made; greedy by default, or
             sampled with --temperature, --top_k, --top_p (--seed, --num_samples); stops at EOS
@@ -29,9 +29,10 @@ from ml_collections import config_flags
 
 from roformer_jax.training import launch
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/<name>.py file.")
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a configs/<name>.py file (default: the run's "
+                                          "own, DIR/config.json, via configs/workdir.py:DIR).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "The training run's workdir.")
-flags.mark_flags_as_required(["config", "workdir"])
+flags.mark_flags_as_required(["workdir"])
 _PROMPT = flags.DEFINE_multi_string("prompt", None, "An input text (repeatable): a prompt (lm), a sentence "
                                     "(seq2seq) or a text with [MASK] slots (mlm).")
 _INPUT = flags.DEFINE_string("input", None, "A file of inputs, one a line; - reads stdin.")
@@ -173,4 +174,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  launch.run(main)
+  launch.run(main, saved_config=os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs", "workdir.py"))

@@ -344,6 +344,27 @@ def test_a_second_trainer_exits_2_naming_the_holder_and_eval_runs_beside_it(trai
     assert evaluate.evaluate(config, str(trained))["step"] == 2
 
 
+@pytest.mark.slow
+def test_eval_reads_the_runs_own_config_and_a_mismatch_names_the_keys(trained):
+  """Issue 40: eval.py --workdir alone uses the config the run saved (the same metrics as the run's config file
+  gives), overrides on top; --config with another task exits 2 naming the key that differs before any parameter
+  path."""
+  from configs import default
+  from roformer_jax.training import run_config
+  config = default.get_config("smoke")
+  config.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
+  saved = run_config.load(str(trained))
+  for c in (config, saved):
+    c.eval.length_factors, c.eval.length_batches, c.eval.max_batches = (1,), 1, 1
+  assert evaluate.evaluate(saved, str(trained))["metrics"] == evaluate.evaluate(config, str(trained))["metrics"]
+  out = _cli("eval.py", "--config", SMOKE, "--workdir", str(trained), "--config.task=mlm",
+             "--config.eval.max_batches=1")
+  assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+  assert "differ in task: 'lm' in the run, 'mlm' requested" in out.stderr, out.stderr
+  out = _cli("eval.py", "--workdir", str(trained / "nothing"))
+  assert out.returncode == 2 and "has no config.json" in out.stderr and "flag --config" not in out.stderr, out.stderr
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--config.totl_steps=3"], "no such config key 'totl_steps'"),
     (["--config.mesh.data=3"], "needs 3 devices but 1 are available"),

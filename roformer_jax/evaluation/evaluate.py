@@ -44,7 +44,7 @@ from flax import nnx
 from roformer_jax import context_parallel, decoding, errors, mesh as mesh_lib
 from roformer_jax.errors import UserError
 from roformer_jax.evaluation import eval_metrics, passkey
-from roformer_jax.training import data, metrics as metrics_lib, tasks, trainer
+from roformer_jax.training import data, metrics as metrics_lib, run_config, tasks, trainer
 from roformer_jax.training.checkpoints import Checkpointer, NoCheckpoint, average_checkpoints
 from roformer_jax.training.data import passkey as passkey_rows
 
@@ -150,11 +150,14 @@ def restore(config, workdir: str, mesh, rules, *, average_last: int = 0,
       newest, state, _ = ckpt.restore_newest(state, quarantine=False)
       used = [newest]
   except (ValueError, KeyError, TypeError) as e:
-    if isinstance(e, UserError):
+    differ = run_config.differences(config, workdir)
+    if isinstance(e, UserError) and not differ:
       raise
-    raise UserError(f"the checkpoints in {directory} do not match this config (model sizes, task or "
-                    f"optimiser differ): {str(e)[:500]}. Use the config the run was trained "
-                    "with, including the same --config overrides.") from e
+    named = (f"the run and this request differ in {'; '.join(differ[:8])}"
+             f"{f' (and {len(differ) - 8} more)' if len(differ) > 8 else ''}: " if differ else "")
+    raise UserError(f"the checkpoints in {directory} do not match this config: {named}leave out --config to use "
+                    f"the run's own (its config.json), or give the same overrides. (The restore said: "
+                    f"{errors.message_of(e)[:300]})") from e
   finally:
     ckpt.close()
   return graphdef, state, used[-1], used

@@ -268,9 +268,23 @@ def _parse_flags(argv: list[str]) -> list[str]:
                            prog))
 
 
-def run(main) -> None:
-  """`absl.app.run(main)` for train.py and eval.py: user mistakes exit 2 with their message alone."""
+def run(main, saved_config: str | None = None) -> None:
+  """`absl.app.run(main)` for train.py and eval.py: user mistakes exit 2 with their message alone.
+
+  saved_config: configs/workdir.py, for eval.py and generate.py: without --config, the config the
+  run in --workdir saved is used (`run_config.with_saved_config`), overrides on top.
+  """
   prog = os.path.basename(sys.argv[0])
+  if saved_config:
+    from roformer_jax.training import run_config
+    argv = run_config.with_saved_config(sys.argv, saved_config)
+    if argv is not sys.argv:  # no --config: the workdir's own, which must exist (said here, not as a flag error)
+      workdir = argv[1].split(":", 1)[1]
+      try:
+        run_config.load(workdir)
+      except ValueError as e:
+        sys.exit(errors.report(errors.UserError(str(e)), prog))
+    sys.argv[:] = argv
 
   def guarded(argv):
     try:
