@@ -2,7 +2,7 @@
 
 Run:
   python train.py --config configs/vit_shapes.py --workdir workdirs/vit_shapes
-  python eval.py --config configs/vit_shapes.py --workdir workdirs/vit_shapes
+  python eval.py --workdir workdirs/vit_shapes
   python train.py --config configs/vit_shapes.py:smoke --workdir /tmp/smoke_vit_shapes   # seconds, for tests
 
 shapes2d is built on first use from seeded scene parameters (roformer_jax/training/data/

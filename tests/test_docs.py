@@ -47,7 +47,7 @@ TIMEOUT_S = 420
 
 _ENV_PREFIX = r"(?:[A-Z_][A-Z0-9_]*=\S+\s+)*"
 # A command line. `python train.py` (eval.py, generate.py) without arguments names the program
-# in prose; it is not a command (those three need --config and --workdir).
+# in prose; it is not a command (those three need --workdir, train.py --config too).
 COMMAND_RE = re.compile(rf"^{_ENV_PREFIX}(?:(?:\.venv/bin/)?python3?\s+(?:-m\s+\S+|\S+\.py)(?:\s|$)|make\s+\w"
                         r"|pytest\s+\S|srun\s|gcloud\s|[\w./-]+\.py\s+-)")
 PROGRAM_NAME_RE = re.compile(r"^(?:\.venv/bin/)?python3?\s+(?:\./)?(?:train|eval|generate)\.py$")
