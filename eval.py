@@ -13,7 +13,6 @@ Multi-process evaluation takes the same flags as train.py (--coordinator_address
 --num_processes, --process_id or --distributed; --cpu_devices).
 """
 
-import json
 import os
 
 from absl import flags
@@ -36,12 +35,7 @@ def main(argv):
 
   results = evaluate.evaluate(_CONFIG.value, _WORKDIR.value)
   if jax.process_index() == 0:
-    print(json.dumps({k: results[k] for k in ("step", "checkpoints", "split", "metrics")}, indent=2, default=float))
-    for row in results.get("length_curve", []):
-      print(f"length {row['length']:>6}: loss {row.get('loss', float('nan')):.4f}")
-    if results.get("passkey", {}).get("lengths"):
-      from roformer_jax.evaluation import passkey
-      print(passkey.format_table(results["passkey"]))
+    print(evaluate.summary(results, os.path.abspath(_WORKDIR.value), _CONFIG.value))
 
 
 if __name__ == "__main__":

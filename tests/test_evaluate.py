@@ -2,13 +2,14 @@
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from roformer_jax.training import trainer
+from roformer_jax.training import run_config, trainer
 from roformer_jax.evaluation import evaluate
 from roformer_jax.errors import UserError
 from tests import smoke as smoke_lib
@@ -34,7 +35,7 @@ def test_eval_writes_results_and_metric_rows(trained):
   assert np.isfinite(m["loss"]) and m["tokens"] > 0
   np.testing.assert_allclose(m["bits_per_token"], m["loss"] / np.log(2))
   np.testing.assert_allclose(m["perplexity"], np.exp(m["loss"]), rtol=1e-6)
-  saved = json.loads((trained / "eval_results.json").read_text())
+  saved = json.loads((trained / results["results_file"]).read_text())
   assert saved["metrics"]["loss"] == pytest.approx(m["loss"])
   assert [row["length"] for row in saved["length_curve"]] == [32, 64]
   rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
@@ -81,7 +82,7 @@ def test_longrope_trains_and_evaluates_with_one_factor_per_pair_of_the_head_dim(
   curve, scaled = results["length_curve"], results["length_curve_scaled"]
   assert all(np.isfinite(r["loss"]) for r in curve + scaled) and [r["length"] for r in scaled] == [32, 64]
   assert scaled[0]["loss"] != pytest.approx(curve[0]["loss"], abs=1e-6)  # past 16: the other long factors
-  saved = json.loads((tmp_path / "eval_results.json").read_text())["passkey"]
+  saved = json.loads((tmp_path / results["results_file"]).read_text())["passkey"]
   assert saved["rope_scaling"]["rope_type"] == "longrope" and np.isfinite(saved["mean_answer_nll"][0])
   # The factor lists are checked against the head dim when the config loads, by name.
   config.model.rope_scaling = longrope(8, 16, 4.0)
@@ -100,13 +101,22 @@ def test_rope_scaling_at_eval_time_changes_only_the_long_lengths(trained):
   assert [r["length"] for r in scaled] == [32, 64]
   assert scaled[0]["loss"] != pytest.approx(plain[0]["loss"], abs=1e-6)  # positions are halved everywhere
   assert results["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
-  saved = json.loads((trained / "eval_results.json").read_text())["passkey"]
+  saved = json.loads((trained / results["results_file"]).read_text())["passkey"]
   assert saved["lengths"] == [100] and saved["depths"] == [0.0, 1.0] and saved["trials"] == 2
   assert np.shape(saved["accuracy"]) == (1, 2) and saved["rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+  # Issue 40: each setting its own file, its rows tagged, its curve drawn; another setting's result stays.
+  assert results["evaluated"]["eval.rope_scaling"] == {"rope_type": "linear", "factor": 2.0}
+  assert results["results_file"].startswith("eval_results.") and os.path.isfile(results["length_curve_png"])
+  plain = evaluate.evaluate(smoke(), str(trained))
+  assert plain["results_file"] != results["results_file"] and (trained / results["results_file"]).is_file()
+  tags = {r.get("evaluated") for r in map(json.loads, (trained / "metrics.jsonl").read_text().splitlines())
+          if "eval_bits_per_token" in r}
+  assert tags == {run_config.slug(results["evaluated"]), run_config.slug(plain["evaluated"]) or "as trained"}, tags
   # a smoke model after 2 steps: the answer costs about ln(vocab) nats a digit, far above 0
   assert np.shape(saved["answer_nll"]) == (1, 2) and 1.0 < saved["mean_answer_nll"][0] < 10.0
-  assert (trained / "passkey.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-  assert not list(trained.glob("passkey.png.tmp*"))  # written to a temporary name, then renamed
+  png = pathlib.Path(results["passkey"]["png"])  # passkey.<settings>.png: named from what was asked, as the results
+  assert png.parent == trained and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  assert not list(trained.glob("passkey*.png.tmp*"))  # written to a temporary name, then renamed
   rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
   assert any("eval_passkey_accuracy_at_100" in r and "eval_passkey_answer_nll_at_100" in r for r in rows)
 
@@ -132,9 +142,14 @@ def test_unknown_eval_keys_are_rejected():
 
 def test_eval_cli_end_to_end(trained):
   out = subprocess.run(
-      [sys.executable, os.path.join(ROOT, "eval.py"), "--config", os.path.join(ROOT, "configs/default.py") + ":smoke",
-       "--workdir", str(trained), "--config.eval.max_batches=2", "--config.eval.length_batches=1",
-       f"--config.data.data_dir={os.environ.get('ROFORMER_TEST_DATA_DIR', '')}"],
+      [sys.executable, os.path.join(ROOT, "eval.py"), "--workdir", str(trained), "--config.eval.max_batches=2",
+       "--config.eval.length_batches=1", f"--config.data.data_dir={os.environ.get('ROFORMER_TEST_DATA_DIR', '')}"],
       capture_output=True, text=True, timeout=300, env={**os.environ, "JAX_PLATFORMS": "cpu"})
   assert out.returncode == 0, out.stdout + out.stderr
-  assert '"step": 3' in out.stdout and "length     32: loss" in out.stdout
+  # The run's own config (no --config), what was asked beyond it, the metrics with their context, the curve.
+  lines = out.stdout.splitlines()
+  assert lines[0].startswith(f"eval.py: lm model of {trained}, step 3") and \
+      lines[1] == "evaluated: eval.length_batches=1, eval.max_batches=2", lines
+  assert "(over the split's first 2 batches of" in out.stdout and "length  as trained" in out.stdout, out.stdout
+  assert (trained / "eval_results.length_batches-1_max_batches-2.json").is_file()
+  assert (trained / "length_curve.length_batches-1_max_batches-2.png").is_file()

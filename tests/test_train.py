@@ -172,7 +172,7 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
   procs = [eval_cli(tmp_path, *dist, *overrides, "--process_id", str(i)) for i in range(2)]
   outs = [p.communicate(timeout=300)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outs)
-  two = json.loads((tmp_path / "eval_results.json").read_text())["metrics"]
+  two = json.loads(next(tmp_path.glob("eval_results.*.json")).read_text())["metrics"]  # named from the overrides
   config = smoke(**{"mesh.fsdp": 2, "batch_size": 64})
   config.eval.length_factors, config.eval.length_batches = (1,), 1
   one = evaluate.evaluate(config, str(tmp_path))["metrics"]

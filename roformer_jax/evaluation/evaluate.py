@@ -45,7 +45,7 @@ from roformer_jax import context_parallel, decoding, errors, mesh as mesh_lib
 from roformer_jax.errors import UserError
 from roformer_jax.evaluation import eval_metrics, passkey
 from roformer_jax.training import data, metrics as metrics_lib, run_config, tasks, trainer
-from roformer_jax.training.checkpoints import Checkpointer, NoCheckpoint, average_checkpoints
+from roformer_jax.training.checkpoints import Checkpointer, CheckpointMismatch, NoCheckpoint, average_checkpoints
 from roformer_jax.training.data import passkey as passkey_rows
 
 
@@ -150,14 +150,18 @@ def restore(config, workdir: str, mesh, rules, *, average_last: int = 0,
       newest, state, _ = ckpt.restore_newest(state, quarantine=False)
       used = [newest]
   except (ValueError, KeyError, TypeError) as e:
-    differ = run_config.differences(config, workdir)
-    if isinstance(e, UserError) and not differ:
+    differ = run_config.differences(config, workdir)  # the settings that differ say more than parameter paths
+    if differ:
+      more = f" (and {len(differ) - 8} more)" if len(differ) > 8 else ""
+      raise CheckpointMismatch(
+          f"the checkpoints in {directory} do not match this config: the run and this request differ in "
+          f"{'; '.join(differ[:8])}{more}. Leave out --config to use the run's own config (its config.json), or "
+          f"give the run's overrides. (The restore said: {errors.message_of(e)[:300]})") from e
+    if isinstance(e, UserError):
       raise
-    named = (f"the run and this request differ in {'; '.join(differ[:8])}"
-             f"{f' (and {len(differ) - 8} more)' if len(differ) > 8 else ''}: " if differ else "")
-    raise UserError(f"the checkpoints in {directory} do not match this config: {named}leave out --config to use "
-                    f"the run's own (its config.json), or give the same overrides. (The restore said: "
-                    f"{errors.message_of(e)[:300]})") from e
+    raise CheckpointMismatch(f"the checkpoints in {directory} do not match this config (model sizes, task or "
+                             f"optimiser differ): {str(e)[:500]}. Use the config the run was trained "
+                             "with, including the same --config overrides.") from e
   finally:
     ckpt.close()
   return graphdef, state, used[-1], used
@@ -269,6 +273,86 @@ def _token_metrics(sums: dict[str, float]) -> dict[str, float]:
           "tokens": sums["weight"]}
 
 
+def summary(results: dict[str, Any], workdir: str, config: ml_collections.ConfigDict) -> str:
+  """What eval.py prints: what was evaluated, every metric computed (with the loss set beside the eval loss the run
+  logged at that step, and why they differ), the length curves side by side, pass-key retrieval, and the files."""
+  settings = config.eval
+  asked = results.get("evaluated") or {}
+  used = results["checkpoints"]
+  ckpt = f"the average of steps {used}" if len(used) > 1 else f"step {results['step']}"
+  lines = [f"eval.py: {results['task']} model of {workdir}, {ckpt}, split {results['split']!r}",
+           "evaluated: " + (", ".join(f"{k}={v!r}" for k, v in asked.items()) if asked else
+                            "as trained (the run's own config)")]
+  m = results["metrics"]
+  lines.append("  " + "  ".join(f"{k} {v:.4f}" if isinstance(v, float) and not float(v).is_integer() else f"{k} {v:g}"
+                                for k, v in m.items() if isinstance(v, (int, float))))
+  what = (f"the split's first {settings.max_batches} batches of {config.batch_size}" if settings.max_batches else
+          "the whole split")
+  logged = _logged_eval_loss(workdir, results["step"])
+  if "loss" in m and logged is not None:
+    same = settings.max_batches == config.eval_batches and len(used) == 1
+    lines.append(f"  (over {what}; the run's own eval logged loss {logged:.4f} at step {results['step']} over its "
+                 f"first eval_batches={config.eval_batches}" + (": the same batches and model)" if same else
+                 ", a different sample" + ("" if len(used) == 1 else " of another model (one checkpoint)") + ")"))
+  elif "loss" in m:
+    lines.append(f"  (over {what})")
+  curve, scaled = results.get("length_curve") or [], results.get("length_curve_scaled") or []
+  if curve:
+    scaling = results.get("rope_scaling") or {}
+    head = f"{scaling.get('rope_type', 'scaled')} x{scaling.get('factor', '?')}" if scaled else ""
+    lines.append(f"length curve (loss, nats/token; {settings.length_batches} batches a point; trained at "
+                 f"{config.data.max_length}):")
+    lines.append(f"  {'length':>8}  {'as trained':>10}" + (f"  {head:>12}" if scaled else ""))
+    for i, row in enumerate(curve):
+      text = f"  {row['length']:>8}  {row.get('loss', float('nan')):>10.4f}"
+      if scaled:
+        text += f"  {scaled[i].get('loss', float('nan')):>12.4f}"
+      lines.append(text + (f"  ({row['note']})" if row.get("note") else ""))
+  pk = results.get("passkey")
+  if pk and pk.get("lengths"):
+    from roformer_jax.evaluation import passkey as passkey_lib
+    lines.append(passkey_lib.format_table(pk))
+  files = [results["results_file"]] + [os.path.basename(p) for p in (results.get("length_curve_png"),
+                                                                      (pk or {}).get("png")) if p]
+  lines.append(f"wrote {', '.join(files)} in {workdir}, and eval rows in metrics.jsonl")
+  return "\n".join(lines)
+
+
+def _logged_eval_loss(workdir: str, step: int) -> float | None:
+  """The eval loss the training run itself logged at `step` (not eval.py's rows), if any."""
+  path = os.path.join(workdir, "metrics.jsonl")
+  if not os.path.isfile(path):
+    return None
+  rows = [r for r in metrics_lib.read_rows(path)
+          if r["step"] == step and "eval_loss" in r and "evaluated" not in r and "eval_bits_per_token" not in r]
+  return float(rows[-1]["eval_loss"]) if rows else None
+
+
+def _plot_length_curve(results: dict[str, Any], out: str, title: str) -> str:
+  """The loss at each evaluated length (and with eval.rope_scaling, the scaled model's beside it) as a PNG."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, ax = plt.subplots(figsize=(6, 4))
+  curves = [("as trained", results["length_curve"])]
+  if results.get("length_curve_scaled"):
+    scaling = results.get("rope_scaling") or {}
+    curves.append((f"{scaling.get('rope_type', 'scaled')} x{scaling.get('factor', '?')}", results["length_curve_scaled"]))
+  for label, rows in curves:
+    ax.plot([r["length"] for r in rows], [r.get("loss", float("nan")) for r in rows], "o-", label=label, ms=4)
+  ax.set_xscale("log", base=2)
+  ax.set_xlabel("evaluation length (tokens)")
+  ax.set_ylabel("loss (nats/token)")
+  ax.grid(alpha=0.3)
+  ax.legend()
+  ax.set_title(title)
+  fig.tight_layout()
+  fig.savefig(out, dpi=120)
+  plt.close(fig)
+  return out
+
+
 def _glue(config, task: tasks.Classification, graphdef, state, mesh, batches) -> dict[str, float]:
   """The GLUE metric set of the data set's task, from `task.predict` over the batches."""
 
@@ -363,8 +447,11 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
   local_batch = config.batch_size // jax.process_count()
   batches = lambda: _batches(config, settings["split"], config.data.max_length, local_batch, settings["max_batches"])
 
+  asked = run_config.requested(config, workdir)  # what this evaluation sets beyond the run as trained
+  name = run_config.slug(asked)
   results: dict[str, Any] = {"step": step, "checkpoints": used, "split": settings["split"], "task": config.task,
-                             "dataset": config.data.dataset}
+                             "dataset": config.data.dataset, "evaluated": asked,
+                             "results_file": f"eval_results{'.' + name if name else ''}.json"}
   # What the task scores (`Task.eval_metrics`): token metrics or GLUE's, BLEU, the length curve.
   results["metrics"] = {}
   if tasks.TOKEN_METRICS in task.eval_metrics:
@@ -421,25 +508,35 @@ def evaluate(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
     results["passkey"]["rope_scaling"] = dict(scaling) if scaling else None
 
   if jax.process_index() == 0:
-    with open(os.path.join(workdir, "eval_results.json"), "w") as f:
+    # Each setting its own file (eval_results.json for the run's own settings), and each metrics row tagged
+    # with it: an evaluation never overwrites another setting's result.
+    tags = {"evaluated": name or metrics_lib.AS_TRAINED}
+    if results.get("length_curve"):
+      results["length_curve_png"] = _plot_length_curve(results, os.path.join(
+          workdir, f"length_curve{'.' + name if name else ''}.png"), f"{os.path.basename(workdir)}: step {step}")
+    with open(os.path.join(workdir, results["results_file"]), "w") as f:
       json.dump(results, f, indent=2, default=float)
     writer = metrics_lib.MetricsWriter(workdir)
     numeric = {k: v for k, v in results["metrics"].items() if isinstance(v, (int, float))}
-    writer.write(step, numeric, prefix="eval_")
+    writer.write(step, numeric, prefix="eval_", tags=tags)
     for row in results.get("length_curve", []):
       if math.isfinite(row.get("loss", float("nan"))):
-        writer.write(step, {f"loss_at_{row['length']}": row["loss"]}, prefix="eval_")
+        writer.write(step, {f"loss_at_{row['length']}": row["loss"]}, prefix="eval_", tags=tags)
+    for row in results.get("length_curve_scaled", []):
+      if math.isfinite(row.get("loss", float("nan"))):
+        writer.write(step, {f"scaled_loss_at_{row['length']}": row["loss"]}, prefix="eval_", tags=tags)
     pk = results.get("passkey")
     if pk and pk["lengths"]:
       for i, (length, mean) in enumerate(zip(pk["lengths"], pk["mean_accuracy"], strict=True)):
         row = {f"passkey_accuracy_at_{length}": mean}
         if pk.get("mean_answer_nll"):
           row[f"passkey_answer_nll_at_{length}"] = pk["mean_answer_nll"][i]
-        writer.write(step, row, prefix="eval_")
+        writer.write(step, row, prefix="eval_", tags=tags)
       title = f"{os.path.basename(workdir)}: pass key, step {step}"
       if pk["rope_scaling"]:
         title += f", {pk['rope_scaling'].get('rope_type', 'scaled')} x{pk['rope_scaling'].get('factor', '?')}"
-      passkey.plot_heatmap(pk, os.path.join(workdir, "passkey.png"), title)
+      pk["png"] = os.path.join(workdir, f"passkey{'.' + name if name else ''}.png")
+      passkey.plot_heatmap(pk, pk["png"], title)
     writer.close()
   return results
 

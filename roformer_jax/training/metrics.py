@@ -148,10 +148,12 @@ class MetricsWriter:
       from tensorboardX import SummaryWriter
       self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
 
-  def write(self, step: int, metrics: Mapping[str, float], *, prefix: str = "") -> None:
+  def write(self, step: int, metrics: Mapping[str, float], *, prefix: str = "",
+            tags: Mapping[str, str] | None = None) -> None:
+    """One row; `tags` are text fields of the row (eval.py's `evaluated`: what the numbers are of)."""
     if not self.enabled:
       return
-    row = {"step": int(step), **{f"{prefix}{k}": float(v) for k, v in metrics.items()}}
+    row = {"step": int(step), **(tags or {}), **{f"{prefix}{k}": float(v) for k, v in metrics.items()}}
     cast(TextIO, self._jsonl).write(json.dumps(row) + "\n")  # enabled: opened
     for k, v in metrics.items():
       self._tb.add_scalar(f"{prefix}{k}", float(v), int(step))
@@ -237,6 +239,9 @@ class Progress:
       self.bar = None  # later messages are printed (write), below the closed bar
 
 
+AS_TRAINED = "as trained"  # eval.py's `evaluated` tag of a row evaluated with the run's own settings
+
+
 def plot_loss(workdir: str, out: str | None = None) -> str | None:
   """Plots train (and eval) loss from metrics.jsonl into `<workdir>/loss.png`."""
   path = os.path.join(workdir, "metrics.jsonl")
@@ -249,7 +254,7 @@ def plot_loss(workdir: str, out: str | None = None) -> str | None:
   for row in read_rows(path):
     if "loss" in row:
       train.append((row["step"], row["loss"]))
-    if "eval_loss" in row:
+    if "eval_loss" in row and row.get("evaluated", AS_TRAINED) == AS_TRAINED:  # not eval.py's other settings
       evals.append((row["step"], row["eval_loss"]))
   if not train:
     return None

@@ -104,6 +104,51 @@ def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
   return {prefix[:-1]: tree}
 
 
+def _changed(asked: Any, run: Any, prefix: str = "") -> dict[str, Any]:
+  """key -> requested value where `asked` differs from `run`, descending only where both are dicts: a setting
+  that was None in the run and is a dict now (eval.rope_scaling) is one key, its whole dict the value."""
+  if isinstance(asked, dict) and isinstance(run, dict):
+    out: dict[str, Any] = {}
+    for k in sorted(set(asked) | set(run)):
+      out.update(_changed(asked.get(k), run.get(k), f"{prefix}{k}."))
+    return out
+  return {} if asked == run else {prefix[:-1]: asked}
+
+
+def requested(config: ml_collections.ConfigDict, workdir: str) -> dict[str, Any]:
+  """What this request sets differently from the run's saved config (evaluation settings included, the data's
+  location left out), key -> requested value: what an evaluation evaluated beyond the run as trained. Empty when
+  the workdir saved no config."""
+  saved = read(workdir)
+  if saved is None:
+    return {}
+  changed = _changed(json.loads(config.to_json_best_effort()), saved)
+  return {k: v for k, v in changed.items() if k not in ("data.data_dir", "data.locale_dir")}
+
+
+def _text(value: Any) -> str:
+  if isinstance(value, dict):
+    return "-".join(_text(v) for v in value.values() if v is not None)
+  if isinstance(value, (list, tuple)):
+    return "-".join(_text(v) for v in value)
+  return str(value)
+
+
+def slug(asked: dict[str, Any]) -> str:
+  """A file-name part naming what was asked: "" for nothing; else key-value pairs, each key's last part
+  (`rope_scaling-yarn-4.0-128`), cut to 80 characters with a short hash of the whole when longer."""
+  if not asked:
+    return ""
+  import hashlib
+  import re
+
+  text = "_".join(f"{k.split('.')[-1]}-{_text(v)}" for k, v in asked.items())
+  text = re.sub(r"[^A-Za-z0-9._-]+", "", text.replace(" ", "")).strip("._-") or "settings"
+  if len(text) > 80:
+    text = f"{text[:71]}-{hashlib.sha1(json.dumps(asked, sort_keys=True, default=str).encode()).hexdigest()[:8]}"
+  return text
+
+
 def differences(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
   """The keys whose value in `config` differs from the run's saved config, as `key: 'run' in the
   run, 'requested' requested`; evaluation-only keys are left out. Empty when the workdir saved no
@@ -118,4 +163,4 @@ def differences(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
   return [f"{k}: {run.get(k)!r} in the run, {asked.get(k)!r} requested" for k in keys]
 
 
-__all__ = ["CONFIG_FILE", "differences", "load", "read", "saved_path", "with_saved_config"]
+__all__ = ["CONFIG_FILE", "differences", "load", "read", "requested", "saved_path", "slug", "with_saved_config"]
