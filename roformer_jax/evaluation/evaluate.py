@@ -1,4 +1,4 @@
-"""`evaluate(config, workdir)`: task metrics of a trained workdir, written to eval_results.json.
+"""`evaluate(config, workdir)`: task metrics of a trained workdir, written to eval_results[.<settings>].json.
 
 - Restores the newest checkpoint, or the element-wise mean of the last N
   (`config.eval.average_last`, Sec. 4.1 averages the last 5).
@@ -20,7 +20,12 @@
   RoPE-scaled model when `eval.rope_scaling` is set; `results["passkey"]` and
   `<workdir>/passkey.png`.
 
-Rows also go to `<workdir>/metrics.jsonl` with the checkpoint's step.
+Each setting keeps its own result: with the run's own config (run_config.py) the file is
+`eval_results.json`; settings beyond it (`--config.eval.rope_scaling=...`, another resolution)
+name it, `eval_results.<settings>.json` (`run_config.slug`), with `results["evaluated"]` the
+keys and values, and the PNGs alike (`length_curve[.<settings>].png`, `passkey[...].png`).
+Rows also go to `<workdir>/metrics.jsonl` with the checkpoint's step, each tagged
+`"evaluated"`: "as trained" or the settings. `summary` is what eval.py prints.
 
 Several processes (eval.py's --coordinator_address/--num_processes/--process_id) each read a
 disjoint shard; they stay in step even when their shards differ in length, and the
