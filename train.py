@@ -8,6 +8,8 @@ Re-running the same command resumes from the newest checkpoint in DIR. For sever
 finds them itself (--distributed). --cpu_devices N fakes N CPU devices per process.
 """
 
+import os
+
 from absl import flags
 from ml_collections import config_flags
 
@@ -27,7 +29,7 @@ def main(argv):
 
   result = trainer.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   if jax.process_index() == 0:
-    print({k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()})
+    print(trainer.summary(result, os.path.abspath(_WORKDIR.value)))
 
 
 if __name__ == "__main__":

@@ -153,3 +153,5 @@ def test_eval_cli_end_to_end(trained):
   assert "(over the split's first 2 batches of" in out.stdout and "length  as trained" in out.stdout, out.stdout
   assert (trained / "eval_results.length_batches-1_max_batches-2.json").is_file()
   assert (trained / "length_curve.length_batches-1_max_batches-2.png").is_file()
+  from roformer_jax.training import launch  # issue 40: none of the known noise (the TPU probe, orbax read-only, TFDS)
+  assert not [start for _, start, _ in launch.NOISE if start in out.stderr], out.stderr

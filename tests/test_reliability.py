@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from roformer_jax import errors
-from roformer_jax.training import checkpoints, metrics, trainer, workdir_lock
+from roformer_jax.training import checkpoints, launch, metrics, trainer, workdir_lock
 from roformer_jax.evaluation import evaluate
 from roformer_jax.training.checkpoints import Checkpointer
 
@@ -363,6 +363,13 @@ def test_eval_reads_the_runs_own_config_and_a_mismatch_names_the_keys(trained):
   assert "differ in task: 'lm' in the run, 'mlm' requested" in out.stderr, out.stderr
   out = _cli("eval.py", "--workdir", str(trained / "nothing"))
   assert out.returncode == 2 and "has no config.json" in out.stderr and "flag --config" not in out.stderr, out.stderr
+  # A finished run says so and how to train further, in a line a person reads, with none of the known noise.
+  out = _cli("train.py", "--config", SMOKE, "--workdir", str(trained),
+             f"--config.data.data_dir={os.environ.get('ROFORMER_TEST_DATA_DIR', '')}")
+  last = out.stdout.strip().splitlines()[-1]
+  assert out.returncode == 0 and "is already finished: step 2 of total_steps=2" in last and \
+      "larger --config.total_steps" in last, out.stdout + out.stderr
+  assert not [start for _, start, _ in launch.NOISE if start in out.stderr], out.stderr
 
 
 @pytest.mark.parametrize("flags, message", [

@@ -54,8 +54,34 @@ flags.DEFINE_bool("traceback", False, f"Show the Python traceback of every error
                   "by default a mistake in the config, flags, data, workdir or checkpoints prints its message alone.")
 
 
+# Log lines that read as failures but are not, dropped at the source unless --verbosity is given
+# (--verbosity=0 brings every line back): (the emitting file, the message's start, why it is not one).
+NOISE = (
+    ("xla_bridge.py", "Unable to initialize backend",
+     "JAX probes every platform it knows at start-up; a machine without a TPU (or an IFRT proxy) says so"),
+    ("dataset_builder.py", "Using custom data configuration",
+     "our TFDS builders are configured on purpose (the corpus, its split); TFDS warns for any such config"),
+    ("checkpoint_manager.py", "CheckpointManagerOptions.read_only=True",
+     "eval.py, generate.py and init_from open checkpoints read-only on purpose (a trainer may be running)"),
+    ("checkpoint_manager.py", "Given directory is read only", "the same read-only opening"),
+    ("checkpoint.py", "Metadata file does not exist",
+     "orbax's optional per-item metadata file; a checkpoint is verified by Checkpointer.problem, and a damaged "
+     "one is named by checkpoints.warn"),
+)
+
+
+def _not_noise(record) -> bool:
+  path, message = os.path.basename(getattr(record, "pathname", "")), str(record.msg)
+  return not any(path == file and message.startswith(start) for file, start, _ in NOISE)
+
+
 def initialize() -> None:
   """Applies the flags before the JAX backend starts; quiets INFO logs unless --verbosity is given."""
+  if not flags.FLAGS["verbosity"].present:
+    # Before the backend starts (its platform probing logs at INFO), and the known noise at
+    # any level: see NOISE.
+    logging.set_verbosity(logging.WARNING)
+    logging.get_absl_handler().addFilter(_not_noise)
   import jax
 
   if _CPU_DEVICES.value:

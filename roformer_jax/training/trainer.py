@@ -488,4 +488,25 @@ def _train(config, workdir: str, mesh, rules, stages: list[Stage], stops: stoppi
         loop.writer.close()
   metrics_lib.plot_loss(workdir)
   log = next(hook for hook in hooks if isinstance(hook, hooks_lib.Log))
-  return {"step": loop.step, **log.last}
+  return {"step": loop.step, "started_at": start, "total_steps": config.total_steps, **log.last}
+
+
+def summary(result: dict[str, Any], workdir: str) -> str:
+  """train.py's last line, for a person: what ran, the final losses, and where the results are; a finished run
+  says so and how to train further."""
+  step, start, total = result["step"], result.get("started_at", 0), result.get("total_steps", result["step"])
+  evals = []
+  path = os.path.join(workdir, "metrics.jsonl")
+  if os.path.isfile(path):
+    evals = [r for r in metrics_lib.read_rows(path) if "eval_loss" in r and "evaluated" not in r
+             and "eval_bits_per_token" not in r and r["step"] <= step]
+  last_eval = f"eval loss {evals[-1]['eval_loss']:.4f} at step {evals[-1]['step']}" if evals else "no eval yet"
+  where = [f"{name} {os.path.join(workdir, name)}" for name in ("loss.png", "samples.jsonl")
+           if os.path.exists(os.path.join(workdir, name))]
+  files = f"; {', '.join(where)}" if where else ""
+  if start >= total:
+    return (f"{workdir} is already finished: step {step} of total_steps={total}, {last_eval}{files}. To train "
+            f"further, run the same command with a larger --config.total_steps (it resumes from step {step}).")
+  done = "finished" if step >= total else f"stopped at step {step} of {total} (the same command resumes it)"
+  loss = f"train loss {result['loss']:.4f}, " if isinstance(result.get("loss"), float) else ""
+  return f"{done}: steps {start + 1}..{step}, {loss}{last_eval}; workdir {workdir}{files}"
