@@ -492,6 +492,21 @@ def test_python_snippets_run(name, index, block, capsys, monkeypatch):
     assert value in out, f"{name} python block {index}: expected {value!r} in the output, got {out!r}"
 
 
+FRESH_PROCESS_BLOCKS = [(name, block) for name in MARKDOWN
+                        for block in re.findall(r"^```py\n(.*?)^```", (ROOT / name).read_text(), flags=re.S | re.M)]
+
+
+@pytest.mark.parametrize("name,block", FRESH_PROCESS_BLOCKS, ids=[n for n, _ in FRESH_PROCESS_BLOCKS])
+def test_fresh_process_snippets_run(name, block):
+  """A ```py block must run before JAX's backend starts (fake CPU devices): it runs in a new Python process, and
+  its `print(x)  # value` lines must print that value."""
+  out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env={k: v for k, v in os.environ.items() if k != "XLA_FLAGS"})
+  assert out.returncode == 0, out.stderr
+  for value in re.findall(r"^[ \t]*print\(.*\)[ \t]*#[ \t]*(.+?)[ \t]*$", block, flags=re.M):
+    assert value in out.stdout, f"{name}: expected {value!r}, got {out.stdout!r}"
+
+
 @pytest.mark.parametrize("cmd", PYTEST_COMMANDS, ids=[c.text for c in PYTEST_COMMANDS])
 def test_documented_pytest_commands_select_tests(cmd):
   """A documented pytest command names files (or node ids) that exist, and its -k selects tests."""
