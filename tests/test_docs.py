@@ -432,7 +432,7 @@ def test_the_collector_finds_the_documented_commands():
   """Guards the collector itself: commands known to be documented are found and runnable."""
   runnable = {line for g in GROUPS for line, _ in g.commands}
   assert any("train.py --config configs/default.py:smoke --workdir workdirs/default" in r for r in runnable)
-  assert any("generate.py" in r and "configs/default.py:smoke" in r for r in runnable)
+  assert any("generate.py --workdir workdirs/default" in r for r in runnable)  # the run's own config (issue 40)
   assert len(GROUPS) >= 5, [g.key for g in GROUPS]
 
 
