@@ -19,7 +19,7 @@ import orbax.checkpoint as ocp
 import pytest
 
 from configs import common, default
-from roformer_jax.training import trainer
+from roformer_jax.training import samples as samples_lib, trainer
 from roformer_jax.evaluation import evaluate
 
 pytestmark = pytest.mark.slow  # trains or runs processes: make test, not make test-fast
@@ -286,11 +286,15 @@ def test_samples_are_decoded_at_each_eval(tmp_path, task):
   assert [(s["step"], s["index"]) for s in samples] == [(2, 0), (2, 1), (4, 0), (4, 1)]
   for s in samples:
     assert s["prompt"] and s["output"] and s["reference"]
-  if task == "lm":  # the prompt is the start of a validation document; 8 new bytes at most
-    assert all(len(s["output"].encode()) <= 8 for s in samples)
-  else:  # the masked text, the model's fills, the original; fills counted
-    assert all(s["prompt"] != s["reference"] and len(s["output"]) == len(s["reference"]) for s in samples)
+  if task == "lm":  # the prompt is the start of a validation document; 8 new bytes at most, greedy and sampled
+    assert all(len(s["output"].encode()) <= 8 and len(s["sampled"]) <= 8 for s in samples)  # (a sampled byte may not
+    # be UTF-8 alone: shown as one replacement character)
+    assert all(s["sampling"] == samples_lib.SAMPLING == "temperature 0.8, top-k 40, seed 0" for s in samples)
+  else:  # the masked text (its masks shown), the model's fills, the original; fills counted
+    assert all(samples_lib.MASK_SHOWN in s["prompt"] and len(s["output"]) == len(s["reference"]) for s in samples)
     assert all(int(s["filled_right"].split("/")[1]) > 0 for s in samples)
+  shown = samples_lib.screen(samples[0], 2).splitlines()  # what a person sees under the progress bar
+  assert shown[0] == "sample at step 2:" and shown[1].startswith("  input:") and shown[-1].startswith("  reference:")
   # A resumed run drops the rows past its checkpoint before logging them again.
   trainer.train_and_evaluate(smoke(total_steps=6, eval_every_steps=2, samples_per_eval=1, sample_max_new_tokens=8,
                                    task=task), str(tmp_path))

@@ -33,7 +33,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer_jax.training import stopping
+from roformer_jax.training import samples as samples_lib, stopping
 
 
 @dataclasses.dataclass
@@ -206,7 +206,7 @@ class Samples(Hook):
                                 max_new_tokens=self.max_new_tokens)
     loop.writer.write_samples(loop.step, samples)
     if samples:
-      loop.progress.write(f"sample at step {loop.step}: {samples[0]['prompt']!r} -> {samples[0]['output']!r}")
+      loop.progress.write(samples_lib.screen(samples[0], loop.step))
 
 
 class Checkpoint(Hook):

@@ -5,16 +5,18 @@ trainer takes the first `config.samples_per_eval` rows of the first validation b
 rows every time, so samples from different steps compare) and decodes them with the model as
 it is, through its task (`tasks.get(config.task).samples`, which calls one function here):
 - lm: the first quarter of the row's first document as the prompt, then a greedy continuation
-  (`decoding.generate`) of `config.sample_max_new_tokens` tokens;
+  (`decoding.generate`) of `config.sample_max_new_tokens` tokens, and a sampled one (temperature
+  0.8, top-k 40, the same seed every time: `SAMPLING`), beside the document's true continuation;
 - seq2seq: the row's first source sentence, greedily translated (`decoding.translate`),
   beside its reference;
-- mlm: the row's first segment with the model's top-1 fill at every masked slot, beside the
-  original text, and how many fills are right;
+- mlm: the row's first segment as the model saw it (each [MASK] shown as "[MASK]"), then its
+  top-1 fill at every masked slot, beside the original text, and how many fills are right;
 - classification: the predicted label beside the true one.
 
 Each sample is a dict {"prompt", "output", "reference"} of text. The trainer writes them to
 `<workdir>/samples.jsonl` (with the step), to TensorBoard as text, and prints the first under
-the progress bar. Greedy decoding keeps samples deterministic for a given state.
+the progress bar (`screen`: input, output, reference). Greedy decoding and the fixed sampling
+seed keep samples deterministic for a given state.
 """
 
 from __future__ import annotations
@@ -48,9 +50,34 @@ def lm_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dic
   prompts = np.stack([d[:prompt_len] for d in docs]).astype(np.int32)
   out = np.asarray(decoding.generate(model, prompts, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id,
                                      pad_id=tokenizer.pad_id))
+  # A greedy continuation of a small model repeats itself ('the the the') long after the model has learned a lot:
+  # a seeded sample (the same seed at every evaluation) shows the distribution it learned beside it.
+  import jax
+  sampled = np.asarray(decoding.generate(model, prompts, max_new_tokens=max_new_tokens, eos_id=tokenizer.eos_id,
+                                         pad_id=tokenizer.pad_id, temperature=SAMPLE_TEMPERATURE, top_k=SAMPLE_TOP_K,
+                                         rng=jax.random.key(SAMPLE_SEED)))
   return [{"prompt": tokenizer.decode(p), "output": tokenizer.decode(_until_eos(o, tokenizer.eos_id)),
+           "sampled": tokenizer.decode(_until_eos(s, tokenizer.eos_id)), "sampling": SAMPLING,
            "reference": tokenizer.decode(d[prompt_len:prompt_len + max_new_tokens])}
-          for p, o, d in zip(prompts, out, docs, strict=True)]
+          for p, o, s, d in zip(prompts, out, sampled, docs, strict=True)]
+
+
+SAMPLE_TEMPERATURE, SAMPLE_TOP_K, SAMPLE_SEED = 0.8, 40, 0
+SAMPLING = f"temperature {SAMPLE_TEMPERATURE}, top-k {SAMPLE_TOP_K}, seed {SAMPLE_SEED}"
+MASK_SHOWN = "[MASK]"  # how a masked slot of an MLM sample's input is shown (its token decodes to nothing)
+
+
+def screen(sample: dict[str, Any], step: int) -> str:
+  """A sample as the lines printed under the progress bar: the input, the model's output (and a sampled one), the
+  reference, so a person can judge it."""
+  lines = [f"sample at step {step}:", f"  input:     {sample['prompt']!r}"]
+  lines.append(f"  model:     {sample['output']!r}" + (" (greedy)" if "sampled" in sample else ""))
+  if "sampled" in sample:
+    lines.append(f"  sampled:   {sample['sampled']!r} ({sample['sampling']})")
+  if "filled_right" in sample:
+    lines[-1] += f" ({sample['filled_right']} masked slots right)"
+  lines.append(f"  reference: {sample['reference']!r}")
+  return "\n".join(lines)
 
 
 def _until_eos(ids: np.ndarray, eos_id: int) -> np.ndarray:
@@ -96,9 +123,23 @@ def mlm_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> lis
   for i in range(n):
     keep = _first_segment(_row_segments(batch, i), inputs[i], tokenizer.pad_id)
     right, total = int((filled[i][keep] == truth[i][keep])[scored[i][keep]].sum()), int(scored[i][keep].sum())
-    out.append({"prompt": tokenizer.decode(inputs[i][keep]), "output": tokenizer.decode(filled[i][keep]),
+    out.append({"prompt": _with_masks(inputs[i][keep], tokenizer), "output": tokenizer.decode(filled[i][keep]),
                 "reference": tokenizer.decode(truth[i][keep]), "filled_right": f"{right}/{total}"})
   return out
+
+
+def _with_masks(ids: np.ndarray, tokenizer) -> str:
+  """The text of `ids` with each [MASK] token shown as MASK_SHOWN (decoded, it is nothing: the slot vanished)."""
+  mask_id = getattr(tokenizer, "mask_id", None)
+  if mask_id is None:
+    return tokenizer.decode(ids)
+  at = np.flatnonzero(ids == mask_id)
+  pieces: list[str] = []
+  start = 0
+  for i in at:
+    pieces += [tokenizer.decode(ids[start:i]), MASK_SHOWN]
+    start = int(i) + 1
+  return "".join(pieces + [tokenizer.decode(ids[start:])])
 
 
 def classification_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> list[dict[str, Any]]:
@@ -128,4 +169,5 @@ def num_rows(batch: dict[str, np.ndarray], num: int) -> int:
   return min(num, next(iter(batch.values())).shape[0])
 
 
-__all__ = ["classification_samples", "image_samples", "lm_samples", "mlm_samples", "num_rows", "seq2seq_samples"]
+__all__ = ["SAMPLING", "classification_samples", "image_samples", "lm_samples", "mlm_samples", "num_rows", "screen",
+           "seq2seq_samples"]
