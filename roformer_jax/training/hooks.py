@@ -157,7 +157,8 @@ class Log(Hook):
     if self.peak:
       row["mfu"] = tps * self.flops_per_token(loop.stage) / (self.peak * jax.device_count())
     loop.writer.write(loop.step, row)
-    loop.progress.update(loop.step, loss=row["loss"], tok_s=f"{tps:,.0f}", lr=row["learning_rate"])
+    rate = {"tok_s" if loop.task.reads_tokens else "img_s": f"{tps:,.0f}"}  # the image task counts images
+    loop.progress.update(loop.step, loss=row["loss"], **rate, lr=row["learning_rate"])
     self.last = row
     self._reset(loop.off_clock)
 
