@@ -78,9 +78,9 @@ def _not_noise(record) -> bool:
 def initialize() -> None:
   """Applies the flags before the JAX backend starts; quiets INFO logs unless --verbosity is given."""
   if not flags.FLAGS["verbosity"].present:
-    # Before the backend starts (its platform probing logs at INFO), and the known noise at
-    # any level: see NOISE.
-    logging.set_verbosity(logging.WARNING)
+    # The known noise, at any level, from here on (the backend's platform probe runs below):
+    # see NOISE. The INFO lines of a multi-process start-up ("Connecting to JAX distributed
+    # service on ...") still show; the level drops to WARNING after it.
     logging.get_absl_handler().addFilter(_not_noise)
   import jax
 
@@ -270,7 +270,7 @@ def _check_literals(config, argv: list[str]) -> None:
     except (ValueError, SyntaxError) as e:
       reason = e.msg if isinstance(e, SyntaxError) else str(e)
     raise ValueError(f"{key}: the text {text!r} is not a Python literal ({reason}); write a dict like "
-                     f"{key}=\"{{'rope_type': 'yarn', 'factor': 4.0}}\" (quoted for the shell)")
+                     f"{key}=\"{{'rope_type': 'linear', 'factor': 4.0}}\" (quoted for the shell)")
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
