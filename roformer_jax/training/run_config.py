@@ -95,13 +95,10 @@ def with_saved_config(argv: list[str], config_file: str) -> list[str]:
   return [argv[0], f"--config={config_file}:{os.path.abspath(workdir)}", *argv[1:]]
 
 
-def _flat(tree: Any, prefix: str = "") -> dict[str, Any]:
-  if isinstance(tree, dict):
-    out: dict[str, Any] = {}
-    for k, v in tree.items():
-      out.update(_flat(v, f"{prefix}{k}."))
-    return out
-  return {prefix[:-1]: tree}
+def _at(tree: Any, key: str) -> Any:
+  for part in key.split("."):
+    tree = tree.get(part) if isinstance(tree, dict) else None
+  return tree
 
 
 def _changed(asked: Any, run: Any, prefix: str = "") -> dict[str, Any]:
@@ -156,11 +153,9 @@ def differences(config: ml_collections.ConfigDict, workdir: str) -> list[str]:
   saved = read(workdir)
   if saved is None:
     return []
-  asked = _flat(json.loads(config.to_json_best_effort()))
-  run = _flat(saved)
-  keys = sorted(k for k in set(asked) | set(run)
-                if not any(k == p or k.startswith(p) for p in _EVAL_ONLY) and asked.get(k) != run.get(k))
-  return [f"{k}: {run.get(k)!r} in the run, {asked.get(k)!r} requested" for k in keys]
+  changed = _changed(json.loads(config.to_json_best_effort()), saved)  # the one comparison requested() makes too
+  keys = [k for k in changed if not any(k == p or k.startswith(p) for p in _EVAL_ONLY)]
+  return [f"{k}: {_at(saved, k)!r} in the run, {changed[k]!r} requested" for k in keys]
 
 
 __all__ = ["CONFIG_FILE", "differences", "load", "read", "requested", "saved_path", "slug", "with_saved_config"]
