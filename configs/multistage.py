@@ -35,8 +35,11 @@ def _stages(rows):
   return [{"max_length": t, "batch_size": b, "steps": s} for t, b, s in rows]
 
 
+VARIANTS = ("small", common.SMOKE)
+
+
 def get_config(variant: str = "") -> ml_collections.ConfigDict:
-  variants = common.parse_variants(variant, ("small", common.SMOKE), config_name="multistage")
+  variants = common.parse_variants(variant, VARIANTS, config_name="multistage")
   config = default.get_config()
   config.task = "mlm"  # Sec. 4.5 pre-trains a masked LM
   config.stages = _stages(TABLE_4)  # replaces batch_size and data.max_length stage by stage

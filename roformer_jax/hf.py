@@ -56,8 +56,8 @@ from flax import nnx
 from roformer_jax.models import ModelConfig, RoFormerForMaskedLM, RoFormerForSequenceClassification, RoFormerModel
 from roformer_jax.positional import RotaryConfig, config_key
 
-__all__ = ["CheckpointError", "config_from_hf", "config_to_hf", "from_pretrained", "save_pretrained",
-           "sinusoidal_table", "state_dict"]
+__all__ = ["CheckpointError", "config_from_hf", "config_to_hf", "from_pretrained", "representation_problems",
+           "rotary_problems", "save_pretrained", "sinusoidal_table", "state_dict"]
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -164,7 +164,9 @@ def rotary_problems(rotary: RotaryConfig, head_size: int) -> list[str]:
   return problems
 
 
-def _check_representable(cfg: ModelConfig) -> None:
+def representation_problems(cfg: ModelConfig) -> list[str]:
+  """Why HF RoFormer cannot represent `cfg` (empty if it can), one reason per field, each
+  naming the `ModelConfig` field and its value: what `save_pretrained` refuses."""
   problems = []
   if cfg.position != "rope":
     problems.append(f"position={cfg.position!r} (HF RoFormer always uses RoPE)")
@@ -188,6 +190,11 @@ def _check_representable(cfg: ModelConfig) -> None:
     problems.append("use_bias=False (HF RoFormer's linear layers have biases)")
   if cfg.scale_embeddings:
     problems.append("scale_embeddings=True (HF RoFormer does not scale embeddings)")
+  return problems
+
+
+def _check_representable(cfg: ModelConfig) -> None:
+  problems = representation_problems(cfg)
   if problems:
     raise CheckpointError("this model cannot be written as an HF RoFormer checkpoint: " + "; ".join(problems) + ".")
 

@@ -33,6 +33,11 @@ Checking our exports (two steps, two interpreters)
 
        .venv/bin/python scripts/make_hf_roformer_fixture.py --write-export /tmp/roformer_export
 
+   or, for checkpoints export.py wrote from trained runs, put them under one directory and add
+   the JAX outputs to each::
+
+       .venv/bin/python scripts/make_hf_roformer_fixture.py --outputs-for /tmp/roformer_export/<run> ...
+
 2. In the torch venv, load each directory with transformers (no missing/unexpected keys
    allowed) and compare its outputs with the JAX ones; exits 1 above 1e-4::
 
@@ -214,7 +219,9 @@ def randomize_jax_(model, seed):
         var.set_value(value.astype(var.get_value().dtype))
 
 
-def write_export(out_dir, names=None):
+def write_outputs(d, rng):
+    """(project venv) d/jax_outputs.npz: the outputs of the checkpoint directory d as
+    roformer_jax reads it, on padded rows with token types, for --check-export to compare."""
     import jax.numpy as jnp
     from flax import nnx
 
@@ -225,6 +232,25 @@ def write_export(out_dir, names=None):
         kw = dict(attention_mask=mask, token_type_ids=types, positions=positions)
         hidden = model.encode(ids, **kw)
         return hidden, (None if isinstance(model, models.RoFormerModel) else model(ids, **kw))
+
+    model = hf.from_pretrained(d)
+    cfg = model.config
+    length = min(EXPORT_LENGTH, cfg.max_position)
+    ids, mask, types = make_inputs(rng, cfg.vocab_size, cfg.type_vocab_size, batch=EXPORT_BATCH,
+                                   length=length, real=(length, length * 61 // 100), left=(False, False))
+    positions = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), ids.shape)  # HF's slots
+    hidden, logits = forward(model, ids, mask, types, positions)
+    arrays = dict(input_ids=ids, attention_mask=mask, token_type_ids=types, last_hidden_state=np.asarray(hidden))
+    if logits is not None:
+        arrays["logits"] = np.asarray(logits)
+    np.savez(os.path.join(d, "jax_outputs.npz"), **arrays)
+    return model
+
+
+def write_export(out_dir, names=None):
+    from flax import nnx
+
+    from roformer_jax import hf, models
 
     rng = np.random.default_rng(SEED + 1)
     for i, (name, (cls_name, overrides, num_labels)) in enumerate(EXPORTS.items()):
@@ -238,16 +264,8 @@ def write_export(out_dir, names=None):
         randomize_jax_(abstract, SEED + 10 + i)
         d = os.path.join(out_dir, name)
         hf.save_pretrained(abstract, d)
-        model = hf.from_pretrained(d)
+        model = write_outputs(d, rng)
         assert type(model) is cls and model.config == cfg
-        ids, mask, types = make_inputs(rng, cfg.vocab_size, cfg.type_vocab_size, batch=EXPORT_BATCH,
-                                       length=EXPORT_LENGTH, real=(EXPORT_LENGTH, 61), left=(False, False))
-        positions = jnp.broadcast_to(jnp.arange(EXPORT_LENGTH, dtype=jnp.int32), ids.shape)  # HF's slots
-        hidden, logits = forward(model, ids, mask, types, positions)
-        arrays = dict(input_ids=ids, attention_mask=mask, token_type_ids=types, last_hidden_state=np.asarray(hidden))
-        if logits is not None:
-            arrays["logits"] = np.asarray(logits)
-        np.savez(os.path.join(d, "jax_outputs.npz"), **arrays)
         print(f"wrote {d} ({cls_name})", file=sys.stderr)
 
 
@@ -296,10 +314,18 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--write-export", metavar="DIR", help="(project venv) save random JAX models + outputs into DIR")
+    group.add_argument("--outputs-for", metavar="DIR", nargs="+",
+                       help="(project venv) write jax_outputs.npz into each checkpoint DIR (e.g. export.py's --out)")
     group.add_argument("--check-export", metavar="DIR", help="(torch venv) compare DIR's exports with transformers")
     args = parser.parse_args()
     if args.write_export:
         write_export(args.write_export)
+        return 0
+    if args.outputs_for:
+        rng = np.random.default_rng(SEED + 2)
+        for d in args.outputs_for:
+            write_outputs(d, rng)
+            print(f"wrote {os.path.join(d, 'jax_outputs.npz')}", file=sys.stderr)
         return 0
     if args.check_export:
         return check_export(args.check_export)

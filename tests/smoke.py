@@ -20,6 +20,17 @@ def smoke(task: str | None = None, **overrides):
   return common.set_dotted(config, overrides)
 
 
+# The MLM smoke runs are BERT-like encoders (post-LN, two token types) as configs/bert_base_mlm.py
+# is: a model HF RoFormer can hold, so the one shared run serves generate.py, init_from's
+# fine-tuning and export.py alike.
+MLM = {"model.norm": "post", "model.type_vocab_size": 2}
+
+
+def smoke_mlm(**overrides):
+  """smoke("mlm") as a BERT-like encoder (MLM), plus dotted `overrides`."""
+  return smoke("mlm", **MLM, **overrides)
+
+
 def vit_config(position: str, data_dir: str | os.PathLike = ""):
   """configs/vit_shapes.py's smoke variant (16 px, a 4 x 4 grid) with position encoding `position`."""
   from configs import vit_shapes
@@ -49,7 +60,7 @@ class SmokeRuns:
   (shutil.copytree) to dest and returns the copy, so a test that writes into its workdir
   (eval.py's results, a resumed run) never changes what the next test reads. The kinds:
   - "lm": smoke(total_steps=3, keep_checkpoints=5); returns the workdir.
-  - "mlm": smoke("mlm"), two steps; returns the workdir.
+  - "mlm": smoke_mlm(), two steps; returns the workdir.
   - "seq2seq": s2s_config(root) on tests.gettext_fixture's catalogues; returns root, which
     holds locale/, data/ and the workdir work/.
   - "vit_<position>" (vit_learned, vit_rope_mixed, ...): vit_config(position, root / "data"), the
@@ -71,7 +82,7 @@ class SmokeRuns:
       if kind == "lm":
         trainer.train_and_evaluate(smoke(total_steps=LM_STEPS, keep_checkpoints=5), str(path))
       elif kind == "mlm":
-        trainer.train_and_evaluate(smoke("mlm"), str(path))
+        trainer.train_and_evaluate(smoke_mlm(), str(path))
       elif kind == "seq2seq":
         from tests import gettext_fixture
         gettext_fixture.make_locale_dir(path / "locale")

@@ -39,7 +39,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MARKDOWN = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
-DOCSTRING_FILES = ["train.py", "eval.py", "generate.py",
+DOCSTRING_FILES = ["train.py", "eval.py", "generate.py", "export.py",
                    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").glob("*.py")),
                    *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "experiments").glob("*.py"))]
 NEEDS = {"gpu", "network", "torch", "cluster"}
@@ -50,7 +50,7 @@ _ENV_PREFIX = r"(?:[A-Z_][A-Z0-9_]*=\S+\s+)*"
 # in prose; it is not a command (those three need --workdir, train.py --config too).
 COMMAND_RE = re.compile(rf"^{_ENV_PREFIX}(?:(?:\.venv/bin/)?python3?\s+(?:-m\s+\S+|\S+\.py)(?:\s|$)|make\s+\w"
                         r"|pytest\s+\S|srun\s|gcloud\s|[\w./-]+\.py\s+-)")
-PROGRAM_NAME_RE = re.compile(r"^(?:\.venv/bin/)?python3?\s+(?:\./)?(?:train|eval|generate)\.py$")
+PROGRAM_NAME_RE = re.compile(r"^(?:\.venv/bin/)?python3?\s+(?:\./)?(?:train|eval|generate|export)\.py$")
 MARKER_RE = re.compile(r"#\s*needs:\s*([\w ,-]+?)\s*$")
 SYNOPSIS_RE = re.compile(r"<[^<>\s=][^<>]*>|\[--|\[:|(?:^|\s)\.\.\.(?:\s|$|\))|\{\w+(?:,\w+)+\}")
 

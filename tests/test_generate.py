@@ -22,7 +22,7 @@ from flax import nnx
 from roformer_jax import decoding
 from roformer_jax.evaluation import generation
 from roformer_jax.errors import UserError
-from tests.smoke import DATA_DIR, s2s_config, smoke
+from tests.smoke import DATA_DIR, s2s_config, smoke, smoke_mlm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -271,7 +271,7 @@ def test_bad_prompts_are_one_line_user_errors(lm, tmp_path):
 
 
 def test_fill_masks_gives_the_models_probabilities_at_each_mask(mlm_run):
-  loaded = generation.load(smoke("mlm"), str(mlm_run))
+  loaded = generation.load(smoke_mlm(), str(mlm_run))
   out = generation.fill_masks(loaded, "def f(x): re[MASK]urn x[MASK]", top_k=4)
   assert len(out) == 2 and all(len(fillers) == 4 for fillers in out)
   # The reference: the full logits of the row (BOS text EOS), unpadded, at the mask slots.
@@ -341,8 +341,7 @@ def test_cli_seq2seq_translates_one_line_per_input_line(s2s_run):
 
 
 def test_cli_mlm_prints_the_top_fillers(mlm_run):
-  out = run_cli("--config", "configs/default.py:smoke", "--config.task=mlm", "--workdir", str(mlm_run),
-                "--prompt", "x = [MASK]", "--top_k", "3")
+  out = run_cli("--workdir", str(mlm_run), "--prompt", "x = [MASK]", "--top_k", "3")  # the run's own config
   assert out.returncode == 0, out.stderr
   lines = out.stdout.splitlines()
   assert lines[0] == "x = [MASK]" and lines[1].startswith("  [MASK] 1: ") and lines[1].count(" 0.") == 3

@@ -21,11 +21,8 @@ FIXTURE = Path(__file__).parent / "fixtures" / "hf_roformer_tiny" / "factorized"
 
 
 def mlm_config():
-  c = default.get_config("smoke")
-  c.task = "mlm"
-  c.data.data_dir = os.environ.get("ROFORMER_TEST_DATA_DIR", "")
-  c.async_checkpoints = False
-  return c
+  """The shared MLM smoke run's config (tests/smoke.py: a BERT-like encoder, two token types)."""
+  return smoke.smoke_mlm()
 
 
 def classifier_config(init_from: str, **model):
@@ -40,12 +37,9 @@ def classifier_config(init_from: str, **model):
 
 
 @pytest.fixture(scope="module")
-def mlm_run(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("mlm")
-  c = mlm_config()
-  c.model.type_vocab_size = 2  # as the classifier's, which reads token types
-  trainer.train_and_evaluate(c, str(workdir))
-  return workdir
+def mlm_run(smoke_runs, tmp_path_factory):
+  """The shared MLM smoke run (trained once per test process), copied for this file."""
+  return smoke_runs.copy("mlm", tmp_path_factory.mktemp("mlm") / "work")
 
 
 def flat(tree) -> dict[str, np.ndarray]:
