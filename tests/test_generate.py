@@ -330,6 +330,8 @@ def test_cli_lm_streams_the_greedy_continuation(lm_run, lm):
   assert out.returncode == 0, out.stderr
   assert out.stdout == "def f(x):" + "".join(generation.stream_lm(lm, "def f(x):", max_new_tokens=20)) + "\n"
   assert "step 3" in out.stderr
+  from roformer_jax.training import launch  # issue 40: none of the known noise (TPU probe, orbax read-only, TFDS)
+  assert not [start for _, start, _ in launch.NOISE if start in out.stderr], out.stderr
 
 
 def test_cli_seq2seq_translates_one_line_per_input_line(s2s_run):

@@ -252,3 +252,21 @@ def test_a_bracketed_override_that_is_no_literal_is_named_and_strings_are_left_a
   config.model.rope_scaling = {"rope_type": "yarn"}
   launch._check_literals(config, ["eval.py", "--config.model.rope_scaling={'rope_type': 'yarn'}",
                                   "--config.nothere=(1", "--workdir=(x"])
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5, 8, 13, 1000])
+def test_gloos_lines_are_dropped_from_stdout_and_nothing_else_is_held(size):
+  """launch.drop_lines, fed in chunks of every size: gloo's per-communicator lines go, every other byte comes
+  through in order; a progress bar's partial line is written at once, not held until its newline."""
+  starts = [start for fd, start, _ in launch.FD_NOISE if fd == 1]
+  text = (b"lm: 0.02M parameters\n[Gloo] Rank 0 is connected to 1 peer ranks. Expected number of connected peer "
+          b"ranks is : 1\n\r 50%|#####     | 1/2\r100%|##########| 2/2\n[Glo is not gloo\n[Gloo] Rank 3 is "
+          b"connected to 3 peer ranks.\nfinished: steps 1..2")
+  held, passing, out = b"", False, []
+  for i in range(0, len(text), size):
+    written, held, passing = launch.drop_lines(text[i:i + size], starts, held, passing)
+    out.append(written)
+  assert b"".join(out) + held == (b"lm: 0.02M parameters\n\r 50%|#####     | 1/2\r100%|##########| 2/2\n"
+                                  b"[Glo is not gloo\nfinished: steps 1..2")
+  assert launch.drop_lines(b"\r 50%|##", starts) == (b"\r 50%|##", b"", True)  # not held
+  assert launch.drop_lines(b"[Gl", starts) == (b"", b"[Gl", False)  # may still be gloo's: held

@@ -158,10 +158,13 @@ def test_render_rejects_what_it_cannot_draw():
 # --------------------------------------------------------------------------------------
 
 
-def test_builder_stores_the_scenes_of_each_split(tmp_path):
+def test_builder_stores_the_scenes_of_each_split(tmp_path, capfd):
   config = shapes.Shapes2dConfig(name="tiny", num_examples={"train": 300, "validation": 40, "test": 40})
   builder = shapes.build_shapes2d(tmp_path, config=config)
   assert shapes.build_shapes2d(tmp_path, config=config).is_prepared()
+  # Issue 40: an offline build says what it did on stderr, not TFDS's "downloaded and prepared" on stdout.
+  out, err = capfd.readouterr()
+  assert "download" not in out.lower() and "Built shapes2d/tiny; later runs reuse it." in err
   for split, n in config.num_examples.items():
     source = builder.as_data_source(split)
     records = sorted((source[i] for i in range(len(source))), key=lambda r: int(r["index"]))

@@ -143,6 +143,15 @@ def _free_port():
     return s.getsockname()[1]
 
 
+def assert_quiet(outs):
+  """Issue 40: none of the known noise (launch.NOISE, and gloo's per-communicator lines on stdout) in any process's
+  output."""
+  from roformer_jax.training import launch
+  noise = [start for _, start, _ in launch.NOISE] + [start.decode() for _, start, _ in launch.FD_NOISE]
+  found = [(i, start) for i, out in enumerate(outs) for start in noise if start in out]
+  assert not found, "\n----\n".join(outs)
+
+
 def test_two_processes_train_together_with_jax_distributed(tmp_path):
   """Two CPU processes on localhost (gloo collectives), 2 fake devices each: one 4-device mesh.
 
@@ -154,6 +163,7 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
   procs = [train_cli(tmp_path, *common, "--process_id", str(i), wait=False) for i in range(2)]
   outs = [p.communicate(timeout=300)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outs)
+  assert_quiet(outs)
   assert "mesh {'data': 1, 'fsdp': 2, 'context': 2, 'tensor': 1}" in outs[0]  # context within a process
   assert [r["step"] for r in rows(tmp_path) if "loss" in r] == [1, 2, 3]  # process 0 writes once
   assert "3" in os.listdir(tmp_path / "checkpoints")
@@ -172,6 +182,7 @@ def test_two_processes_train_together_with_jax_distributed(tmp_path):
   procs = [eval_cli(tmp_path, *dist, *overrides, "--process_id", str(i)) for i in range(2)]
   outs = [p.communicate(timeout=300)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0], "\n----\n".join(outs)
+  assert_quiet(outs)
   two = json.loads(next(tmp_path.glob("eval_results.*.json")).read_text())["metrics"]  # named from the overrides
   config = smoke(**{"mesh.fsdp": 2, "batch_size": 64})
   config.eval.length_factors, config.eval.length_batches = (1,), 1

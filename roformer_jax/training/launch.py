@@ -21,12 +21,15 @@ their traceback.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import inspect
 import ipaddress
 import os
 import socket
 import sys
+import threading
+from collections.abc import Sequence
 from typing import cast
 
 from absl import app, flags, logging
@@ -59,6 +62,9 @@ flags.DEFINE_bool("traceback", False, f"Show the Python traceback of every error
 NOISE = (
     ("xla_bridge.py", "Unable to initialize backend",
      "JAX probes every platform it knows at start-up; a machine without a TPU (or an IFRT proxy) says so"),
+    ("file_utils.py", "Variant folder",
+     "TFDS looks for a prepared copy of a dataset before it is built (our offline corpus on first use): "
+     "'has no dataset_info.json' means only that it is not built yet"),
     ("dataset_builder.py", "Using custom data configuration",
      "our TFDS builders are configured on purpose (the corpus, its split); TFDS warns for any such config"),
     ("checkpoint_manager.py", "CheckpointManagerOptions.read_only=True",
@@ -68,6 +74,76 @@ NOISE = (
      "orbax's optional per-item metadata file; a checkpoint is verified by Checkpointer.problem, and a damaged "
      "one is named by checkpoints.warn"),
 )
+
+
+# Lines that C++ libraries write straight to a file descriptor, where no logging filter reaches:
+# (the descriptor, the line's start, why it is not news). They are dropped by `FdLineFilter`
+# in multi-process CPU runs unless --verbosity is given.
+FD_NOISE = (
+    (1, b"[Gloo] Rank ", "gloo, the CPU collectives of a multi-process run, prints one line per communicator it "
+     "connects, on stdout between the run's own lines; a connection that fails is an error the run reports"),
+)
+
+
+def drop_lines(chunk: bytes, starts: Sequence[bytes], held: bytes = b"",
+               passing: bool = False) -> tuple[bytes, bytes, bool]:
+  """The next `chunk` of a stream, less the lines that start with one of `starts`: returns (what
+  to write now, what to hold, passing), the last two to give back with the next chunk. `held` is
+  the start of the current line while it may still become a dropped line; `passing`, that the
+  current line is kept and is being passed through as it comes. Only such a possible start is
+  held, so a kept line, or a progress bar's partial one, is never delayed."""
+  out = []
+  data = held + chunk
+  held = b""
+  while data:
+    newline = data.find(b"\n")
+    line = data if newline < 0 else data[:newline + 1]
+    if not passing and newline < 0 and any(line.startswith(s) or s.startswith(line) for s in starts):
+      held = data  # a dropped line's start, or what may still become one: wait for its end
+      break
+    if passing or not any(line.startswith(s) for s in starts):
+      out.append(line)
+      passing = newline < 0
+    data = b"" if newline < 0 else data[newline + 1:]
+  return b"".join(out), held, passing
+
+
+class FdLineFilter:
+  """File descriptor `fd`, less the lines that start with one of `starts` (see FD_NOISE).
+
+  The descriptor becomes the write end of a pipe; a thread copies the pipe to where `fd` pointed,
+  dropping those lines. Text written through Python (print, logging) and by C++ alike passes
+  through it. At exit (`close`) the descriptor is restored and the rest copied.
+  """
+
+  def __init__(self, fd: int, starts: Sequence[bytes]):
+    self.fd, self.starts = fd, tuple(starts)
+    self.target = os.dup(fd)
+    read, write = os.pipe()
+    os.dup2(write, fd)
+    os.close(write)
+    self._read = read
+    self._thread = threading.Thread(target=self._pump, name=f"fd{fd}-line-filter", daemon=True)
+    self._thread.start()
+    atexit.register(self.close)
+
+  def _write(self, data: bytes) -> None:
+    while data:
+      data = data[os.write(self.target, data):]
+
+  def _pump(self) -> None:
+    held, passing = b"", False
+    with os.fdopen(self._read, "rb", buffering=0) as pipe:
+      while chunk := pipe.read(65536):
+        out, held, passing = drop_lines(chunk, self.starts, held, passing)
+        self._write(out)
+    self._write(held)
+
+  def close(self) -> None:
+    if self.fd == 1:
+      sys.stdout.flush()
+    os.dup2(self.target, self.fd)  # the pipe's last write end closes: the thread copies the rest and ends
+    self._thread.join(timeout=5)
 
 
 def _not_noise(record) -> bool:
@@ -91,6 +167,9 @@ def initialize() -> None:
     if _COORDINATOR.value:
       # CPU processes need gloo for cross-process collectives; GPUs/TPUs ignore this setting.
       jax.config.update("jax_cpu_collectives_implementation", "gloo")
+      if not flags.FLAGS["verbosity"].present:
+        for fd in sorted({fd for fd, _, _ in FD_NOISE}):
+          FdLineFilter(fd, [start for f, start, _ in FD_NOISE if f == fd])
       # Only process 0 listens; the others' machines do not have its address.
       bind = _BIND.value or (bind_address(_COORDINATOR.value) if _PROCESS_ID.value in (0, None) else None)
       check_coordinator_port(_COORDINATOR.value, _PROCESS_ID.value, bind)

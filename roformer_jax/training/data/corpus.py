@@ -117,6 +117,17 @@ class LocalBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):  # 
     # for an editable install imported from outside the repository; name the file directly.
     return epath.Path(inspect.getfile(cls))
 
+  # TFDS prints "Downloading and preparing dataset ..." and "Dataset X downloaded and prepared
+  # to ..." on stdout around every build. These builders download nothing (they read files on
+  # this machine or draw their data), so those lines would mislead, and on stdout they would mix
+  # into a command's output (generate.py's text). One honest line on stderr instead.
+  def _log_download_bytes(self) -> None:
+    print(f"Building the offline dataset {self.name}/{self.builder_config.name} in {self.data_dir} "
+          "(nothing is downloaded) ...", file=sys.stderr, flush=True)
+
+  def _log_download_done(self) -> None:
+    print(f"Built {self.name}/{self.builder_config.name}; later runs reuse it.", file=sys.stderr, flush=True)
+
 
 class PythonStdlibBytes(LocalBuilder):
   """The Python standard library's ``.py`` source files, one document per file, as bytes."""
