@@ -35,6 +35,7 @@ def vit_config(position: str, data_dir: str | os.PathLike = ""):
   """configs/vit_shapes.py's smoke variant (16 px, a 4 x 4 grid) with position encoding `position`."""
   from configs import vit_shapes
   config = vit_shapes.get_config("smoke")
+  config.samples_per_eval = 1  # one image sample (a forward pass): its class names are checked
   config.vit.position = position
   config.data.data_dir = str(data_dir)
   return config

@@ -497,3 +497,8 @@ def test_a_vit_evaluates_at_another_resolution_on_its_trained_model(position, tm
   config.eval.max_batches = 1
   metrics = evaluate.evaluate(config, str(root / "work"))["metrics"]
   assert math.isfinite(metrics["loss"]) and 0.0 <= metrics["accuracy"] <= 1.0 and metrics["images"] > 0
+  # The training's image sample names both classes (issue 40), from shapes2d's own ClassLabel.
+  sample = json.loads((root / "work" / "samples.jsonl").read_text().splitlines()[-1])
+  from roformer_jax.training.data import shapes
+  assert sample["prompt"] == "validation image 0" and sample["reference"].split(" (")[0] in shapes.LABELS
+  assert sample["output"].split(" (")[0] in shapes.LABELS and ", p=" in sample["output"]

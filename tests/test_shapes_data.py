@@ -175,6 +175,7 @@ def test_builder_stores_the_scenes_of_each_split(tmp_path, capfd):
 
 
 def test_the_registry_builds_shapes2d_on_first_use(data_dir):
+  assert data.label_names(shapes_cfg(data_dir)) == shapes.LABELS  # what samples show beside the class numbers
   spec = data.get_spec("shapes2d")
   assert spec.kind == "image" and spec.num_classes == 4 and spec.render is shapes.render
   for split, n in shapes.SPLIT_SIZES.items():

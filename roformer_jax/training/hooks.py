@@ -33,7 +33,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer_jax.training import samples as samples_lib, stopping
+from roformer_jax.training import data, samples as samples_lib, stopping
 
 
 @dataclasses.dataclass
@@ -195,6 +195,7 @@ class Samples(Hook):
   def __init__(self, every_steps: int, num: int, max_new_tokens: int, tokenizer):
     self.every_steps, self.num, self.max_new_tokens, self.tokenizer = int(every_steps), int(num), max_new_tokens, tokenizer
     self._batch: tuple[Any, Any] | None = None  # (stage, its first validation batch)
+    self._labels: tuple[tuple[str, ...] | None] | None = None  # (the dataset's class names or None), once read
 
   def due(self, loop: Loop) -> bool:
     return self.num > 0 and jax.process_count() == 1 and every(self.every_steps, loop)
@@ -202,9 +203,11 @@ class Samples(Hook):
   def run(self, loop: Loop) -> None:
     if self._batch is None or self._batch[0] != loop.stage:
       self._batch = (loop.stage, next(loop.iterator("validation", loop.stage, repeat=True, shuffle=False)))
+    if self._labels is None:
+      self._labels = (data.label_names(loop.config.data),)  # None where the dataset has no class names
     model = nnx.merge(loop.graphdef, loop.state)[0]
     samples = loop.task.samples(model, self._batch[1], tokenizer=self.tokenizer, num=self.num,
-                                max_new_tokens=self.max_new_tokens)
+                                max_new_tokens=self.max_new_tokens, labels=self._labels[0])
     loop.writer.write_samples(loop.step, samples)
     if samples:
       loop.progress.write(samples_lib.screen(samples[0], loop.step))

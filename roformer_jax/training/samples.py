@@ -11,7 +11,9 @@ it is, through its task (`tasks.get(config.task).samples`, which calls one funct
   beside its reference;
 - mlm: the row's first segment as the model saw it (each [MASK] shown as "[MASK]"), then its
   top-1 fill at every masked slot, beside the original text, and how many fills are right;
-- classification: the predicted label beside the true one.
+- classification: the row's text, the predicted label beside the true one (by name where the
+  dataset names its labels, `data.label_names`);
+- image: the predicted class and its probability beside the true class, by name likewise.
 
 Each sample is a dict {"prompt", "output", "reference"} of text. The trainer writes them to
 `<workdir>/samples.jsonl` (with the step), to TensorBoard as text, and prints the first under
@@ -21,6 +23,7 @@ seed keep samples deterministic for a given state.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -42,8 +45,10 @@ def _row_segments(batch, i: int) -> np.ndarray | None:
   return None if segments is None else segments[i]
 
 
-def lm_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
+def lm_samples(model, batch, tokenizer, n: int, max_new_tokens: int,
+               labels: Sequence[str] | None = None) -> list[dict[str, Any]]:
   """Greedy continuations of the first quarter of each row's first document."""
+  del labels  # no classes
   docs = [batch["inputs"][i][_first_segment(_row_segments(batch, i), batch["inputs"][i], tokenizer.pad_id)]
           for i in range(n)]
   prompt_len = max(1, min(min(len(d) for d in docs), max(4, batch["inputs"].shape[1] // 4)))
@@ -85,8 +90,10 @@ def _until_eos(ids: np.ndarray, eos_id: int) -> np.ndarray:
   return ids[:ends[0]] if ends.size else ids
 
 
-def seq2seq_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> list[dict[str, Any]]:
+def seq2seq_samples(model, batch, tokenizer, n: int, max_new_tokens: int,
+                    labels: Sequence[str] | None = None) -> list[dict[str, Any]]:
   """Greedy translations of each row's first sentence pair, through eval's own decoder."""
+  del labels  # no classes
   src_seg, tgt_seg = batch.get("src_segment_ids"), batch.get("tgt_segment_ids")
   sources = [batch["src"][i][_first_segment(None if src_seg is None else src_seg[i], batch["src"][i],
                                             tokenizer.pad_id)] for i in range(n)]
@@ -102,8 +109,10 @@ def seq2seq_samples(model, batch, tokenizer, n: int, max_new_tokens: int) -> lis
           for s, o, r in zip(sources, outputs, references, strict=True)]
 
 
-def mlm_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> list[dict[str, Any]]:
+def mlm_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0,
+                labels: Sequence[str] | None = None) -> list[dict[str, Any]]:
   """Each row's first segment with the top-1 fill at every masked slot (max_new_tokens unused)."""
+  del labels  # no classes
   del max_new_tokens
   inputs = np.asarray(batch["inputs"][:n])
   truth = inputs.copy()
@@ -142,26 +151,48 @@ def _with_masks(ids: np.ndarray, tokenizer) -> str:
   return "".join(pieces + [tokenizer.decode(ids[start:])])
 
 
-def classification_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> list[dict[str, Any]]:
-  """The predicted label beside the true one (tokenizer and max_new_tokens unused)."""
-  del tokenizer, max_new_tokens
+def _class(k: int, labels: Sequence[str] | None) -> str:
+  """A class as a person reads it: its name and number where the dataset names its classes."""
+  return f"{labels[k]} ({k})" if labels and 0 <= k < len(labels) else str(k)
+
+
+def _pair_text(ids: np.ndarray, types: np.ndarray | None, mask: np.ndarray, tokenizer) -> str:
+  """A classification row's text: its sentence, or its two sentences joined by " | "."""
+  ids, kinds = ids[mask > 0], (np.zeros_like(ids) if types is None else types)[mask > 0]
+  parts = [tokenizer.decode(ids[kinds == t]) for t in np.unique(kinds)]
+  return " | ".join(parts)
+
+
+def classification_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0,
+                           labels: Sequence[str] | None = None) -> list[dict[str, Any]]:
+  """Each row's text, the predicted label beside the true one (by name where the dataset names
+  its labels; a regression's scores to two decimals). max_new_tokens unused."""
+  del max_new_tokens
+  types = batch.get("token_type_ids")
   out = np.asarray(model(batch["input_ids"][:n], attention_mask=batch["attention_mask"][:n],
-                         token_type_ids=None if batch.get("token_type_ids") is None else batch["token_type_ids"][:n]))
-  predicted = out[..., 0] if out.shape[-1] == 1 else out.argmax(-1)
-  return [{"prompt": f"example {i}", "output": str(predicted[i].item()), "reference": str(batch["label"][i].item())}
-          for i in range(n)]
+                         token_type_ids=None if types is None else types[:n]))
+  texts = [_pair_text(batch["input_ids"][i], None if types is None else types[i], batch["attention_mask"][i], tokenizer)
+           for i in range(n)]
+  if out.shape[-1] == 1:  # regression (STS-B)
+    return [{"prompt": texts[i], "output": f"{out[i, 0]:.2f}", "reference": f"{float(batch['label'][i]):.2f}"}
+            for i in range(n)]
+  predicted = out.argmax(-1)
+  return [{"prompt": texts[i], "output": _class(int(predicted[i]), labels),
+           "reference": _class(int(batch["label"][i]), labels)} for i in range(n)]
 
 
-def image_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0) -> list[dict[str, Any]]:
-  """The predicted class beside the true one, with the top class's probability (tokenizer and
-  max_new_tokens unused)."""
+def image_samples(model, batch, tokenizer, n: int, max_new_tokens: int = 0,
+                  labels: Sequence[str] | None = None) -> list[dict[str, Any]]:
+  """The predicted class beside the true one (by name where the dataset names its classes), with
+  the predicted class's probability (tokenizer and max_new_tokens unused)."""
   del tokenizer, max_new_tokens
   logits = np.asarray(model(batch["image"][:n]), np.float64)
   probs = np.exp(logits - logits.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)
   predicted = probs.argmax(-1)
-  return [{"prompt": f"image {i}", "output": f"{predicted[i].item()} (p={probs[i, predicted[i]]:.2f})",
-           "reference": str(batch["label"][i].item())} for i in range(n)]
+  return [{"prompt": f"validation image {i}",
+           "output": f"{_class(int(predicted[i]), labels)}, p={probs[i, predicted[i]]:.2f}",
+           "reference": _class(int(batch["label"][i]), labels)} for i in range(n)]
 
 
 def num_rows(batch: dict[str, np.ndarray], num: int) -> int:

@@ -28,7 +28,7 @@ trainer's mean is exact however the batch is sharded.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import jax
@@ -123,7 +123,7 @@ class Task:
         linear_features=features)
 
   def samples(self, model, batch: dict[str, np.ndarray], *, tokenizer, num: int,
-              max_new_tokens: int) -> list[dict[str, Any]]:
+              max_new_tokens: int, labels: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """Decodes the first `num` rows of a (host, numpy) validation batch with `model`, as text.
 
     Args:
@@ -132,6 +132,7 @@ class Task:
       tokenizer: the run's tokenizer (`data.make_tokenizer`).
       num: rows to decode (at most the batch's rows).
       max_new_tokens: tokens generated per lm prompt / translated sentence.
+      labels: the dataset's class names (`data.label_names`), shown beside the class numbers.
 
     Returns:
       One dict per row: "prompt", "output", "reference" (text), plus "filled_right" for mlm.
@@ -139,7 +140,7 @@ class Task:
     num = samples_lib.num_rows(batch, num)
     if num < 1:
       return []
-    return type(self).sample_fn(model, batch, tokenizer, num, max_new_tokens)
+    return type(self).sample_fn(model, batch, tokenizer, num, max_new_tokens, labels=labels)
 
 
 def _linear_features(cfg: models.ModelConfig) -> int | None:

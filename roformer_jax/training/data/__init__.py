@@ -17,14 +17,14 @@ from roformer_jax.training.data.corpus import build_stdlib_corpus
 from roformer_jax.training.data.datasets import REGISTRY, DatasetNotPreparedError, get_spec
 from roformer_jax.training.data.masking import mask_tokens
 from roformer_jax.training.data.packing import positions_from_segments
-from roformer_jax.training.data.pipeline import (FORMATS, BatchFormat, check_data, make_dataset, make_iterator,
-                                        make_tokenizer, raw_targets, tokenizer_path)
+from roformer_jax.training.data.pipeline import (FORMATS, BatchFormat, check_data, label_names, make_dataset,
+                                        make_iterator, make_tokenizer, raw_targets, tokenizer_path)
 from roformer_jax.training.data.tokenizers import (ByteTokenizer, SentencePieceTokenizer,
                                           TokenizerNotFoundError, train_sentencepiece)
 
 __all__ = [
     "FORMATS", "REGISTRY", "BatchFormat", "ByteTokenizer", "DatasetNotPreparedError", "SentencePieceTokenizer",
     "TokenizerNotFoundError", "build_stdlib_corpus", "check_data", "default_data_config",
-    "get_spec", "make_dataset", "make_iterator", "make_tokenizer", "mask_tokens",
+    "get_spec", "label_names", "make_dataset", "make_iterator", "make_tokenizer", "mask_tokens",
     "positions_from_segments", "raw_targets", "tokenizer_path", "train_sentencepiece",
 ]

@@ -686,6 +686,19 @@ def make_iterator(data_cfg: ml_collections.ConfigDict, *, task: str | BatchForma
   return iter(ds)
 
 
+def label_names(data_cfg: ml_collections.ConfigDict) -> tuple[str, ...] | None:
+  """The class names of the dataset's ``label`` feature (its TFDS ClassLabel: GLUE's
+  ``not_equivalent`` / ``equivalent``, shapes2d's ``left_above`` ...), or None where the dataset
+  has no label names (a regression, no label, a dataset without a ClassLabel)."""
+  spec = datasets.get_spec(data_cfg.dataset)
+  source = _open(data_cfg, spec, "validation")
+  try:
+    names = source.dataset_info.features[spec.label or "label"].names
+  except (AttributeError, KeyError, TypeError):  # no dataset_info, no such feature, or not a ClassLabel
+    return None
+  return tuple(str(n) for n in names) or None
+
+
 def check_data(data_cfg: ml_collections.ConfigDict, *, splits: tuple[str, ...] = ("train",),
                task: str | BatchFormat | None = None) -> None:
   """Fails fast, before any training, if a dataset split or the tokenizer is missing, or
@@ -699,5 +712,5 @@ def check_data(data_cfg: ml_collections.ConfigDict, *, splits: tuple[str, ...] =
 
 
 __all__ = ["CLASSIFICATION", "FORMATS", "IMAGE", "LM", "MLM", "SEQ2SEQ", "BatchFormat", "batch_format",
-           "check_data", "image_shape", "make_dataset", "make_iterator", "make_tokenizer", "passkey_fraction",
+           "check_data", "image_shape", "label_names", "make_dataset", "make_iterator", "make_tokenizer", "passkey_fraction",
            "tokenizer_path", "training_sentences"]
