@@ -545,3 +545,30 @@ def test_samples_read_rows_without_segment_ids(data_dir, task):
   model = (models.CausalLM if task == "lm" else models.RoFormerForMaskedLM)(model_cfg, rngs=nnx.Rngs(0))
   out = tasks.get(task).samples(model, batch, tokenizer=tok, num=2, max_new_tokens=3)
   assert len(out) == 2 and all(row["prompt"] for row in out)
+
+
+def test_preparing_a_download_without_network_fails_at_once_naming_the_cause(tmp_path, monkeypatch, capsys):
+  """Issue 40: offline, TFDS retried each URL for minutes; the prepare command now fails at once, in one line."""
+  import socket
+
+  from roformer_jax.training.data import datasets, prepare
+
+  calls = []
+
+  def unreachable(address, timeout=None):
+    calls.append(address)
+    raise OSError("[Errno -2] Name or service not known")
+
+  for name in datasets.PROXY_VARIABLES:
+    monkeypatch.delenv(name, raising=False)
+  monkeypatch.setattr(socket, "create_connection", unreachable)
+  assert prepare.main(["dataset", "glue/mrpc", "--data_dir", str(tmp_path)]) == 2
+  err = capsys.readouterr().err.strip().splitlines()
+  assert len(err) == 1 and err[0].startswith("python -m roformer_jax.training.data.prepare: error: preparing "
+                                             "'glue/mrpc' downloads it, and this machine cannot reach "
+                                             "storage.googleapis.com:443"), err
+  assert f"copy its glue/ directory into {tmp_path}" in err[0] and calls == [datasets.NETWORK_PROBE]
+  # Behind a proxy, TFDS's requests go through it: nothing to probe.
+  monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+  datasets.check_network(datasets.get_spec("glue/mrpc"), tmp_path)
+  assert calls == [datasets.NETWORK_PROBE]

@@ -146,7 +146,8 @@ class FdLineFilter:
     self._thread.join(timeout=5)
 
 
-def _not_noise(record) -> bool:
+def not_noise(record) -> bool:
+  """A logging filter: False for the known noise (NOISE)."""
   path, message = os.path.basename(getattr(record, "pathname", "")), str(record.msg)
   return not any(path == file and message.startswith(start) for file, start, _ in NOISE)
 
@@ -157,7 +158,7 @@ def initialize() -> None:
     # The known noise, at any level, from here on (the backend's platform probe runs below):
     # see NOISE. The INFO lines of a multi-process start-up ("Connecting to JAX distributed
     # service on ...") still show; the level drops to WARNING after it.
-    logging.get_absl_handler().addFilter(_not_noise)
+    logging.get_absl_handler().addFilter(not_noise)
   import jax
 
   if _CPU_DEVICES.value:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+import socket
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,34 @@ NOT_IN_TFDS = {
 
 class DatasetNotPreparedError(FileNotFoundError):
   """A catalogue dataset is not in the data directory in ArrayRecord format."""
+
+
+class NoNetworkError(ConnectionError):
+  """Preparing a dataset needs a download, and this machine has no network to make it."""
+
+
+# Without any network, TFDS retries each URL of a download with backoff: minutes of warnings
+# before it fails. It tries its GCS mirror first (DownloadConfig.try_download_gcs), so a download
+# needs at least that host; `prepare` checks it can be reached and otherwise fails at once.
+NETWORK_PROBE = ("storage.googleapis.com", 443)
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")  # requests goes through these instead
+
+
+def check_network(spec: DatasetSpec, data_dir: Path, timeout: float = 5.0) -> None:
+  """Raises `NoNetworkError` (naming the cause and what to do) when the download `spec` needs
+  cannot start: no route to TFDS's mirror host. Behind a proxy (HTTPS_PROXY ...) TFDS's requests
+  use it, and nothing is checked here."""
+  if any(os.environ.get(v) for v in PROXY_VARIABLES):
+    return
+  host, port = NETWORK_PROBE
+  try:
+    with socket.create_connection((host, port), timeout=timeout):
+      pass
+  except OSError as e:
+    raise NoNetworkError(
+        f"preparing {spec.tfds_name!r} downloads it, and this machine cannot reach {host}:{port}, where TFDS "
+        f"looks first ({e}). Run the same command on a machine with network, then copy its "
+        f"{spec.tfds_name.split('/')[0]}/ directory into {data_dir} here (docs/data.md).") from e
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,6 +299,8 @@ def prepare(spec: DatasetSpec, *, data_dir: str | os.PathLike | None = None,
     return Path(spec.build(data_dir).data_dir)
   _import_builder(spec)
   builder = tfds.builder(spec.tfds_name, data_dir=str(data_dir), file_format="array_record")
+  if not builder.is_prepared() and not spec.manual:
+    check_network(spec, data_dir)
   config = tfds.download.DownloadConfig(manual_dir=str(manual_dir) if manual_dir else None)
   builder.download_and_prepare(download_config=config)
   return Path(builder.data_dir)

@@ -20,6 +20,7 @@ dataset/vocab_size/model_type/coverage looks for.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from collections.abc import Sequence
 
@@ -47,11 +48,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="fraction of the characters that get a piece of their own (the rest: <unk>)")
   tok.add_argument("--output", default="", help="the .model path (default: where configs look)")
   args = parser.parse_args(argv)
+  from roformer_jax.training import launch  # the known noise (TFDS's "Variant folder ... has no dataset_info.json")
+
+  logging.getLogger("absl").addFilter(launch.not_noise)
 
   spec = datasets.get_spec(args.name)
   if args.command == "dataset":
-    path = datasets.prepare(spec, data_dir=args.data_dir, manual_dir=args.manual_dir or None,
-                            locale_dir=args.locale_dir or None)
+    try:
+      path = datasets.prepare(spec, data_dir=args.data_dir, manual_dir=args.manual_dir or None,
+                              locale_dir=args.locale_dir or None)
+    except datasets.NoNetworkError as e:
+      print(f"{parser.prog}: error: {e}", file=sys.stderr)
+      return 2
     print(f"prepared {spec.tfds_name} in {path}")
     return 0
   cfg = default_data_config()
