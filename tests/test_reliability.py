@@ -377,6 +377,9 @@ def test_eval_reads_the_runs_own_config_and_a_mismatch_names_the_keys(trained):
     (["--config.mesh.data=3"], "needs 3 devices but 1 are available"),
     (["--config.data.dataset=imagenet"], "imagenet"),
     (["--config=configs/nothere.py"], "nothere.py"),
+    (["--config=configs/default.py:nonsense"], "unknown variant(s) ['nonsense']; allowed"),  # the file's own check
+    (["--config.total_steps=abc"], "flag --config.total_steps=abc: invalid literal for int()"),  # a value's type
+    (["--config.optim.warmup_steps=5000"], "invalid config: warmup_steps=5000 exceeds total_steps=2"),  # validation
     (["--config.model.rope_scaling={'rope_type': 'yarn', 'factor': 4.0"],  # a dict literal missing its }
      "--config.model.rope_scaling: the text \"{'rope_type': 'yarn', 'factor': 4.0\" is not a Python literal"),
 ])
