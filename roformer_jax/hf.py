@@ -44,7 +44,7 @@ import dataclasses
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 import jax
@@ -199,8 +199,12 @@ def _check_representable(cfg: ModelConfig) -> None:
     raise CheckpointError("this model cannot be written as an HF RoFormer checkpoint: " + "; ".join(problems) + ".")
 
 
-def config_to_hf(cfg: ModelConfig, *, architecture: str = "RoFormerModel", num_labels: int | None = None) -> dict:
-  """`ModelConfig` -> a transformers RoFormerConfig dict; raises if HF cannot express it."""
+def config_to_hf(cfg: ModelConfig, *, architecture: str = "RoFormerModel", num_labels: int | None = None,
+                 label_names: Sequence[str] | None = None) -> dict:
+  """`ModelConfig` -> a transformers RoFormerConfig dict; raises if HF cannot express it.
+
+  A classifier's `id2label` / `label2id` name its classes `label_names` (one per label, distinct),
+  else HF's default `LABEL_<i>`."""
   _check_representable(cfg)
   out = {
       "architectures": [architecture],
@@ -229,8 +233,11 @@ def config_to_hf(cfg: ModelConfig, *, architecture: str = "RoFormerModel", num_l
       "dtype": "float32",
   }
   if num_labels is not None:
-    out["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
-    out["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
+    names = [f"LABEL_{i}" for i in range(num_labels)] if label_names is None else [str(n) for n in label_names]
+    if len(names) != num_labels or len(set(names)) != num_labels:
+      raise CheckpointError(f"label_names={list(label_names or ())} must be {num_labels} distinct names, one per label.")
+    out["id2label"] = {str(i): name for i, name in enumerate(names)}
+    out["label2id"] = {name: i for i, name in enumerate(names)}
   return out
 
 
@@ -589,17 +596,20 @@ def state_dict(model) -> dict[str, np.ndarray]:
   return out
 
 
-def save_pretrained(model, path: str | os.PathLike) -> None:
+def save_pretrained(model, path: str | os.PathLike, *, label_names: Sequence[str] | None = None) -> None:
   """Writes `model` as a transformers RoFormer checkpoint: config.json + model.safetensors (float32).
 
   Accepts `RoFormerModel`, `RoFormerForMaskedLM` and `RoFormerForSequenceClassification`.
   Raises `CheckpointError` if the config has no HF RoFormer equivalent (non-RoPE position,
   pre-LN, "half" layout, theta != 10000, scaling, partial rotary, linear attention, ...).
+  `label_names` name a classifier's classes in config.json's id2label (default: LABEL_<i>).
   """
   from safetensors.numpy import save_file
 
   head, arch, num_labels = _head_of(model)
-  hf = config_to_hf(model.config, architecture=arch, num_labels=num_labels)
+  if label_names is not None and num_labels is None:
+    raise CheckpointError(f"label_names are for a classifier; this is a {arch}.")
+  hf = config_to_hf(model.config, architecture=arch, num_labels=num_labels, label_names=label_names)
   tensors = state_dict(model)
   path = os.fspath(path)
   os.makedirs(path, exist_ok=True)

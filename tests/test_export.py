@@ -89,6 +89,17 @@ def test_a_config_hf_cannot_hold_is_refused_naming_every_key():
   assert export.problems(classifier) == []
 
 
+def test_a_glue_export_names_its_classes_from_the_dataset(tmp_path):
+  import tensorflow_datasets as tfds
+  from configs import glue
+  config = glue.get_config("mrpc,smoke")
+  config.data.data_dir = str(tmp_path)
+  assert export._label_names(config) is None  # not prepared here: HF's LABEL_<i>, the weights export all the same
+  with tfds.testing.mock_data(num_examples=4, policy=tfds.testing.MockPolicy.USE_CODE):
+    assert export._label_names(config) == ("not_equivalent", "equivalent")
+    assert export._label_names(glue.get_config("stsb,smoke")) is None  # a regression
+
+
 # ---- a trained run ------------------------------------------------------------------------------------------------
 
 

@@ -437,3 +437,22 @@ def test_save_refuses_a_rope_spec_field_outside_the_allow_list(tmp_path, extra):
   with pytest.raises(hf.CheckpointError, match=rf"rope\.{field}="):
     hf.save_pretrained(model, tmp_path / "out")
   assert not (tmp_path / "out").exists()
+
+
+def test_a_classifiers_label_names_go_to_id2label_and_a_wrong_list_is_refused(tmp_path):
+  cfg = ModelConfig(**TINY)
+  model = nnx.eval_shape(lambda: RoFormerForSequenceClassification(cfg, 2, rngs=nnx.Rngs(0)))
+  for _, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+    var.set_value(np.zeros(var.get_value().shape, np.float32))
+  hf.save_pretrained(model, tmp_path / "a", label_names=("not_equivalent", "equivalent"))
+  config = json.loads((tmp_path / "a" / "config.json").read_text())
+  assert config["id2label"] == {"0": "not_equivalent", "1": "equivalent"}
+  assert config["label2id"] == {"not_equivalent": 0, "equivalent": 1}
+  assert hf.from_pretrained(tmp_path / "a").num_labels == 2
+  for wrong in (("one",), ("same", "same")):
+    with pytest.raises(hf.CheckpointError, match="must be 2 distinct names"):
+      hf.save_pretrained(model, tmp_path / "b", label_names=wrong)
+  with pytest.raises(hf.CheckpointError, match="label_names are for a classifier"):
+    hf.save_pretrained(nnx.eval_shape(lambda: RoFormerForMaskedLM(cfg, rngs=nnx.Rngs(0))), tmp_path / "c",
+                       label_names=("a", "b"))
+  assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()

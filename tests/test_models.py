@@ -265,9 +265,12 @@ def test_lm_cached_prediction_equals_the_full_forward_of_its_prefix(name, attent
   out = model(jnp.concatenate([jnp.where(k, tokens, 0) for k in keep]), attention_mask=jnp.concatenate(keep))
   prefixes = [out[j * b:(j + 1) * b, n - 1] for j, n in enumerate(lengths)]
   alone = model(tokens[:, :p + 2], attention_mask=mask[:, :p + 2])[:, -1]
-  np.testing.assert_allclose(prefixes[2], alone, atol=2e-5)
+  # float32 rounding on logits up to ~7.5 (init_std 0.5): 2.4e-5 for yarn on a Zen 3 CPU without AVX-512, under
+  # 2e-5 on an AVX-512 one; a cache rotated at stale frequencies is off by more than 1e-2 (the assert below).
+  tol = 5e-5
+  np.testing.assert_allclose(prefixes[2], alone, atol=tol)
   gaps = [float(jnp.abs(c - r).max()) for c, r in zip(cached, prefixes, strict=True)]
-  assert max(gaps) < 2e-5, [f"{g:.1e}" for g in gaps]
+  assert max(gaps) < tol, [f"{g:.1e}" for g in gaps]
   # For these two the whole sequence's forward is a different function at earlier slots: the
   # reference above is the one that can tell a stale cache.
   full = model(tokens, attention_mask=mask)[:, p - 1:]

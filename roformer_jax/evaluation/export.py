@@ -111,6 +111,18 @@ def _usual_permissions(directory: str) -> None:
     os.chmod(os.path.join(directory, name), 0o666 & ~umask)
 
 
+def _label_names(config) -> tuple[str, ...] | None:
+  """A classifier's class names from its dataset (`data.label_names`), for config.json's id2label;
+  None (HF's LABEL_<i>) where the dataset has none or is not on this machine."""
+  if config.task != "classification":
+    return None
+  try:
+    names = data.label_names(config.data)
+  except (OSError, ValueError):  # the dataset is not prepared here: the weights export all the same
+    return None
+  return names if names is not None and len(names) == int(config.num_labels) else None
+
+
 def _check_batch(cfg, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
   length = min(CHECK_LENGTH, cfg.max_position)
   rng = np.random.default_rng(seed)
@@ -167,12 +179,13 @@ def export(config: ml_collections.ConfigDict, workdir: str, out: str, *, step: i
   graphdef, state, _, used = evaluate.restore(config, workdir, mesh, rules, average_last=average_last, step=step)
   model, _ = nnx.merge(graphdef, state)
   tokenizer, tokenizer_file = _tokenizer_info(config)
+  label_names = _label_names(config)
 
   parent = os.path.dirname(out)
   os.makedirs(parent, exist_ok=True)
   staging = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.", dir=parent)
   try:
-    hf.save_pretrained(model, staging)
+    hf.save_pretrained(model, staging, label_names=label_names)
     exported = hf.from_pretrained(staging)
     diff = max_difference(model, exported)
     if not diff <= TOLERANCE:  # also NaN
@@ -181,7 +194,7 @@ def export(config: ml_collections.ConfigDict, workdir: str, out: str, *, step: i
     if tokenizer_file:
       shutil.copyfile(tokenizer_file, os.path.join(staging, TOKENIZER_FILE))
     record = {"workdir": workdir, "steps": used, "task": config.task, "architecture": ARCHITECTURES[config.task],
-              "trained_max_length": int(config.data.max_length), "tokenizer": tokenizer,
+              "trained_max_length": int(config.data.max_length), "tokenizer": tokenizer, "labels": label_names,
               "check": {"max_abs_logit_difference": diff, "rows": CHECK_ROWS,
                         "length": min(CHECK_LENGTH, model.config.max_position)}}
     with open(os.path.join(staging, PROVENANCE), "w") as f:
@@ -199,7 +212,8 @@ def export(config: ml_collections.ConfigDict, workdir: str, out: str, *, step: i
     if os.path.isdir(staging):
       shutil.rmtree(staging, ignore_errors=True)
   return {"out": out, "architecture": ARCHITECTURES[config.task], "steps": used, "files": sorted(os.listdir(out)),
-          "max_difference": diff, "max_length": model.config.max_position, "tokenizer": tokenizer}
+          "max_difference": diff, "max_length": model.config.max_position, "tokenizer": tokenizer,
+          "labels": label_names}
 
 
 def summary(info: dict[str, Any]) -> str:
@@ -215,6 +229,7 @@ def summary(info: dict[str, Any]) -> str:
       f"  files: {', '.join(info['files'])}",
       f"  checked: its logits equal the run's to {info['max_difference']:.1e} (tolerance {TOLERANCE:g})",
       f"  tokenizer: {tok_line}; HF reads at most max_position_embeddings={info['max_length']} tokens",
+      *([f"  labels: {', '.join(info['labels'])} (config.json's id2label)"] if info.get("labels") else []),
       f"  load: transformers.{info['architecture']}.from_pretrained({info['out']!r})",
   ])
 
