@@ -155,7 +155,7 @@ def main(argv):
     # that matter here (a damaged checkpoint) are printed by checkpoints.warn, not logged.
     logging.set_verbosity(logging.ERROR)
   from roformer_jax.training import tasks
-  from roformer_jax.evaluation import generation
+  from roformer_jax.evaluation import evaluate, generation
 
   config = _CONFIG.value
   generation.check_config(config)
@@ -164,7 +164,7 @@ def main(argv):
   texts = generation.read_prompts(_PROMPT.value, _INPUT.value)
   generation.check_inputs(task, texts)  # before the model loads: mistakes show at once
   loaded = generation.load(config, _WORKDIR.value, step=_STEP.value, average_last=_AVERAGE_LAST.value)
-  used = (f"the average of steps {loaded.steps}" if len(loaded.steps) > 1 else f"step {loaded.step}")
+  used = evaluate.checkpoints_used(loaded.steps)
   print(f"generate.py: {config.task} model of {_WORKDIR.value}, {used}", file=sys.stderr)
   try:
     {tasks.CONTINUE: _lm, tasks.TRANSLATE: _seq2seq, tasks.FILL_MASKS: _mlm}[task.generates](loaded, texts, sys.stdout)

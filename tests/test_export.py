@@ -15,13 +15,12 @@ import re
 import subprocess
 import sys
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
-from roformer_jax import hf, mesh as mesh_lib
+from roformer_jax import hf
 from roformer_jax.errors import UserError
 from roformer_jax.evaluation import evaluate, export
 from tests.smoke import smoke, smoke_mlm
@@ -104,11 +103,8 @@ def test_a_glue_export_names_its_classes_from_the_dataset(tmp_path):
 
 
 def restored(config, workdir, step=None):
-  """The workdir's model at `step`, restored by evaluate.restore (as eval.py does), not by export."""
-  mesh = mesh_lib.make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, jax.devices()[:1])
-  rules = mesh_lib.rules_from_config(config.logical_axis_rules)
-  graphdef, state, _, _ = evaluate.restore(config, str(workdir), mesh, rules, step=step)
-  return nnx.merge(graphdef, state)[0]
+  """The workdir's model at `step`, restored from its checkpoint (not read from the export)."""
+  return evaluate.restore_model(config, str(workdir), step=step, tool="test")[0]
 
 
 @nnx.jit

@@ -172,6 +172,38 @@ def restore(config, workdir: str, mesh, rules, *, average_last: int = 0,
   return graphdef, state, used[-1], used
 
 
+def restore_model(config, workdir: str, *, step: int | None = None, average_last: int = 0,
+                  tool: str) -> tuple[Any, int, list[int]]:
+  """(model, step, steps used) of a workdir, restored read-only onto one device: what generate.py
+  and export.py use (`restore`'s choice of checkpoint). `tool` names the program in its errors.
+
+  Raises:
+    UserError: `step` and `average_last` both given, a bad `average_last`, several processes,
+      an invalid config, and what `restore` raises.
+  """
+  if step is not None and average_last and average_last > 1:
+    raise UserError(f"step={step} and average_last={average_last} both choose the checkpoint; give one of them.")
+  if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 0:
+    raise UserError(f"average_last={average_last!r} must be a number of checkpoints >= 0 (0 or 1 = one checkpoint).")
+  if jax.process_count() > 1:
+    raise UserError(f"{tool} runs in one process, not {jax.process_count()}; drop --coordinator_address, "
+                    "--num_processes and --distributed.")
+  # One device holds the model, and a mesh of ones fits whatever mesh the run trained on: the
+  # restore target carries the new shardings.
+  mesh = mesh_lib.make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, jax.devices()[:1])
+  with errors.user_errors("invalid config"):
+    rules = mesh_lib.rules_from_config(config.logical_axis_rules)
+  graphdef, state, newest, used = restore(config, os.path.abspath(workdir), mesh, rules, average_last=average_last,
+                                          step=step)
+  model, _ = nnx.merge(graphdef, state)
+  return model, newest, used
+
+
+def checkpoints_used(steps: list[int]) -> str:
+  """"step N", or "the average of steps [...]": which checkpoint(s) a result comes from."""
+  return f"the average of steps {steps}" if len(steps) > 1 else f"step {steps[-1]}"
+
+
 def _with_rope_scaling(config, graphdef, state, scaling):
   """The same parameters in a model whose RoPE uses `scaling` (nothing else changes)."""
   cfg = config.copy_and_resolve_references()
@@ -284,7 +316,7 @@ def summary(results: dict[str, Any], workdir: str, config: ml_collections.Config
   settings = config.eval
   asked = results.get("evaluated") or {}
   used = results["checkpoints"]
-  ckpt = f"the average of steps {used}" if len(used) > 1 else f"step {results['step']}"
+  ckpt = checkpoints_used(used)
   lines = [f"eval.py: {results['task']} model of {workdir}, {ckpt}, split {results['split']!r}",
            "evaluated: " + (", ".join(f"{k}={v!r}" for k, v in asked.items()) if asked else
                             "as trained (the run's own config)")]

@@ -28,13 +28,12 @@ import shutil
 import tempfile
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer_jax import errors, hf, mesh as mesh_lib
+from roformer_jax import errors, hf
 from roformer_jax.errors import UserError
 from roformer_jax.evaluation import evaluate
 from roformer_jax.training import data, tasks
@@ -166,18 +165,8 @@ def export(config: ml_collections.ConfigDict, workdir: str, out: str, *, step: i
   """
   check(config)
   out = _check_out(out, overwrite)
-  if step is not None and average_last and average_last > 1:
-    raise UserError(f"--step={step} and --average_last={average_last} both choose the checkpoint; give one of them.")
-  if jax.process_count() > 1:
-    raise UserError(f"export runs in one process, not {jax.process_count()}; drop --coordinator_address, "
-                    "--num_processes and --distributed.")
-  # One device holds the model whatever mesh it trained on: the restore target carries the new shardings.
-  mesh = mesh_lib.make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, jax.devices()[:1])
-  with errors.user_errors("invalid config"):
-    rules = mesh_lib.rules_from_config(config.logical_axis_rules)
   workdir = os.path.abspath(workdir)
-  graphdef, state, _, used = evaluate.restore(config, workdir, mesh, rules, average_last=average_last, step=step)
-  model, _ = nnx.merge(graphdef, state)
+  model, _, used = evaluate.restore_model(config, workdir, step=step, average_last=average_last, tool="export")
   tokenizer, tokenizer_file = _tokenizer_info(config)
   label_names = _label_names(config)
 
@@ -218,8 +207,7 @@ def export(config: ml_collections.ConfigDict, workdir: str, out: str, *, step: i
 
 def summary(info: dict[str, Any]) -> str:
   """export.py's report: what was written, from which step, and how to load it."""
-  steps = info["steps"]
-  which = f"the average of steps {steps}" if len(steps) > 1 else f"step {steps[-1]}"
+  which = evaluate.checkpoints_used(info["steps"])
   tok = info["tokenizer"]
   tok_line = ("byte ids (UTF-8 byte + 4; pad 0, bos 1, eos 2, mask 3)" if tok["kind"] == "bytes"
               else f"SentencePiece, {TOKENIZER_FILE}" if tok.get("file") else

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TextIO
@@ -33,7 +32,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from roformer_jax import decoding, errors, mesh as mesh_lib
+from roformer_jax import decoding, errors
 from roformer_jax.training import data, tasks, trainer
 from roformer_jax.evaluation import evaluate
 from roformer_jax.training.data import datasets
@@ -109,23 +108,8 @@ def load(config: ml_collections.ConfigDict, workdir: str, *, step: int | None = 
       (classification), no checkpoint, checkpoints of another config, a missing tokenizer.
   """
   check_config(config)
-  if step is not None and average_last and average_last > 1:
-    raise UserError(f"step={step} and average_last={average_last} both choose the checkpoint; give one of them.")
-  if isinstance(average_last, bool) or not isinstance(average_last, int) or average_last < 0:
-    raise UserError(f"average_last={average_last!r} must be a number of checkpoints >= 0 (0 or 1 = one checkpoint).")
-  if jax.process_count() > 1:
-    raise UserError(f"generate runs in one process, not {jax.process_count()}; drop --coordinator_address, "
-                    "--num_processes and --distributed.")
   tokenizer = _tokenizer(config)
-  # One device is plenty to decode, and a mesh of ones fits whatever mesh the run trained on:
-  # the restore target carries the new shardings.
-  mesh = mesh_lib.make_mesh({"data": 1, "fsdp": 1, "tensor": 1}, jax.devices()[:1])
-  with errors.user_errors("invalid config"):
-    rules = mesh_lib.rules_from_config(config.logical_axis_rules)
-  workdir = os.path.abspath(workdir)
-  graphdef, state, newest, used = evaluate.restore(config, workdir, mesh, rules, average_last=average_last,
-                                                   step=step)
-  model, _ = nnx.merge(graphdef, state)
+  model, newest, used = evaluate.restore_model(config, workdir, step=step, average_last=average_last, tool="generate")
   if tokenizer.vocab_size > model.config.vocab_size:
     raise UserError(f"the tokenizer has {tokenizer.vocab_size} ids but the model only {model.config.vocab_size}; "
                     "config.data names another tokenizer than the run was trained with.")

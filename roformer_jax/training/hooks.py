@@ -192,10 +192,11 @@ class Samples(Hook):
   multi-process run skips them."""
   off_clock = True
 
-  def __init__(self, every_steps: int, num: int, max_new_tokens: int, tokenizer):
+  def __init__(self, every_steps: int, num: int, max_new_tokens: int, tokenizer,
+               labels: Sequence[str] | None = None):
     self.every_steps, self.num, self.max_new_tokens, self.tokenizer = int(every_steps), int(num), max_new_tokens, tokenizer
+    self.labels = labels  # the dataset's class names (data.label_names), or None
     self._batch: tuple[Any, Any] | None = None  # (stage, its first validation batch)
-    self._labels: tuple[tuple[str, ...] | None] | None = None  # (the dataset's class names or None), once read
 
   def due(self, loop: Loop) -> bool:
     return self.num > 0 and jax.process_count() == 1 and every(self.every_steps, loop)
@@ -203,11 +204,9 @@ class Samples(Hook):
   def run(self, loop: Loop) -> None:
     if self._batch is None or self._batch[0] != loop.stage:
       self._batch = (loop.stage, next(loop.iterator("validation", loop.stage, repeat=True, shuffle=False)))
-    if self._labels is None:
-      self._labels = (data.label_names(loop.config.data),)  # None where the dataset has no class names
     model = nnx.merge(loop.graphdef, loop.state)[0]
     samples = loop.task.samples(model, self._batch[1], tokenizer=self.tokenizer, num=self.num,
-                                max_new_tokens=self.max_new_tokens, labels=self._labels[0])
+                                max_new_tokens=self.max_new_tokens, labels=self.labels)
     loop.writer.write_samples(loop.step, samples)
     if samples:
       loop.progress.write(samples_lib.screen(samples[0], loop.step))
@@ -288,7 +287,8 @@ def default_hooks(loop: Loop, *, ckpt, stops: stopping.StopRequests, schedule, a
     hooks.append(FeatureRedraw(loop, config.feature_redraw_every))
   hooks += [Log(config.log_every_steps, schedule, accum, flops_per_token, peak_flops),
             Evaluate(config.eval_every_steps, config.eval_batches, eval_fn),
-            Samples(config.eval_every_steps, config.samples_per_eval, config.sample_max_new_tokens, tokenizer),
+            Samples(config.eval_every_steps, config.samples_per_eval, config.sample_max_new_tokens, tokenizer,
+                    data.label_names(config.data) if config.samples_per_eval > 0 else None),
             Checkpoint(ckpt)]
   if config.profile_first_step:
     hooks.append(Profile(config.profile_first_step, config.profile_steps, os.path.join(loop.workdir, "profile")))
